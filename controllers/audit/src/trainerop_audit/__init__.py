@@ -1,0 +1,1 @@
+"""The audit controller: immutable audit records and their forwarding."""

@@ -1,0 +1,49 @@
+"""kopf adapter of the audit controller."""
+
+from typing import Any
+
+import kopf
+
+from trainerop_common.api import kind_info
+from trainerop_common.cache import Key, ObjectCache
+from trainerop_common.clock import rfc3339
+from trainerop_common.runtime import Body, Runtime, run_entrypoint
+from trainerop_common.status_writer import StatusWriter
+
+from .decide import OWNED_FIELDS, TrainerFacts, creator_of, decide
+
+
+class AuditController:
+    name = "audit"
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.records = ObjectCache(runtime.kube.list, "AuditLog")
+        self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, ())
+
+    def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
+        self.records.register(registry, self._record_changed)
+
+    def _record_changed(self, key: Key, body: dict[str, Any] | None) -> None:
+        trainer = (body or {}).get("spec", {}).get("trainer", {}).get("name")
+        if trainer:
+            self.rt.requeue([(key[0], trainer)])
+
+    async def reconcile(self, body: Body) -> None:
+        meta = body["metadata"]
+        facts = TrainerFacts(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            uid=meta["uid"],
+            generation=int(meta.get("generation", 0)),
+            creator=creator_of(meta.get("managedFields")),
+            created=meta.get("creationTimestamp") or rfc3339(self.rt.clock.now()),
+        )
+        records = [r for r in await self.records.values() if r["metadata"].get("namespace") == facts.namespace]
+        decision = decide(facts, records)
+        for record in decision.create:
+            await self.rt.kube.create("AuditLog", record, namespace=facts.namespace)
+        await self.writer.write(body, decision.status, (), rfc3339(self.rt.clock.now()))
+
+
+entry = run_entrypoint("audit", AuditController)

@@ -1,0 +1,1 @@
+"""The checkpoint controller: checkpoint state machine, quorum, retention, resume."""

@@ -1,0 +1,1 @@
+"""The profile controller: TrainingProfile resolution and merging."""

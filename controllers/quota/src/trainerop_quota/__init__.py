@@ -1,0 +1,1 @@
+"""The quota controller: spot-aware quota negotiation and admission."""

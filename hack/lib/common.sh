@@ -1,0 +1,24 @@
+# Shared settings for hack/ scripts. Source it; do not run it.
+# shellcheck shell=bash
+
+HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REPO_ROOT=$(cd "$HACK_DIR/.." && pwd)
+
+K8S_VERSION=v1.34.4
+ETCD_VERSION=v3.6.4
+KWOK_VERSION=v0.7.0
+
+# Binaries live outside the repository, keyed by what they were built from.
+CACHE_ROOT=${TRAINER_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainer-operator}
+k8s_cache_key() {
+  local sum
+  sum=$( (cat "$HACK_DIR/k8s-tools/go.sum" "$HACK_DIR/k8s-tools/go.mod"; echo "$KWOK_VERSION") | sha256sum | cut -c1-12)
+  echo "k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$sum"
+}
+BIN_DIR=${TRAINER_OPERATOR_BIN:-$CACHE_ROOT/$(k8s_cache_key)/bin}
+
+# Where a local cluster keeps its state (certificates, etcd data, logs, pids).
+RUN_DIR=${TRAINER_OPERATOR_RUN_DIR:-$CACHE_ROOT/cluster}
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Install the operator's CRDs and RBAC and run the five controllers as local processes.
+
+    python hack/localdev.py install   # kubectl apply --server-side -k deploy/overlays/local
+    python hack/localdev.py start     # start the controllers (each as its own ServiceAccount)
+    python hack/localdev.py status
+    python hack/localdev.py stop
+
+Until the controllers run as pods on a real node, this is how the demo and the integration
+tests run them. Each process authenticates with a token of its own ServiceAccount from
+deploy/ (TokenRequest API), so every request it makes is checked by the real RBAC rules.
+The cluster is the one in $KUBECONFIG, else the local one from hack/cluster.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hack import cluster
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "trainer-operator-system"
+CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit")
+GATES = ("profile", "quota", "checkpoint", "audit")
+METRICS_PORT_BASE = cluster.PORT_BASE + 20
+
+
+def admin_kubeconfig() -> Path:
+    env = os.environ.get("KUBECONFIG")
+    return Path(env) if env else cluster.RUN_DIR / "admin.kubeconfig"
+
+
+def state_dir() -> Path:
+    path = cluster.RUN_DIR / "controllers"
+    (path / "logs").mkdir(parents=True, exist_ok=True)
+    (path / "pids").mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def kubectl(*args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        [str(cluster.bin_dir() / "kubectl"), f"--kubeconfig={admin_kubeconfig()}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise cluster.ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def install() -> None:
+    cluster.say("installing CRDs, namespace, ServiceAccounts and RBAC (deploy/overlays/local)")
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
+    kubectl(
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "-l",
+        "app.kubernetes.io/part-of=trainer-operator",
+        "--timeout=60s",
+    )
+
+
+def service_account_kubeconfig(controller: str) -> Path:
+    """A kubeconfig that authenticates as the controller's ServiceAccount."""
+    admin = yaml.safe_load(admin_kubeconfig().read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
+    token = kubectl("create", "token", f"trainer-operator-{controller}", "-n", NAMESPACE, "--duration=24h").strip()
+    user = f"system:serviceaccount:{NAMESPACE}:trainer-operator-{controller}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "target", "cluster": server}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "target", "user": user, "namespace": NAMESPACE}}],
+        "current-context": "sa",
+    }
+    path = state_dir() / f"{controller}.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def metrics_port(controller: str) -> int:
+    return METRICS_PORT_BASE + CONTROLLERS.index(controller)
+
+
+def executable(controller: str) -> str:
+    """The console script installed next to this interpreter (a venv or tox env)."""
+    candidate = Path(sys.executable).parent / f"trainerop-{controller}"
+    if not candidate.exists():
+        raise cluster.ClusterError(
+            f"{candidate} is missing: install the workspace first (hack/dev-env.sh, or run inside tox)"
+        )
+    return str(candidate)
+
+
+def ready_check(port: int) -> Callable[[], bool]:
+    return lambda: cluster.http_ok(f"http://127.0.0.1:{port}/readyz")
+
+
+def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = None) -> dict[str, int]:
+    """Start every controller that is not running; returns controller -> metrics port."""
+    run = state_dir()
+    ports = {}
+    for controller in CONTROLLERS:
+        port = metrics_port(controller)
+        ports[controller] = port
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(service_account_kubeconfig(controller)),
+            "TRAINEROP_METRICS_ADDRESS": "127.0.0.1",
+            "TRAINEROP_METRICS_PORT": str(port),
+            "TRAINEROP_RESYNC_SECONDS": "60",
+            **(extra_env or {}),
+        }
+        if controller == "trainer":
+            env["TRAINEROP_GATES"] = ",".join(gates)
+        comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready_check(port), timeout=60)
+        cluster.start(run, comp, env=env)
+    return ports
+
+
+def stop() -> None:
+    run = state_dir()
+    for controller in CONTROLLERS:
+        if cluster.stop_process(run, f"controller-{controller}"):
+            cluster.say(f"stopped the {controller} controller")
+
+
+def status() -> int:
+    run = state_dir()
+    healthy = True
+    for controller in CONTROLLERS:
+        pid = cluster.running_pid(run, f"controller-{controller}")
+        ok = pid is not None and cluster.http_ok(f"http://127.0.0.1:{metrics_port(controller)}/readyz")
+        healthy &= ok
+        print(
+            f"{controller:12} pid={pid or '-':<8} metrics=http://127.0.0.1:{metrics_port(controller)}/metrics "
+            f"{'ready' if ok else 'NOT READY'}  log={run / 'logs' / f'controller-{controller}.log'}"
+        )
+    return 0 if healthy else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("command", choices=["install", "start", "status", "stop"])
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        if args.command == "install":
+            install()
+        elif args.command == "start":
+            ports = start()
+            cluster.say(f"controllers ready in {time.monotonic() - t0:.1f}s (metrics ports {sorted(ports.values())})")
+        elif args.command == "stop":
+            stop()
+        else:
+            return status()
+    except cluster.ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Trainer Operator shared library (no controller logic)."""

@@ -1,0 +1,174 @@
+"""API models of the Trainer Operator and the facts the CRDs are generated from."""
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .audit import AuditLog
+from .base import API_VERSION, CATEGORY, GROUP, VERSION, Condition, Contribution, K8sModel, PodContribution
+from .checkpoint import Checkpoint
+from .profile import TrainingProfile
+from .quota import QuotaPolicy
+from .trainer import MAX_TRAINER_NAME, Trainer, TrainerSpec, TrainerStatus
+
+__all__ = [
+    "API_VERSION",
+    "CATEGORY",
+    "GROUP",
+    "KINDS",
+    "VERSION",
+    "AuditLog",
+    "Checkpoint",
+    "Condition",
+    "Contribution",
+    "K8sModel",
+    "KindInfo",
+    "PodContribution",
+    "QuotaPolicy",
+    "Trainer",
+    "TrainerSpec",
+    "TrainerStatus",
+    "TrainingProfile",
+    "kind_info",
+]
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    name: str
+    json_path: str
+    type: Literal["string", "integer", "date", "boolean", "number"] = "string"
+    priority: int = 0
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """Everything the CRD of one kind needs beyond the model's schema."""
+
+    kind: str
+    plural: str
+    model: type[K8sModel]
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
+    short_names: tuple[str, ...] = ()
+    columns: tuple[PrinterColumn, ...] = ()
+    has_status: bool = True
+    scale: dict[str, str] | None = None
+    # Rules on the whole object; the only place metadata.name can be checked.
+    root_rules: tuple[dict[str, str], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+
+def _cond(type_: str, field_: str) -> str:
+    return f'.status.conditions[?(@.type=="{type_}")].{field_}'
+
+
+AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
+
+KINDS: tuple[KindInfo, ...] = (
+    KindInfo(
+        kind="Trainer",
+        plural="trainers",
+        model=Trainer,
+        short_names=("tr", "trn"),
+        columns=(
+            PrinterColumn("Framework", ".spec.framework"),
+            PrinterColumn("Workers", ".spec.topology.workers", "integer", description="Desired workers"),
+            PrinterColumn("Ready", ".status.topology.readyWorkers", "integer", description="Ready workers"),
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Epoch", ".status.progress.epoch", "integer"),
+            PrinterColumn("Checkpoint", ".status.checkpoint.latest", description="Latest committed checkpoint"),
+            PrinterColumn("Reason", _cond("Created", "reason"), description="Why pods exist or not yet"),
+            PrinterColumn("Message", _cond("Created", "message"), priority=1),
+            PrinterColumn("Profile", ".spec.profile", priority=1),
+            PrinterColumn("Quota", _cond("QuotaAdmitted", "reason"), priority=1),
+            AGE,
+        ),
+        scale={
+            "specReplicasPath": ".spec.topology.workers",
+            "statusReplicasPath": ".status.topology.workers",
+            "labelSelectorPath": ".status.topology.selector",
+        },
+        root_rules=(
+            {
+                "rule": f"size(self.metadata.name) <= {MAX_TRAINER_NAME}",
+                "message": f"metadata.name must be at most {MAX_TRAINER_NAME} characters: pods and Services "
+                "are named <name>-worker-<index> and must fit a 63-character DNS label",
+            },
+            {
+                "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                "message": "metadata.name must start with a letter and contain only lower-case letters, "
+                "digits and '-' (it becomes a DNS label)",
+            },
+        ),
+    ),
+    KindInfo(
+        kind="TrainingProfile",
+        plural="trainingprofiles",
+        model=TrainingProfile,
+        short_names=("tp", "tprof"),
+        columns=(
+            PrinterColumn("Restart-Policy", ".spec.retryPolicy.restartPolicy"),
+            PrinterColumn("Backoff-Limit", ".spec.retryPolicy.backoffLimit", "integer"),
+            PrinterColumn("Secret", ".spec.runtimeConfig.secret"),
+            PrinterColumn("Valid", _cond("Valid", "status")),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        kind="Checkpoint",
+        plural="checkpoints",
+        model=Checkpoint,
+        short_names=("ckpt",),
+        columns=(
+            PrinterColumn("Trainer", ".spec.trainer"),
+            PrinterColumn("Epoch", ".spec.epoch", "integer"),
+            PrinterColumn("Step", ".spec.step", "integer"),
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Replicas", ".status.committedReplicas", "integer"),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        kind="QuotaPolicy",
+        plural="quotapolicies",
+        model=QuotaPolicy,
+        scope="Cluster",
+        short_names=("qp",),
+        columns=(
+            PrinterColumn("GPUs", ".spec.hard.nvidia\\.com/gpu", description="GPU quota"),
+            PrinterColumn("Used-GPUs", ".status.used.nvidia\\.com/gpu"),
+            PrinterColumn("Admitted", ".status.admittedTrainers", "integer"),
+            PrinterColumn("Spot", ".spec.spot.enabled", "boolean"),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        kind="AuditLog",
+        plural="auditlogs",
+        model=AuditLog,
+        short_names=("audit",),
+        has_status=False,
+        columns=(
+            PrinterColumn("Trainer", ".spec.trainer.name"),
+            PrinterColumn("Action", ".spec.action"),
+            PrinterColumn("Actor", ".spec.actor"),
+            PrinterColumn("Reason", ".spec.reason"),
+            PrinterColumn("Time", ".spec.time", "date"),
+        ),
+    ),
+)
+
+
+def kind_info(kind: str) -> KindInfo:
+    for info in KINDS:
+        if info.kind == kind:
+            return info
+    raise KeyError(kind)

@@ -1,0 +1,174 @@
+"""Building blocks shared by every API kind: the camelCase base model, quantities, conditions.
+
+The pydantic models are the single source of truth for the CRDs in ``deploy/crds``
+(see :mod:`trainerop_common.crdgen`). Schema-only facts that pydantic cannot express
+(CEL rules, list-map keys, int-or-string) travel in ``json_schema_extra``.
+"""
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+GROUP = "trainer.operator.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "trainer-operator"
+
+
+class K8sModel(BaseModel):
+    """A Kubernetes-style object fragment: camelCase on the wire, snake_case in Python.
+
+    Unknown fields are ignored when parsing so that an older controller can read an object
+    written by a newer API version; the API server prunes unknown fields on write anyway.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def to_k8s(self) -> dict[str, Any]:
+        """The object as the API server wants it: camelCase keys, unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def cel(rule: str, message: str, **extra: str) -> JsonDict:
+    """One ``x-kubernetes-validations`` entry."""
+    return {"rule": rule, "message": message, **extra}
+
+
+# A Kubernetes resource quantity ("500m", "40Gi", 8). The regex is the one the API server
+# uses for resource.Quantity; the CEL rule gives the user a readable message instead.
+_QUANTITY_RE = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
+def _check_quantity(value: int | str) -> int | str:
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a quantity must not be negative")
+        return value
+    if not _QUANTITY_RE.match(value) or value.startswith("-"):
+        raise ValueError(f"{value!r} is not a non-negative quantity such as 500m, 4 or 40Gi")
+    return value
+
+
+QUANTITY_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "x-kubernetes-int-or-string": True,
+    "maxLength": 64,  # bounds the CEL cost estimate; applies to the string form only
+    "x-kubernetes-validations": [
+        cel(
+            "type(self) == int ? self >= 0 : isQuantity(self) && !quantity(self).isLessThan(quantity('0'))",
+            "must be a non-negative Kubernetes quantity such as 500m, 4 or 40Gi",
+        )
+    ],
+}
+
+Quantity = Annotated[int | str, AfterValidator(_check_quantity), WithJsonSchema(QUANTITY_SCHEMA)]
+
+# Resource maps are bounded so that the API server can estimate the cost of the CEL rule.
+ResourceList = Annotated[dict[str, Quantity], Field(json_schema_extra={"maxProperties": 16})]
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+
+# Free-form Kubernetes structures (volumes, affinity, valueFrom...) are kept as objects whose
+# inner schema the API server does not prune; the controllers validate them when used.
+FreeForm = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(K8sModel):
+    """A metav1.Condition: one entry of ``status.conditions``, keyed by ``type``."""
+
+    type: str = Field(min_length=1, max_length=316)
+    status: ConditionStatus
+    reason: str = Field(min_length=1, max_length=1024, description="CamelCase reason code.")
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str = Field(
+        json_schema_extra={"format": "date-time"},
+        description="When status last changed; untouched while status stays the same.",
+    )
+    observed_generation: int = Field(
+        default=0, ge=0, description="metadata.generation this condition was computed for."
+    )
+
+
+Conditions = Annotated[
+    list[Condition],
+    Field(
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+            "maxItems": 32,
+        }
+    ),
+]
+
+
+class EnvVar(K8sModel):
+    """An environment variable for training containers (corev1.EnvVar)."""
+
+    name: str = Field(min_length=1, max_length=256)
+    value: str | None = None
+    value_from: FreeForm | None = Field(
+        default=None, description="corev1.EnvVarSource: secretKeyRef, configMapKeyRef, fieldRef..."
+    )
+
+
+EnvList = Annotated[
+    list[EnvVar],
+    Field(
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "maxItems": 256,
+        }
+    ),
+]
+
+
+class Toleration(K8sModel):
+    """corev1.Toleration."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class ResourceRequirements(K8sModel):
+    """Requests and limits of a training container (corev1.ResourceRequirements)."""
+
+    requests: ResourceList | None = None
+    limits: ResourceList | None = None
+
+
+class PodContribution(K8sModel):
+    """The restricted pod-spec fragment a concern may contribute to training pods (DESIGN §3)."""
+
+    env: list[EnvVar] | None = None
+    volumes: list[FreeForm] | None = None
+    volume_mounts: list[FreeForm] | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    affinity: FreeForm | None = None
+    service_account_name: str | None = None
+    resources: ResourceRequirements | None = None
+    annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+
+
+class Contribution(K8sModel):
+    """A concern's pod contribution and the Trainer generation it was computed for."""
+
+    generation: int = Field(ge=0)
+    pod: PodContribution = Field(default_factory=PodContribution)

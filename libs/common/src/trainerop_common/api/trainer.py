@@ -1,0 +1,173 @@
+"""The ``Trainer`` kind: one distributed training run, and the status its controllers share."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import (
+    Conditions,
+    Contribution,
+    EnvList,
+    FreeForm,
+    K8sModel,
+    ObjectName,
+    ResourceRequirements,
+    cel,
+)
+
+Framework = Literal["pytorch", "tensorflow", "jax", "xgboost", "generic"]
+RestartPolicy = Literal["Never", "OnFailure", "Always", "ExitCode"]
+Phase = Literal["Pending", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended"]
+
+# Pods are named <trainer>-<role>-<index> and each gets a headless Service of the same name,
+# which must fit a 63-character DNS label: "-worker-" plus up to 5 digits leaves 50.
+MAX_TRAINER_NAME = 50
+
+
+class ElasticPolicy(K8sModel):
+    """Bounds within which topology.workers may change without restarting the run."""
+
+    min_workers: int = Field(ge=1, le=4096)
+    max_workers: int = Field(ge=1, le=4096)
+
+
+class Topology(K8sModel):
+    """How many replicas of each role the run has."""
+
+    workers: int = Field(default=1, ge=1, le=4096, description="Worker replicas (the scale subresource's replicas).")
+    parameter_servers: int = Field(default=0, ge=0, le=256)
+    replication_factor: int = Field(
+        default=1,
+        ge=1,
+        le=7,
+        description="Copies of each checkpoint shard; a checkpoint commits on a majority of them.",
+    )
+    elastic: ElasticPolicy | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.minWorkers <= self.maxWorkers", "elastic.minWorkers must not exceed elastic.maxWorkers")
+            ]
+        },
+    )
+
+
+class CheckpointSpec(K8sModel):
+    """Where and how often the run checkpoints."""
+
+    bucket: str = Field(min_length=1, max_length=253, description="Bucket or PVC the checkpoints go to.")
+    interval_minutes: int = Field(default=15, ge=1, le=10080)
+    max_retention: int = Field(default=3, ge=1, le=1000, description="Committed checkpoints to keep.")
+
+
+class RunPolicy(K8sModel):
+    """Restart, deadline and clean-up behaviour (Kubeflow's RunPolicy and more)."""
+
+    restart_policy: RestartPolicy = Field(
+        default="OnFailure",
+        description="ExitCode: exit codes 1-127 are permanent, 128-255 retryable (Kubeflow's rule).",
+    )
+    restart_scope: Literal["Pod", "Gang"] = Field(
+        default="Pod", description="Restart only the failed pod, or every pod of the run."
+    )
+    backoff_limit: int | None = Field(default=None, ge=0, le=1000)
+    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    clean_pod_policy: Literal["All", "Running", "None"] = "Running"
+    suspend: bool = False
+
+
+class PodTemplateOverrides(K8sModel):
+    """Per-role corev1.PodTemplateSpec fragments merged over the generated pods."""
+
+    master: FreeForm | None = None
+    worker: FreeForm | None = None
+    parameter_server: FreeForm | None = None
+
+
+class TrainerSpec(K8sModel):
+    """What the user asks for."""
+
+    epochs: int = Field(ge=1, le=1_000_000)
+    image: str = Field(min_length=1, max_length=1024)
+    framework: Framework = Field(
+        default="generic",
+        json_schema_extra={"x-kubernetes-validations": [cel("self == oldSelf", "framework is immutable")]},
+    )
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: EnvList | None = None
+    resources: ResourceRequirements | None = None
+    topology: Topology = Field(default_factory=Topology, json_schema_extra={"default": {}})
+    checkpoint: CheckpointSpec | None = None
+    profile: ObjectName | None = Field(default=None, description="A TrainingProfile in the same namespace.")
+    pod_template_overrides: PodTemplateOverrides | None = None
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
+
+
+class TopologyStatus(K8sModel):
+    """What the trainer controller observes of the run's replicas."""
+
+    workers: int = Field(default=0, ge=0, description="Worker pods that exist (scale status replicas).")
+    ready_workers: int = Field(default=0, ge=0)
+    parameter_servers: int = Field(default=0, ge=0)
+    ready_parameter_servers: int = Field(default=0, ge=0)
+    selector: str = Field(default="", description="Label selector of the worker pods (scale subresource).")
+
+
+class ProgressStatus(K8sModel):
+    """Training progress reported through heartbeats."""
+
+    epoch: int = Field(default=0, ge=0)
+    step: int = Field(default=0, ge=0)
+    last_heartbeat_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    restarts: int = Field(default=0, ge=0)
+
+
+class ProfileStatus(K8sModel):
+    """Written by the profile controller."""
+
+    name: str | None = None
+    contribution: Contribution | None = None
+
+
+class QuotaStatus(K8sModel):
+    """Written by the quota controller."""
+
+    policy: str | None = None
+    contribution: Contribution | None = None
+
+
+class CheckpointStatus(K8sModel):
+    """Written by the checkpoint controller."""
+
+    latest: str | None = Field(default=None, description="Name of the latest committed Checkpoint.")
+    resume_from: str | None = Field(default=None, description="Path training resumes from.")
+    contribution: Contribution | None = None
+
+
+class AuditStatus(K8sModel):
+    """Written by the audit controller: a summary of the run's audit trail."""
+
+    records: int = Field(default=0, ge=0)
+    last_record: str | None = None
+
+
+class TrainerStatus(K8sModel):
+    """Each section has one writer (DESIGN §3); conditions are shared by type."""
+
+    phase: Phase | None = None
+    topology: TopologyStatus | None = None
+    progress: ProgressStatus | None = None
+    profile: ProfileStatus | None = None
+    quota: QuotaStatus | None = None
+    checkpoint: CheckpointStatus | None = None
+    audit: AuditStatus | None = None
+    conditions: Conditions | None = None
+
+
+class Trainer(K8sModel):
+    """A distributed training run."""
+
+    spec: TrainerSpec
+    status: TrainerStatus | None = None

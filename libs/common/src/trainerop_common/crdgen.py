@@ -1,0 +1,229 @@
+"""Generate ``deploy/crds/*.yaml`` from the pydantic models (the one source of truth).
+
+``python -m trainerop_common.crdgen deploy/crds`` writes the files;
+``--check`` exits non-zero and names the stale files when they differ from the models.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .api import CATEGORY, GROUP, KINDS, VERSION, KindInfo
+
+# JSON-schema keywords a structural OpenAPI v3 schema may keep as they are.
+_KEEP = {
+    "description",
+    "type",
+    "format",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "required",
+    "default",
+    "nullable",
+}
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Inline ``$ref``s and collapse ``Optional`` (``anyOf [X, null]``) into X."""
+    node = dict(node)
+    if "$ref" in node:
+        target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
+        node = {**_resolve(target, defs), **node}
+    if "allOf" in node and len(node["allOf"]) == 1:
+        node = {**_resolve(node.pop("allOf")[0], defs), **node}
+    if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
+        options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express a union of {options} in a structural schema")
+        node = {**_resolve(options[0], defs), **{k: v for k, v in node.items() if k != "default"}}
+    return node
+
+
+def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Turn one pydantic JSON-schema node into a Kubernetes structural schema node."""
+    node = _resolve(node, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _KEEP or key.startswith("x-kubernetes-"):
+            out[key] = value
+        elif key == "const":
+            out["enum"] = [value]
+        elif key == "anyOf":  # int-or-string keeps its two branches
+            out["anyOf"] = value
+    if out.get("default", 0) is None:
+        del out["default"]
+    if "properties" in node:
+        out["type"] = "object"
+        out["properties"] = {k: structural(v, defs) for k, v in node["properties"].items()}
+    additional = node.get("additionalProperties")
+    if isinstance(additional, dict) and additional:
+        out["type"] = "object"
+        out["additionalProperties"] = structural(additional, defs)
+    elif node.get("type") == "object" and "properties" not in node:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if "items" in node:
+        out["items"] = structural(node["items"], defs)
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    return out
+
+
+def without_defaults(node: Any) -> Any:
+    """Status carries no API-server defaults: controllers compare what they wrote with what
+    they read, and a defaulted field would make every comparison differ."""
+    if isinstance(node, dict):
+        return {k: without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [without_defaults(v) for v in node]
+    return node
+
+
+def object_schema(info: KindInfo) -> dict[str, Any]:
+    raw = info.model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    body = structural(raw, defs)
+    props = dict(body.get("properties", {}))
+    if "status" in props:
+        props["status"] = without_defaults(props["status"])
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": (info.model.__doc__ or info.kind).strip().splitlines()[0],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            **props,
+        },
+    }
+    if "required" in body:
+        schema["required"] = body["required"]
+    if info.root_rules:
+        schema["x-kubernetes-validations"] = [dict(r) for r in info.root_rules]
+    return schema
+
+
+def crd(info: KindInfo) -> dict[str, Any]:
+    subresources: dict[str, Any] = {}
+    if info.has_status:
+        subresources["status"] = {}
+    if info.scale:
+        subresources["scale"] = dict(info.scale)
+    version: dict[str, Any] = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": object_schema(info)},
+        "additionalPrinterColumns": [
+            {
+                "name": c.name,
+                "type": c.type,
+                "jsonPath": c.json_path,
+                **({"priority": c.priority} if c.priority else {}),
+                **({"description": c.description} if c.description else {}),
+            }
+            for c in info.columns
+        ],
+    }
+    if subresources:
+        version["subresources"] = subresources
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": info.crd_name,
+            "labels": {"app.kubernetes.io/part-of": "trainer-operator"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": info.scope,
+            "names": {
+                "kind": info.kind,
+                "listKind": f"{info.kind}List",
+                "plural": info.plural,
+                "singular": info.singular,
+                "shortNames": list(info.short_names),
+                "categories": [CATEGORY],
+            },
+            "versions": [version],
+        },
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes repeated sub-schemas in full: CRDs with YAML anchors are hard to read."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+HEADER = "# Generated by `python -m trainerop_common.crdgen` from libs/common; do not edit.\n"
+
+
+def render() -> dict[str, str]:
+    """File name -> content for every CRD plus the kustomization that lists them."""
+    files = {f"{GROUP}_{info.plural}.yaml": HEADER + dump(crd(info)) for info in KINDS}
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(files),
+    }
+    files["kustomization.yaml"] = HEADER + dump(kustomization)
+    return files
+
+
+def stale_files(out: Path) -> list[str]:
+    """Names of files in ``out`` that differ from the models (missing or extra ones too)."""
+    wanted = render()
+    present = {p.name for p in out.glob("*.yaml")} if out.is_dir() else set()
+    stale = [n for n, text in wanted.items() if not (out / n).is_file() or (out / n).read_text() != text]
+    return sorted(stale + sorted(present - set(wanted)))
+
+
+def write(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = render()
+    for name, text in wanted.items():
+        (out / name).write_text(text)
+    for path in out.glob("*.yaml"):
+        if path.name not in wanted:
+            path.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("out", type=Path, nargs="?", default=Path("deploy/crds"))
+    parser.add_argument("--check", action="store_true", help="fail if the files are stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_files(args.out)
+        if stale:
+            print(
+                f"deploy/crds is stale ({', '.join(stale)}); run: python -m trainerop_common.crdgen {args.out}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    write(args.out)
+    print(f"wrote {len(render())} files to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

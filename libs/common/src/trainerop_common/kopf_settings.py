@@ -1,0 +1,43 @@
+"""One place that configures kopf the same way for all five controllers (DESIGN §4)."""
+
+import logging
+
+import kopf
+
+from .api import GROUP
+from .config import ControllerConfig
+
+
+def finalizer(controller: str) -> str:
+    return f"{GROUP}/{controller}-finalizer"
+
+
+def annotation_prefix(controller: str) -> str:
+    return f"{controller}.{GROUP}"
+
+
+def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
+    c = config.controller
+    settings.persistence.finalizer = finalizer(c)
+    # Progress and diff-base annotations are per controller so the five never overwrite each
+    # other's; the controllers are level-triggered (on.event), so normally nothing is stored.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=annotation_prefix(c))
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=annotation_prefix(c), key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = f"trainer-operator-{c}"
+    settings.posting.reporting_instance = config.pod_name
+    settings.posting.event_name_prefix = f"trainer-operator-{c}-"
+    settings.peering.name = f"trainer-operator-{c}"
+    settings.peering.clusterwide = not config.namespaces
+    settings.peering.mandatory = config.peering
+    settings.peering.standalone = not config.peering
+    settings.peering.priority = 100 if config.peering else 0
+    # CRDs are installed by deploy/, not discovered at run time: no cluster-wide CRD watch.
+    settings.scanning.disabled = True
+    settings.queueing.worker_limit = config.workers
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300

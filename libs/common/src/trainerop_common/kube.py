@@ -1,0 +1,124 @@
+"""The thin I/O adapter every controller uses for its own API calls (kopf does the watching).
+
+Wraps lightkube's async client with the project's CRDs as generic resources and a client-side
+rate limit. Only this module talks HTTP; decision code stays pure.
+"""
+
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.generic_resource import (
+    GenericGlobalResource,
+    GenericNamespacedResource,
+    create_global_resource,
+    create_namespaced_resource,
+)
+from lightkube.resources.core_v1 import Namespace
+from lightkube.types import PatchType
+
+from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
+from .metrics import API_REQUESTS
+from .ratelimit import TokenBucket
+
+Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
+
+RESOURCES: dict[str, Resource] = {
+    info.kind: (
+        create_namespaced_resource(GROUP, VERSION, info.kind, info.plural)
+        if info.scope == "Namespaced"
+        else create_global_resource(GROUP, VERSION, info.kind, info.plural)
+    )
+    for info in KINDS
+}
+
+
+def is_conflict(err: ApiError) -> bool:
+    return bool(err.status.code == 409)
+
+
+def is_not_found(err: ApiError) -> bool:
+    return bool(err.status.code == 404)
+
+
+class Kube:
+    """Rate-limited API access for one controller."""
+
+    def __init__(self, client: AsyncClient, bucket: TokenBucket, controller: str) -> None:
+        self._client = client
+        self._bucket = bucket
+        self._controller = controller
+
+    @classmethod
+    def from_environment(cls, controller: str, qps: float, burst: int) -> "Kube":
+        """In-cluster service account, else $KUBECONFIG / ~/.kube/config."""
+        return cls(AsyncClient(field_manager=f"trainer-operator/{controller}"), TokenBucket(qps, burst), controller)
+
+    async def _call(self, verb: str, coro: Any) -> Any:
+        await self._bucket.acquire()
+        try:
+            result = await coro
+        except ApiError as err:
+            API_REQUESTS.labels(self._controller, verb, str(err.status.code)).inc()
+            raise
+        API_REQUESTS.labels(self._controller, verb, "ok").inc()
+        return result
+
+    async def apply_status(
+        self, info: KindInfo, namespace: str | None, name: str, body: dict[str, Any], field_manager: str
+    ) -> None:
+        res = RESOURCES[info.kind]
+        await self._call(
+            "apply_status",
+            self._client.patch(
+                res.Status,
+                name,
+                body,
+                namespace=namespace,
+                patch_type=PatchType.APPLY,
+                field_manager=field_manager,
+                force=False,
+            ),
+        )
+
+    async def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            obj = await self._call("get", self._client.get(RESOURCES[kind], name, namespace=namespace))
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        return dict(obj.to_dict())
+
+    async def list(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` the controller may see (all namespaces)."""
+        res = RESOURCES[kind]
+        ns: dict[str, Any] = {"namespace": "*"} if kind_info(kind).scope == "Namespaced" else {}
+
+        async def collect() -> list[dict[str, Any]]:
+            return [dict(o.to_dict()) for o in [x async for x in self._client.list(res, **ns)]]
+
+        result: list[dict[str, Any]] = await self._call("list", collect())
+        return result
+
+    async def get_namespace_labels(self, name: str) -> dict[str, str] | None:
+        try:
+            ns = await self._call("get", self._client.get(Namespace, name))
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        return dict(ns.metadata.labels or {})
+
+    async def create(self, kind: str, body: dict[str, Any], namespace: str | None = None) -> bool:
+        """Create an object; False if it already exists (creation is idempotent by name)."""
+        res = RESOURCES[kind]
+        try:
+            await self._call("create", self._client.create(res(body), namespace=namespace))
+        except ApiError as err:
+            if is_conflict(err):
+                return False
+            raise
+        return True
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,25 @@
+"""Prometheus metrics every controller exports (names follow Prometheus conventions;
+docs/metrics.md maps them to the seed README's names)."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECONCILE_DURATION = Histogram(
+    "operator_reconcile_duration_seconds",
+    "Time one reconcile of one object took.",
+    ["controller", "kind", "result"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+STATUS_WRITES = Counter(
+    "operator_status_writes_total",
+    "Status apply requests made (written) or avoided because nothing changed (skipped).",
+    ["controller", "kind", "outcome"],
+)
+API_REQUESTS = Counter(
+    "operator_api_requests_total",
+    "API requests made by the controller's own client (kopf's watches excluded), by result code.",
+    ["controller", "verb", "code"],
+)
+EVENTS_POSTED = Counter(
+    "operator_events_total", "Kubernetes Events posted, by type and reason.", ["controller", "type", "reason"]
+)
+UP = Gauge("operator_up", "1 while the controller is connected and serving.", ["controller"])

@@ -1,0 +1,291 @@
+"""The process shell every controller runs in: kopf, health/metrics server, resync, retries.
+
+A controller supplies a :class:`Controller`: a ``reconcile(body)`` for Trainers (decide purely,
+then write through adapters) and optional extra kopf registrations. The runtime serialises
+reconciles per object, classifies errors (permanent: condition + Event, no retry; temporary:
+retry with capped exponential backoff), resyncs every object periodically, and serves
+``/healthz``, ``/readyz`` and ``/metrics``.
+"""
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+import kopf
+from aiohttp import web
+from lightkube import ApiError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from . import jsonlog, kopf_settings
+from .api import GROUP, VERSION
+from .clock import Clock, SystemClock
+from .config import ControllerConfig, parse_args
+from .kube import Kube
+from .metrics import EVENTS_POSTED, RECONCILE_DURATION, UP
+from .redaction import redact_text
+
+log = logging.getLogger("trainerop.runtime")
+
+Key = tuple[str, str]  # (namespace, name)
+Body = Mapping[str, Any]
+
+
+class PermanentError(Exception):
+    """The object itself is wrong (bad spec, missing reference): retrying will not help.
+
+    The controller has already recorded it in a condition; the runtime posts an Event."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class Controller(Protocol):
+    name: str
+
+    async def reconcile(self, body: Body) -> None: ...
+
+    def register(self, registry: kopf.OperatorRegistry, runtime: "Runtime") -> None: ...
+
+
+def key_of(body: Body) -> Key:
+    meta = body.get("metadata", {})
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+@dataclass
+class Backoff:
+    """Capped exponential backoff per object for temporary errors."""
+
+    base: float = 1.0
+    cap: float = 300.0
+    failures: dict[Key, int] = field(default_factory=dict)
+
+    def next_delay(self, key: Key) -> float:
+        n = self.failures.get(key, 0)
+        self.failures[key] = n + 1
+        return float(min(self.cap, self.base * 2**n))
+
+    def reset(self, key: Key) -> None:
+        self.failures.pop(key, None)
+
+
+class Runtime:
+    def __init__(self, config: ControllerConfig, kube: Kube, clock: Clock | None = None) -> None:
+        self.config = config
+        self.kube = kube
+        self.clock = clock or SystemClock()
+        self.trainers: dict[Key, Body] = {}
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._backoff = Backoff()
+        self._retries: dict[Key, asyncio.TimerHandle] = {}
+        self._controller: Controller | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.ready = asyncio.Event()
+
+    # -- events ---------------------------------------------------------------------------------
+    def event(self, body: Body, type_: str, reason: str, message: str) -> None:
+        """Post a Kubernetes Event about ``body`` (message redacted)."""
+        EVENTS_POSTED.labels(self.config.controller, type_, reason).inc()
+        kopf.event(cast(kopf.Body, dict(body)), type=type_, reason=reason, message=redact_text(message))
+
+    # -- reconciling ----------------------------------------------------------------------------
+    async def reconcile(self, body: Body) -> None:
+        assert self._controller is not None
+        key = key_of(body)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            latest = self.trainers.get(key, body)
+            started = time.perf_counter()
+            result = "ok"
+            try:
+                await self._controller.reconcile(latest)
+                self._backoff.reset(key)
+            except PermanentError as err:
+                result = "permanent_error"
+                self._backoff.reset(key)
+                self.event(latest, "Warning", err.reason, err.message)
+            except (TimeoutError, ApiError, OSError) as err:
+                result = "temporary_error"
+                delay = self._backoff.next_delay(key)
+                log.warning("reconcile of %s/%s failed, retrying in %.0fs: %s", *key, delay, err)
+                self._schedule(key, delay)
+            except Exception:
+                result = "error"
+                delay = self._backoff.next_delay(key)
+                log.exception("reconcile of %s/%s crashed, retrying in %.0fs", *key, delay)
+                self._schedule(key, delay)
+            finally:
+                RECONCILE_DURATION.labels(self.config.controller, "Trainer", result).observe(
+                    time.perf_counter() - started
+                )
+
+    def _schedule(self, key: Key, delay: float) -> None:
+        old = self._retries.pop(key, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._retries.pop(key, None)
+            body = self.trainers.get(key)
+            if body is not None:
+                self.spawn(self.reconcile(body))
+
+        self._retries[key] = loop.call_later(delay, fire)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a side task (e.g. a status write triggered by a watch) without blocking the watch."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("background task failed: %s", t.exception())
+
+        task.add_done_callback(done)
+
+    def requeue(self, keys: Iterator[Key] | Sequence[Key]) -> None:
+        """Reconcile these Trainers soon (e.g. a profile they use changed)."""
+        for key in keys:
+            self._schedule(key, 0)
+
+    async def resync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            for body in list(self.trainers.values()):
+                await self.reconcile(body)
+
+    # -- wiring ---------------------------------------------------------------------------------
+    def registry_for(self, controller: Controller) -> kopf.OperatorRegistry:
+        self._controller = controller
+        registry = kopf.OperatorRegistry()
+
+        @kopf.on.login(registry=registry)
+        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+        @kopf.on.event(GROUP, VERSION, "trainers", registry=registry)
+        async def on_trainer(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+            key = key_of(body)
+            if event.get("type") == "DELETED":
+                self.trainers.pop(key, None)
+                self._locks.pop(key, None)
+                self._backoff.reset(key)
+                return
+            self.trainers[key] = dict(body)
+            await self.reconcile(self.trainers[key])
+
+        controller.register(registry, self)
+        return registry
+
+
+class Health:
+    """``/healthz`` (the loop answers), ``/readyz`` (kopf is watching), ``/metrics``."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, address: str, port: int) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, address, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        if self._runtime.ready.is_set():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not ready: not yet watching the API server\n")
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller]) -> None:
+    kube = Kube.from_environment(config.controller, config.qps, config.burst)
+    runtime = Runtime(config, kube)
+    controller = make(runtime)
+    registry = runtime.registry_for(controller)
+    settings = kopf.OperatorSettings()
+    kopf_settings.apply(settings, config)
+    health = Health(runtime)
+    await health.start(config.metrics_address, config.metrics_port)
+    log.info(
+        "serving /metrics, /healthz and /readyz",
+        extra={"address": config.metrics_address, "port": health.port},
+    )
+    stop = asyncio.Event()
+    kopf_ready = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def mark_ready() -> None:
+        await kopf_ready.wait()
+        runtime.ready.set()
+        UP.labels(config.controller).set(1)
+        log.info("watching Trainers", extra={"namespaces": list(config.namespaces) or "all"})
+
+    tasks = [
+        asyncio.create_task(
+            kopf.operator(
+                registry=registry,
+                settings=settings,
+                clusterwide=not config.namespaces,
+                namespaces=list(config.namespaces),
+                standalone=not config.peering,
+                stop_flag=stop,
+                ready_flag=kopf_ready,
+            )
+        ),
+        asyncio.create_task(mark_ready()),
+        asyncio.create_task(runtime.resync_forever()),
+    ]
+    try:
+        await tasks[0]
+    finally:
+        UP.labels(config.controller).set(0)
+        for task in tasks[1:]:
+            task.cancel()
+        await health.stop()
+        await kube.close()
+
+
+def main(controller: str, make: Callable[[Runtime], Controller], argv: Sequence[str] | None = None) -> int:
+    """Console entry point body shared by the five controllers."""
+    config = parse_args(controller, argv)
+    jsonlog.setup(controller, config.log_level)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, make))
+    return 0
+
+
+def run_entrypoint(controller: str, make: Callable[[Runtime], Controller]) -> Callable[[], None]:
+    def entry() -> None:
+        sys.exit(main(controller, make))
+
+    return entry

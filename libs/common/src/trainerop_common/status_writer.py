@@ -1,0 +1,110 @@
+"""Server-side-apply writer for one controller's own part of an object's status.
+
+Each controller owns some top-level fields of ``status`` (e.g. ``status.profile``) and a set of
+condition types. It writes them with server-side apply under its own field manager and without
+``force``, so the API server rejects a write to a field another controller owns (DESIGN §3).
+:meth:`StatusWriter.plan` is pure: it returns ``None`` when the live object already says what
+the controller wants, and then no request is made at all.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .api import API_VERSION, KindInfo
+from .conditions import Desired, merge, parse
+from .metrics import STATUS_WRITES
+
+
+class StatusApplier(Protocol):
+    """The one API call the writer needs (implemented by :class:`trainerop_common.kube.Kube`)."""
+
+    async def apply_status(
+        self, info: KindInfo, namespace: str | None, name: str, body: dict[str, Any], field_manager: str
+    ) -> None: ...
+
+
+def field_manager(controller: str) -> str:
+    return f"trainer-operator/{controller}"
+
+
+@dataclass(frozen=True)
+class StatusPatch:
+    """An apply request body for the status subresource."""
+
+    namespace: str | None
+    name: str
+    body: dict[str, Any]
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        applier: StatusApplier,
+        info: KindInfo,
+        controller: str,
+        fields: Iterable[str],
+        condition_types: Iterable[str],
+    ) -> None:
+        self._applier = applier
+        self._info = info
+        self.controller = controller
+        self.field_manager = field_manager(controller)
+        self._fields = tuple(fields)
+        self._types = frozenset(condition_types)
+
+    def plan(
+        self,
+        obj: Mapping[str, Any],
+        owned: Mapping[str, Any],
+        conditions: Iterable[Desired],
+        now: str,
+    ) -> StatusPatch | None:
+        """The apply request that makes ``obj`` say what we want, or None if it already does.
+
+        ``owned`` maps each owned status field to its wanted value; an owned field left out of it
+        is wanted absent (server-side apply removes fields a manager stops sending).
+        """
+        meta = obj.get("metadata", {})
+        status = obj.get("status") or {}
+        generation = int(meta.get("generation") or 0)
+        desired = list(conditions)
+        unknown = {d.type for d in desired} - self._types
+        if unknown:
+            raise ValueError(f"{self.field_manager} does not own condition types {sorted(unknown)}")
+        foreign = set(owned) - set(self._fields)
+        if foreign:
+            raise ValueError(f"{self.field_manager} does not own status fields {sorted(foreign)}")
+        live_conditions = parse(status.get("conditions"))
+        new_conditions = [c.to_k8s() for c in merge(live_conditions, desired, generation, now)]
+        ours_live = sorted((c.to_k8s() for c in live_conditions if c.type in self._types), key=lambda c: str(c["type"]))
+        same_conditions = ours_live == sorted(new_conditions, key=lambda c: str(c["type"]))
+        same_fields = all(status.get(f) == owned.get(f) for f in self._fields)
+        if same_conditions and same_fields:
+            return None
+        new_status: dict[str, Any] = {f: owned[f] for f in self._fields if owned.get(f) is not None}
+        if new_conditions:
+            new_status["conditions"] = new_conditions
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": self._info.kind,
+            "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if "namespace" in meta else {})},
+            "status": new_status,
+        }
+        return StatusPatch(meta.get("namespace"), meta["name"], body)
+
+    async def write(
+        self,
+        obj: Mapping[str, Any],
+        owned: Mapping[str, Any],
+        conditions: Iterable[Desired],
+        now: str,
+    ) -> bool:
+        """Apply the plan; returns whether a request was made."""
+        patch = self.plan(obj, owned, conditions, now)
+        if patch is None:
+            STATUS_WRITES.labels(self.controller, self._info.kind, "skipped").inc()
+            return False
+        STATUS_WRITES.labels(self.controller, self._info.kind, "written").inc()
+        await self._applier.apply_status(self._info, patch.namespace, patch.name, patch.body, self.field_manager)
+        return True
