@@ -516,20 +516,22 @@ def status(args: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
-def stop_process(run: Path, name: str) -> bool:
-    """Stop a process `start` recorded under ``run`` (SIGTERM, then SIGKILL after 15 s)."""
-    pid = running_pid(run, name)
-    if pid is None:
-        pid_file(run, name).unlink(missing_ok=True)
-        return False
-    os.kill(pid, signal.SIGTERM)
+def stop_processes(run: Path, names: list[str]) -> list[str]:
+    """Stop processes `start` recorded under ``run``: SIGTERM to all, SIGKILL after 15 s.
+
+    Returns the names that were running."""
+    pids = {name: pid for name in names if (pid := running_pid(run, name)) is not None}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 15
-    while running_pid(run, name) and time.monotonic() < deadline:
+    while any(running_pid(run, n) for n in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if running_pid(run, name):
-        os.kill(pid, signal.SIGKILL)
-    pid_file(run, name).unlink(missing_ok=True)
-    return True
+    for name, pid in pids.items():
+        if running_pid(run, name):
+            os.kill(pid, signal.SIGKILL)
+    for name in names:
+        pid_file(run, name).unlink(missing_ok=True)
+    return list(pids)
 
 
 def down(args: argparse.Namespace) -> int:
@@ -539,12 +541,12 @@ def down(args: argparse.Namespace) -> int:
         return 0
     # Controllers started by hack/localdev.py first, then the cluster in reverse start order.
     controllers = run / "controllers"
-    for path in sorted((controllers / "pids").glob("*.pid")) if controllers.is_dir() else []:
-        if stop_process(controllers, path.stem):
-            say(f"stopped {path.stem}")
-    for name in ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]:
-        if stop_process(run, name):
+    if controllers.is_dir():
+        for name in stop_processes(controllers, [p.stem for p in (controllers / "pids").glob("*.pid")]):
             say(f"stopped {name}")
+    for name in ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]:
+        for stopped in stop_processes(run, [name]):
+            say(f"stopped {stopped}")
     shutil.rmtree(run)
     say(f"removed {run}")
     return 0

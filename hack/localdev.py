@@ -134,10 +134,8 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
 
 
 def stop() -> None:
-    run = state_dir()
-    for controller in CONTROLLERS:
-        if cluster.stop_process(run, f"controller-{controller}"):
-            cluster.say(f"stopped the {controller} controller")
+    for name in cluster.stop_processes(state_dir(), [f"controller-{c}" for c in CONTROLLERS]):
+        cluster.say(f"stopped {name}")
 
 
 def status() -> int:

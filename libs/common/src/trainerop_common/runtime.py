@@ -10,7 +10,6 @@ retry with capped exponential backoff), resyncs every object periodically, and s
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -238,11 +237,7 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
         "serving /metrics, /healthz and /readyz",
         extra={"address": config.metrics_address, "port": health.port},
     )
-    stop = asyncio.Event()
     kopf_ready = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
 
     async def mark_ready() -> None:
         await kopf_ready.wait()
@@ -250,26 +245,27 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
         UP.labels(config.controller).set(1)
         log.info("watching Trainers", extra={"namespaces": list(config.namespaces) or "all"})
 
-    tasks = [
-        asyncio.create_task(
-            kopf.operator(
-                registry=registry,
-                settings=settings,
-                clusterwide=not config.namespaces,
-                namespaces=list(config.namespaces),
-                standalone=not config.peering,
-                stop_flag=stop,
-                ready_flag=kopf_ready,
-            )
-        ),
-        asyncio.create_task(mark_ready()),
-        asyncio.create_task(runtime.resync_forever()),
-    ]
+    helpers = [asyncio.create_task(mark_ready()), asyncio.create_task(runtime.resync_forever())]
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_helpers(**_: Any) -> None:
+        # kopf waits for every task still running when it stops; ours end with it.
+        for task in helpers:
+            task.cancel()
+
     try:
-        await tasks[0]
+        # kopf handles SIGINT/SIGTERM itself and then runs the cleanup handler above.
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
+            standalone=not config.peering,
+            ready_flag=kopf_ready,
+        )
     finally:
         UP.labels(config.controller).set(0)
-        for task in tasks[1:]:
+        for task in helpers:
             task.cancel()
         await health.stop()
         await kube.close()

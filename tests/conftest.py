@@ -1,0 +1,58 @@
+"""Shared fixtures.
+
+The integration session fixture brings the local cluster up with hack/cluster.py (real
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok), or uses the cluster in
+$KUBECONFIG when the user set one, installs deploy/overlays/local (CRDs, namespace,
+ServiceAccounts, RBAC) and runs the five controllers as separate processes, each
+authenticated as its own ServiceAccount so RBAC is exercised for real.
+
+TRAINEROP_KEEP_CLUSTER=1 leaves a cluster the session started running for the next session.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from hack import cluster as cluster_tool
+from hack import localdev
+
+from tests.harness import Cluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    user_kubeconfig = os.environ.get("KUBECONFIG")
+    started = False
+    if not user_kubeconfig:
+        if cluster_tool.main(["up"]) != 0:
+            pytest.fail("the local cluster did not come up; see the messages above")
+        started = True
+        os.environ["KUBECONFIG"] = str(cluster_tool.RUN_DIR / "admin.kubeconfig")
+    try:
+        localdev.install()
+        ports = localdev.start()
+    except cluster_tool.ClusterError as err:
+        pytest.fail(str(err))
+    state = localdev.state_dir()
+    yield Cluster(
+        kubeconfig=localdev.admin_kubeconfig(),
+        kubectl_bin=cluster_tool.bin_dir() / "kubectl",
+        metrics_ports=ports,
+        sa_kubeconfigs={c: state / f"{c}.kubeconfig" for c in localdev.CONTROLLERS},
+    )
+    localdev.stop()
+    if started and os.environ.get("TRAINEROP_KEEP_CLUSTER") != "1":
+        cluster_tool.main(["down"])
+        os.environ.pop("KUBECONFIG", None)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, "trainer-operator-test=true")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")

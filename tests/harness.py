@@ -1,0 +1,99 @@
+"""Helpers the integration tests share: kubectl against the test cluster, bounded polling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parent.parent
+
+
+class KubectlError(Exception):
+    def __init__(self, args: tuple[str, ...], stderr: str) -> None:
+        super().__init__(f"kubectl {' '.join(args)}: {stderr}")
+        self.stderr = stderr
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    kubectl_bin: Path
+    metrics_ports: dict[str, int]
+    sa_kubeconfigs: dict[str, Path]
+
+    def kubectl(self, *args: str, stdin: str | None = None, as_controller: str | None = None) -> str:
+        config = self.sa_kubeconfigs[as_controller] if as_controller else self.kubeconfig
+        result = subprocess.run(
+            [str(self.kubectl_bin), f"--kubeconfig={config}", *args], input=stdin, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise KubectlError(args, result.stderr.strip())
+        return result.stdout
+
+    def get(self, kind: str, name: str, namespace: str | None = None, managed_fields: bool = False) -> dict[str, Any]:
+        ns = ["-n", namespace] if namespace else []
+        flags = ["--show-managed-fields"] if managed_fields else []
+        out: dict[str, Any] = json.loads(self.kubectl("get", kind, name, *ns, "-o", "json", *flags))
+        return out
+
+    def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None) -> None:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        ns = ["-n", namespace] if namespace else []
+        self.kubectl("apply", *ns, "-f", "-", stdin=text)
+
+    def metric(self, controller: str, name: str, labels: dict[str, str]) -> float:
+        """Current value of one sample on a controller's /metrics (0 when absent)."""
+        port = self.metrics_ports[controller]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            if line.startswith(name + "{"):
+                label_text = line[len(name) + 1 : line.index("}")]
+                got = ",".join(sorted(label_text.split(",")))
+                if got == want:
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+
+def table(text: str) -> list[dict[str, str]]:
+    """Rows of `kubectl get` output keyed by column header (empty cells are "")."""
+    lines = text.splitlines()
+    header = lines[0]
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    names = [header[a:b].strip() for a, b in bounds]
+    return [{n: line[a:b].strip() for n, (a, b) in zip(names, bounds, strict=True)} for line in lines[1:]]
+
+
+def eventually(check: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
+    """Poll ``check`` until it returns something truthy; fail with the last value after ``timeout``.
+
+    A bound on waiting for the cluster to converge, not an assertion about speed.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (KubectlError, KeyError, IndexError) as err:
+            last = err
+        else:
+            if last:
+                return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in obj.get("status", {}).get("conditions", []):
+        if cond["type"] == type_:
+            return dict(cond)
+    return None

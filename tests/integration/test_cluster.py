@@ -1,0 +1,61 @@
+"""The local cluster is made of real upstream components and behaves like one."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hack import cluster as cluster_tool
+
+from tests.harness import REPO, Cluster, eventually
+
+
+def test_server_is_the_pinned_upstream_version(cluster: Cluster) -> None:
+    version = json.loads(cluster.kubectl("version", "-o", "json"))
+    assert version["serverVersion"]["gitVersion"].startswith("v1.34.")
+
+
+def test_fake_gpu_nodes_carry_capacity_and_placement_labels(cluster: Cluster) -> None:
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-l", "type=kwok", "-o", "json"))["items"]
+    assert len(nodes) >= 4
+    capacity_types = {n["metadata"]["labels"]["trainer.operator.kubeflow.org/capacity-type"] for n in nodes}
+    assert capacity_types == {"spot", "on-demand"}
+    assert len({n["metadata"]["labels"]["trainer.operator.kubeflow.org/nvlink-domain"] for n in nodes}) >= 2
+    for node in nodes:
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+
+
+def test_the_real_scheduler_binds_a_gpu_pod_to_a_kwok_node(cluster: Cluster, namespace: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-probe"},
+        "spec": {
+            "nodeSelector": {"trainer.operator.kubeflow.org/capacity-type": "spot"},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "none", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        },
+    }
+    cluster.apply(pod, namespace)
+
+    def running() -> dict[str, str] | None:
+        got = cluster.get("pod", "gpu-probe", namespace)
+        return got if got["status"].get("phase") == "Running" else None
+
+    got = eventually(running, what="the pod to be scheduled and run by kwok")
+    node = cluster.get("node", got["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["trainer.operator.kubeflow.org/capacity-type"] == "spot"
+
+
+def test_status_command_reports_every_component_healthy(cluster: Cluster) -> None:
+    if not (cluster_tool.RUN_DIR / "pids").is_dir():
+        pytest.skip("the session uses the cluster in $KUBECONFIG, not one hack/cluster.py started")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "cluster.py"), "status"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        assert f"{component}" in result.stdout
+    assert "UNHEALTHY" not in result.stdout

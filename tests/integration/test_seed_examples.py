@@ -1,0 +1,79 @@
+"""The seed README's Trainer and TrainingProfile apply unmodified and are useful in kubectl get."""
+
+from typing import Any
+
+from tests.harness import REPO, Cluster, condition, eventually, table
+
+SEED = REPO / "examples" / "seed"
+GATES = ("ProfileResolved", "QuotaAdmitted", "CheckpointReady")
+
+
+def converged(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    obj = cluster.get("trainer", name, namespace)
+    generation = obj["metadata"]["generation"]
+    for gate in GATES:
+        cond = condition(obj, gate)
+        if not cond or cond["status"] != "True" or cond["observedGeneration"] != generation:
+            return None
+    created = condition(obj, "Created")
+    audit = obj.get("status", {}).get("audit", {})
+    if not created or created["reason"] != "GatesOpen" or audit.get("records") != 1:
+        return None
+    return obj
+
+
+def test_seed_trainer_and_profile_apply_unmodified(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", str(SEED / "trainer.yaml"), "-f", str(SEED / "trainingprofile.yaml")
+    )
+    obj = eventually(lambda: converged(cluster, namespace, "llama-7b-finetune"), what="every controller to report")
+
+    assert obj["spec"]["resources"]["requests"] == {"cpu": 20, "memory": "40Gi"}
+    assert obj["spec"]["topology"] == {"workers": 4, "parameterServers": 1, "replicationFactor": 1}
+    # API-server defaults make the stored object say what will happen.
+    assert obj["spec"]["framework"] == "generic"
+    assert obj["spec"]["runPolicy"]["restartPolicy"] == "OnFailure"
+    status = obj["status"]
+    assert status["phase"] == "Pending"
+    assert status["topology"]["selector"] == (
+        "trainer-name=llama-7b-finetune,trainer.operator.kubeflow.org/replica-type=worker"
+    )
+    assert condition(obj, "ProfileResolved")["reason"] == "NoProfile"
+    assert condition(obj, "QuotaAdmitted")["reason"] == "NoQuotaPolicy"
+    assert condition(obj, "CheckpointReady")["reason"] == "NoCheckpointYet"
+
+    profile = eventually(
+        lambda: (
+            (p := cluster.get("trainingprofile", "cost-optimized-32gpu", namespace)) and condition(p, "Valid") and p
+        ),
+        what="the profile to be marked valid",
+    )
+    assert profile["spec"]["retryPolicy"] == {"backoffLimit": 5, "restartPolicy": "OnFailure"}
+
+    records = cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "name").split()
+    assert len(records) == 1
+    assert "llama-7b-finetune-created-" in records[0]
+
+
+def test_kubectl_get_shows_what_the_trainer_is_doing(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", str(SEED / "trainer.yaml"))
+    eventually(lambda: converged(cluster, namespace, "llama-7b-finetune"), what="every controller to report")
+
+    rows = table(cluster.kubectl("get", "trainers", "-n", namespace))
+    assert list(rows[0]) == ["NAME", "FRAMEWORK", "WORKERS", "READY", "PHASE", "EPOCH", "CHECKPOINT", "REASON", "AGE"]
+    row = rows[0]
+    assert row["NAME"] == "llama-7b-finetune"
+    assert row["WORKERS"] == "4"
+    assert row["PHASE"] == "Pending"
+    assert row["READY"] == "0"
+    assert row["REASON"] == "GatesOpen"
+
+    wide = cluster.kubectl("get", "trainers", "-n", namespace, "-o", "wide").splitlines()[0]
+    for column in ("MESSAGE", "PROFILE", "QUOTA"):
+        assert column in wide
+
+    # Short names and the category work like built-in kinds.
+    assert "llama-7b-finetune" in cluster.kubectl("get", "tr", "-n", namespace)
+    listing = cluster.kubectl("get", "trainer-operator", "-n", namespace)
+    assert "trainer.trainer.operator.kubeflow.org/llama-7b-finetune" in listing
+    assert "auditlog.trainer.operator.kubeflow.org/llama-7b-finetune-created-" in listing

@@ -1,0 +1,239 @@
+"""The status protocol between the controllers (DESIGN §3) against the real API server."""
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import REPO, Cluster, KubectlError, condition, eventually
+from tests.integration.test_seed_examples import converged
+
+SEED_TRAINER: dict[str, Any] = yaml.safe_load((REPO / "examples" / "seed" / "trainer.yaml").read_text())
+NAME = SEED_TRAINER["metadata"]["name"]
+
+# What each controller may own in Trainer.status (top-level fields, condition types).
+OWNERSHIP = {
+    "trainer": (
+        {"phase", "topology", "progress"},
+        {"Created", "Suspended", "Running", "Restarting", "Stalled", "Succeeded", "Failed"},
+    ),
+    "profile": ({"profile"}, {"ProfileResolved"}),
+    "quota": ({"quota"}, {"QuotaAdmitted"}),
+    "checkpoint": ({"checkpoint"}, {"CheckpointReady"}),
+    "audit": ({"audit"}, set()),
+}
+
+
+def owned_status_fields(entry: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """Top-level status fields and condition types one managedFields entry owns."""
+    status = entry["fieldsV1"].get("f:status", {})
+    fields = {k[2:] for k in status if k.startswith("f:") and k != "f:conditions"}
+    types = {json.loads(k[2:])["type"] for k in status.get("f:conditions", {}) if k.startswith("k:")}
+    return fields, types
+
+
+def test_each_controller_writes_only_its_own_status_section(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
+    obj = cluster.get("trainer", NAME, namespace, managed_fields=True)
+
+    status_managers = {e["manager"]: e for e in obj["metadata"]["managedFields"] if e.get("subresource") == "status"}
+    assert set(status_managers) == {f"trainer-operator/{c}" for c in OWNERSHIP}
+    for controller, (fields, types) in OWNERSHIP.items():
+        entry = status_managers[f"trainer-operator/{controller}"]
+        assert entry["operation"] == "Apply"
+        got_fields, got_types = owned_status_fields(entry)
+        assert got_fields <= fields, f"{controller} owns {got_fields - fields}"
+        assert got_types <= types, f"{controller} owns conditions {got_types - types}"
+        assert got_fields or got_types, f"{controller} wrote nothing"
+
+
+def test_the_api_server_refuses_a_controller_writing_another_section(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
+    intrusion = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "status": {"phase": "Running"},
+    }
+    with pytest.raises(KubectlError) as refused:
+        cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--subresource=status",
+            "--field-manager=trainer-operator/profile",
+            "-f",
+            "-",
+            stdin=json.dumps(intrusion),
+            as_controller="profile",
+        )
+    assert "conflict" in refused.value.stderr.lower()
+    assert "trainer-operator/trainer" in refused.value.stderr
+
+
+@pytest.mark.parametrize(
+    ("controller", "verb", "resource", "allowed"),
+    [
+        ("profile", "patch", "trainers", False),
+        ("profile", "patch", "trainers/status", True),
+        ("profile", "list", "quotapolicies", False),
+        ("quota", "list", "quotapolicies", True),
+        ("audit", "create", "auditlogs", True),
+        ("audit", "update", "auditlogs", False),
+        ("audit", "delete", "auditlogs", False),
+        ("trainer", "list", "trainingprofiles", False),
+        ("checkpoint", "list", "secrets", False),
+    ],
+)
+def test_controllers_have_least_privilege(
+    cluster: Cluster, controller: str, verb: str, resource: str, allowed: bool
+) -> None:
+    """Asked as the controller's own ServiceAccount (the identity the processes run with)."""
+    kind, _, subresource = resource.partition("/")
+    target = kind if kind == "secrets" else f"{kind}.trainer.operator.kubeflow.org"
+    extra = [f"--subresource={subresource}"] if subresource else []
+    try:
+        answer = cluster.kubectl("auth", "can-i", verb, target, *extra, as_controller=controller)
+    except KubectlError as err:  # kubectl exits 1 for "no"
+        answer = err.stderr or "no"
+    assert answer.strip().startswith("yes") is allowed
+
+
+def test_a_no_op_reconcile_makes_zero_api_writes(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
+
+    def skipped(controller: str) -> float:
+        return cluster.metric(
+            controller,
+            "operator_status_writes_total",
+            {"controller": controller, "kind": "Trainer", "outcome": "skipped"},
+        )
+
+    def written(controller: str) -> float:
+        return cluster.metric(
+            controller,
+            "operator_status_writes_total",
+            {"controller": controller, "kind": "Trainer", "outcome": "written"},
+        )
+
+    before_skipped = {c: skipped(c) for c in OWNERSHIP}
+    before_written = {c: written(c) for c in OWNERSHIP}
+    # A label change does not bump the generation but does send every controller an event.
+    cluster.kubectl("label", "trainer", NAME, "-n", namespace, "poke=1")
+    version = cluster.get("trainer", NAME, namespace)["metadata"]["resourceVersion"]
+    eventually(
+        lambda: all(skipped(c) > before_skipped[c] for c in OWNERSHIP),
+        what="every controller to reconcile the labelled Trainer",
+    )
+    assert {c: written(c) for c in OWNERSHIP} == before_written
+    assert cluster.get("trainer", NAME, namespace)["metadata"]["resourceVersion"] == version
+
+
+def test_a_missing_profile_closes_the_gate_until_it_exists(cluster: Cluster, namespace: str) -> None:
+    trainer = {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "profile": "cost-optimized-32gpu"}}
+    cluster.apply(trainer, namespace)
+
+    def waiting() -> dict[str, Any] | None:
+        obj = cluster.get("trainer", NAME, namespace)
+        created, resolved = condition(obj, "Created"), condition(obj, "ProfileResolved")
+        closed = created is not None and "ProfileResolved (ProfileNotFound" in created["message"]
+        return obj if closed and resolved and resolved["reason"] == "ProfileNotFound" else None
+
+    obj = eventually(waiting, what="the gate to close on the missing profile")
+    message = condition(obj, "Created")["message"]
+    assert "ProfileResolved (ProfileNotFound" in message
+    assert "create it or change spec.profile" in condition(obj, "ProfileResolved")["message"]
+    events = eventually(
+        lambda: [
+            e
+            for e in json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+            if e["reason"] == "ProfileNotFound"
+        ],
+        what="a Warning event about the missing profile",
+    )
+    assert events[0]["type"] == "Warning"
+    assert events[0]["involvedObject"]["name"] == NAME
+
+    cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "examples" / "seed" / "trainingprofile.yaml"))
+    obj = eventually(lambda: converged(cluster, namespace, NAME), what="the gate to open once the profile exists")
+    contribution = obj["status"]["profile"]["contribution"]
+    assert contribution["generation"] == obj["metadata"]["generation"]
+    pod = contribution["pod"]
+    assert pod["nodeSelector"] == {"gpu-type": "nvidia-tesla-a100"}
+    assert pod["env"] == [{"name": "NCCL_IB_TIMEOUT", "value": "22"}]
+    assert pod["volumes"][0]["secret"]["secretName"] == "mistral-vault"
+    assert pod["volumeMounts"][0]["mountPath"] == "/etc/secrets"
+
+
+def test_a_quota_policy_that_is_too_small_closes_the_gate(cluster: Cluster, namespace: str) -> None:
+    policy_name = f"quota-{namespace}"
+    policy = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "QuotaPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "hard": {"nvidia.com/gpu": 16},
+        },
+    }
+    cluster.apply(policy)
+    try:
+        cluster.apply(SEED_TRAINER, namespace)
+
+        def refused() -> dict[str, Any] | None:
+            cond = condition(cluster.get("trainer", NAME, namespace), "QuotaAdmitted")
+            return cond if cond and cond["reason"] == "ExceedsQuota" else None
+
+        cond = eventually(refused, what="the quota controller to refuse the run")
+        assert cond["status"] == "False"
+        assert "requests 40 nvidia.com/gpu (5 replicas)" in cond["message"]
+        assert f"QuotaPolicy '{policy_name}' allows 16" in cond["message"]
+        created = condition(cluster.get("trainer", NAME, namespace), "Created")
+        assert created["reason"] == "WaitingForGates"
+
+        # Scaling down to fit re-opens the gate for the new generation.
+        cluster.kubectl("scale", "trainer", NAME, "-n", namespace, "--replicas=1")
+        admitted = eventually(
+            lambda: (
+                (c := condition(cluster.get("trainer", NAME, namespace), "QuotaAdmitted"))
+                and c["reason"] == "FitsQuota"
+                and c
+            ),
+            what="admission after scaling down",
+        )
+        assert admitted["observedGeneration"] == 2
+    finally:
+        cluster.kubectl("delete", "quotapolicy", policy_name)
+
+
+def test_kubectl_scale_changes_workers_through_the_scale_subresource(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
+    cluster.kubectl("scale", "trainer", NAME, "-n", namespace, "--replicas=6")
+    obj = cluster.get("trainer", NAME, namespace)
+    assert obj["spec"]["topology"]["workers"] == 6
+    assert obj["metadata"]["generation"] == 2
+    scale = json.loads(
+        cluster.kubectl(
+            "get", "--raw", f"/apis/trainer.operator.kubeflow.org/v1alpha1/namespaces/{namespace}/trainers/{NAME}/scale"
+        )
+    )
+    assert scale["spec"]["replicas"] == 6
+    assert scale["status"]["selector"].startswith(f"trainer-name={NAME}")
+    # Every gate is re-evaluated for the new generation.
+    obj = eventually(lambda: converged(cluster, namespace, NAME), what="gates for generation 2")
+    assert all(c["observedGeneration"] == 2 for c in obj["status"]["conditions"])
+
+
+def test_suspend_is_reported(cluster: Cluster, namespace: str) -> None:
+    trainer = {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "runPolicy": {"suspend": True}}}
+    cluster.apply(trainer, namespace)
+    obj = eventually(
+        lambda: (o := cluster.get("trainer", NAME, namespace)).get("status", {}).get("phase") == "Suspended" and o,
+        what="the Suspended phase",
+    )
+    assert condition(obj, "Suspended")["status"] == "True"
+    assert condition(obj, "Created")["reason"] == "Suspended"

@@ -1,0 +1,156 @@
+"""Bad input is rejected by the API server itself, with a message that says what to fix."""
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import REPO, Cluster, KubectlError
+
+SEED_TRAINER: dict[str, Any] = yaml.safe_load((REPO / "examples" / "seed" / "trainer.yaml").read_text())
+SEED_PROFILE: dict[str, Any] = yaml.safe_load((REPO / "examples" / "seed" / "trainingprofile.yaml").read_text())
+
+
+def edit(base: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    obj = copy.deepcopy(base)
+    change(obj)
+    return obj
+
+
+def set_path(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(obj: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        for key in parents:
+            obj = obj.setdefault(key, {})
+        obj[leaf] = value
+
+    return change
+
+
+def drop(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(obj: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        for key in parents:
+            obj = obj[key]
+        del obj[leaf]
+
+    return change
+
+
+CASES = [
+    (
+        "zero workers",
+        SEED_TRAINER,
+        set_path("spec.topology.workers", 0),
+        ["spec.topology.workers", "greater than or equal to 1"],
+    ),
+    (
+        "negative workers",
+        SEED_TRAINER,
+        set_path("spec.topology.workers", -2),
+        ["spec.topology.workers", "greater than or equal to 1"],
+    ),
+    ("negative epochs", SEED_TRAINER, set_path("spec.epochs", -1), ["spec.epochs", "greater than or equal to 1"]),
+    ("missing image", SEED_TRAINER, drop("spec.image"), ["spec.image", "Required value"]),
+    ("empty image", SEED_TRAINER, set_path("spec.image", ""), ["spec.image", "at least 1 chars long"]),
+    (
+        "unknown framework",
+        SEED_TRAINER,
+        set_path("spec.framework", "caffe"),
+        ["spec.framework", 'Unsupported value: "caffe"', '"pytorch"'],
+    ),
+    (
+        "maxRetention 0",
+        SEED_TRAINER,
+        set_path("spec.checkpoint.maxRetention", 0),
+        ["spec.checkpoint.maxRetention", "greater than or equal to 1"],
+    ),
+    (
+        "malformed memory",
+        SEED_TRAINER,
+        set_path("spec.resources.requests.memory", "40GB"),
+        ["spec.resources.requests[memory]", "must be a non-negative Kubernetes quantity"],
+    ),
+    (
+        "negative cpu",
+        SEED_TRAINER,
+        set_path("spec.resources.requests.cpu", "-2"),
+        ["spec.resources.requests[cpu]", "must be a non-negative Kubernetes quantity"],
+    ),
+    (
+        "over-long name",
+        SEED_TRAINER,
+        set_path("metadata.name", "a" * 51),
+        ["metadata.name must be at most 50 characters"],
+    ),
+    ("name not a DNS label", SEED_TRAINER, set_path("metadata.name", "9lives"), ["must start with a letter"]),
+    (
+        "elastic bounds reversed",
+        SEED_TRAINER,
+        set_path("spec.topology.elastic", {"minWorkers": 5, "maxWorkers": 2}),
+        ["elastic.minWorkers must not exceed elastic.maxWorkers"],
+    ),
+    ("unknown field", SEED_TRAINER, set_path("spec.wrokers", 3), ['unknown field "spec.wrokers"']),
+    (
+        "profile restart policy",
+        SEED_PROFILE,
+        set_path("spec.retryPolicy.restartPolicy", "Sometimes"),
+        ["spec.retryPolicy.restartPolicy", 'Unsupported value: "Sometimes"'],
+    ),
+    (
+        "relative secret mount",
+        SEED_PROFILE,
+        set_path("spec.runtimeConfig.mountPath", "etc/secrets"),
+        ["spec.runtimeConfig.mountPath"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("base", "change", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_rejected_with_a_useful_message(
+    cluster: Cluster,
+    namespace: str,
+    base: dict[str, Any],
+    change: Callable[[dict[str, Any]], None],
+    expected: list[str],
+) -> None:
+    obj = edit(base, change)
+    with pytest.raises(KubectlError) as rejected:
+        cluster.apply(obj, namespace)
+    for fragment in expected:
+        assert fragment in rejected.value.stderr
+    kind = obj["kind"].lower()
+    assert obj["metadata"]["name"] not in cluster.kubectl("get", kind, "-n", namespace, "-o", "name")
+
+
+def test_framework_is_immutable(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    with pytest.raises(KubectlError) as rejected:
+        cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "pytorch")), namespace)
+    assert "framework is immutable" in rejected.value.stderr
+
+
+def test_audit_records_are_immutable(cluster: Cluster, namespace: str) -> None:
+    record = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "AuditLog",
+        "metadata": {"name": "manual-record"},
+        "spec": {
+            "trainer": {"name": "x"},
+            "action": "Started",
+            "actor": "admin",
+            "time": "2026-01-01T00:00:00Z",
+        },
+    }
+    cluster.apply(record, namespace)
+    with pytest.raises(KubectlError) as rejected:
+        cluster.apply(edit(record, set_path("spec.actor", "someone-else")), namespace)
+    assert "AuditLog records are immutable" in rejected.value.stderr
+
+
+def test_a_valid_edit_of_the_seed_is_accepted(cluster: Cluster, namespace: str) -> None:
+    """The table above fails for the reason it names, not because the base object is broken."""
+    cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "pytorch")), namespace)
+    cluster.apply(SEED_PROFILE, namespace)
