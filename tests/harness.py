@@ -79,21 +79,23 @@ def eventually(check: Callable[[], T | None], timeout: float = 60, what: str = "
     A bound on waiting for the cluster to converge, not an assertion about speed.
     """
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: object = None
     while time.monotonic() < deadline:
         try:
-            last = check()
+            value = check()
         except (KubectlError, KeyError, IndexError) as err:
             last = err
         else:
-            if last:
-                return last
+            if value:
+                return value
+            last = value
         time.sleep(0.25)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The condition of that type, or {} (falsy) when the object has none yet."""
     for cond in obj.get("status", {}).get("conditions", []):
         if cond["type"] == type_:
             return dict(cond)
-    return None
+    return {}

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from hack import cluster as cluster_tool
@@ -40,7 +41,7 @@ def test_the_real_scheduler_binds_a_gpu_pod_to_a_kwok_node(cluster: Cluster, nam
     }
     cluster.apply(pod, namespace)
 
-    def running() -> dict[str, str] | None:
+    def running() -> dict[str, Any] | None:
         got = cluster.get("pod", "gpu-probe", namespace)
         return got if got["status"].get("phase") == "Running" else None
 

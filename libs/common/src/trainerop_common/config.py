@@ -78,7 +78,7 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
     if controller == "trainer":
         p.add_argument(
             "--gates",
-            default=_env("GATES", ""),
+            default=env_gates(os.environ),
             help=f"deployed concerns whose condition gates pod creation, comma-separated: {','.join(CONCERNS)}",
         )
     a = p.parse_args(argv)

@@ -8,8 +8,8 @@ MASK = "***"
 _SECRET_NAME = re.compile(r"token|key|secret|password|passwd", re.IGNORECASE)
 # NAME=value and NAME: value in free text, where NAME looks secret.
 _ASSIGNMENT = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*(?:token|key|secret|password|passwd)[A-Za-z0-9_.-]*)"
-    r"(?P<sep>\s*[=:]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',}]+)",
+    r"(?P<name>\b[A-Za-z0-9_.-]*?(?:token|key|secret|password|passwd)[A-Za-z0-9_.-]*)"
+    r"(?P<sep>[\"']?\s*[=:]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',}]+)",
     re.IGNORECASE,
 )
 
