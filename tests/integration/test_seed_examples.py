@@ -8,18 +8,20 @@ SEED = REPO / "examples" / "seed"
 GATES = ("ProfileResolved", "QuotaAdmitted", "CheckpointReady")
 
 
-def converged(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    obj = cluster.get("trainer", name, namespace)
+def is_converged(obj: dict[str, Any]) -> bool:
+    """Every gate is True for the current generation, the gate is open and the audit is recorded."""
     generation = obj["metadata"]["generation"]
     for gate in GATES:
         cond = condition(obj, gate)
         if not cond or cond["status"] != "True" or cond["observedGeneration"] != generation:
-            return None
-    created = condition(obj, "Created")
+            return False
     audit = obj.get("status", {}).get("audit", {})
-    if not created or created["reason"] != "GatesOpen" or audit.get("records") != 1:
-        return None
-    return obj
+    return condition(obj, "Created").get("reason") == "GatesOpen" and audit.get("records") == 1
+
+
+def converged(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    obj = cluster.get("trainer", name, namespace)
+    return obj if is_converged(obj) else None
 
 
 def test_seed_trainer_and_profile_apply_unmodified(cluster: Cluster, namespace: str) -> None:

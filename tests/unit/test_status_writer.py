@@ -15,8 +15,11 @@ class RecordingApplier:
     def __init__(self) -> None:
         self.calls: list[tuple[str | None, str, dict[str, Any], str]] = []
 
-    async def apply_status(self, info: Any, namespace: str | None, name: str, body: dict[str, Any], fm: str) -> None:
+    async def apply_status(
+        self, info: Any, namespace: str | None, name: str, body: dict[str, Any], fm: str
+    ) -> str | None:
         self.calls.append((namespace, name, body, fm))
+        return "20"
 
 
 def trainer(status: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:
@@ -113,3 +116,17 @@ def test_writing_what_the_controller_does_not_own_is_a_bug() -> None:
         writer().plan(trainer(), {"quota": {}}, [], NOW)
     with pytest.raises(ValueError, match="does not own condition types"):
         writer().plan(trainer(), {}, [Desired.true("QuotaAdmitted", "X")], NOW)
+
+
+async def test_an_event_older_than_our_own_write_is_not_written_again() -> None:
+    applier = RecordingApplier()
+    w = writer(applier)
+    old = {**trainer(), "metadata": {**trainer()["metadata"], "resourceVersion": "10"}}
+    assert await w.write(old, {"profile": {"name": "p"}}, [RESOLVED], NOW)  # server answers version 20
+    # An event from before our write (version 15) arrives: it lacks our status but is stale.
+    stale = {**old, "metadata": {**old["metadata"], "resourceVersion": "15"}}
+    assert not await w.write(stale, {"profile": {"name": "p"}}, [RESOLVED], NOW)
+    # A newer object that lost our status (say, recreated) is written again.
+    newer = {**old, "metadata": {**old["metadata"], "resourceVersion": "25"}}
+    assert await w.write(newer, {"profile": {"name": "p"}}, [RESOLVED], NOW)
+    assert len(applier.calls) == 2

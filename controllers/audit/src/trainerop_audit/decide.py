@@ -65,6 +65,8 @@ def decide(t: TrainerFacts, records: Sequence[Mapping[str, Any]]) -> Decision:
     wanted = created_record(t)
     have = {r["metadata"]["name"] for r in mine}
     create = () if wanted["metadata"]["name"] in have else (wanted,)
-    latest = max(mine, key=lambda r: (r["spec"].get("time", ""), r["metadata"]["name"]), default=None)
-    status = {"audit": {"records": len(mine), **({"lastRecord": latest["metadata"]["name"]} if latest else {})}}
+    # Count what is about to be created too, so the summary is written once, not twice.
+    trail = [*mine, *create]
+    latest = max(trail, key=lambda r: (r["spec"].get("time", ""), r["metadata"]["name"]), default=None)
+    status = {"audit": {"records": len(trail), **({"lastRecord": latest["metadata"]["name"]} if latest else {})}}
     return Decision(create=create, status=status)

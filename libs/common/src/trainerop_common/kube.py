@@ -65,9 +65,9 @@ class Kube:
 
     async def apply_status(
         self, info: KindInfo, namespace: str | None, name: str, body: dict[str, Any], field_manager: str
-    ) -> None:
+    ) -> str | None:
         res = RESOURCES[info.kind]
-        await self._call(
+        result = await self._call(
             "apply_status",
             self._client.patch(
                 res.Status,
@@ -79,6 +79,8 @@ class Kube:
                 force=False,
             ),
         )
+        version = result.metadata.resourceVersion if result.metadata else None
+        return str(version) if version else None
 
     async def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:

@@ -21,7 +21,18 @@ class StatusApplier(Protocol):
 
     async def apply_status(
         self, info: KindInfo, namespace: str | None, name: str, body: dict[str, Any], field_manager: str
-    ) -> None: ...
+    ) -> str | None:
+        """Apply ``body`` to the status subresource; returns the new resourceVersion."""
+        ...
+
+
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    """The resourceVersion as a number (etcd revisions are), None if it is not one."""
+    value = obj.get("metadata", {}).get("resourceVersion")
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def field_manager(controller: str) -> str:
@@ -52,6 +63,9 @@ class StatusWriter:
         self.field_manager = field_manager(controller)
         self._fields = tuple(fields)
         self._types = frozenset(condition_types)
+        # resourceVersion our last write produced, per object: a watch event older than that
+        # predates our write and would make us apply the same status again.
+        self._written: dict[tuple[str | None, str], int] = {}
 
     def plan(
         self,
@@ -66,6 +80,8 @@ class StatusWriter:
         is wanted absent (server-side apply removes fields a manager stops sending).
         """
         meta = obj.get("metadata", {})
+        if self.is_stale(obj):
+            return None
         status = obj.get("status") or {}
         generation = int(meta.get("generation") or 0)
         desired = list(conditions)
@@ -93,6 +109,12 @@ class StatusWriter:
         }
         return StatusPatch(meta.get("namespace"), meta["name"], body)
 
+    def is_stale(self, obj: Mapping[str, Any]) -> bool:
+        """True when ``obj`` is older than the version our own last write produced."""
+        meta = obj.get("metadata", {})
+        version, written = resource_version(obj), self._written.get((meta.get("namespace"), meta.get("name", "")))
+        return version is not None and written is not None and version < written
+
     async def write(
         self,
         obj: Mapping[str, Any],
@@ -106,5 +128,9 @@ class StatusWriter:
             STATUS_WRITES.labels(self.controller, self._info.kind, "skipped").inc()
             return False
         STATUS_WRITES.labels(self.controller, self._info.kind, "written").inc()
-        await self._applier.apply_status(self._info, patch.namespace, patch.name, patch.body, self.field_manager)
+        version = await self._applier.apply_status(
+            self._info, patch.namespace, patch.name, patch.body, self.field_manager
+        )
+        if version is not None and version.isdigit():
+            self._written[(patch.namespace, patch.name)] = int(version)
         return True

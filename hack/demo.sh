@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The main job: a local cluster (unless $KUBECONFIG names one), the operator's CRDs and RBAC,
+# the five controllers, and the seed README's TrainingProfile and Trainer, with their status.
+#
+# Until the controllers run as pods on a real node, they run here as local processes, each
+# with its own ServiceAccount's token (hack/localdev.py). Stop everything with
+#   .venv/bin/python hack/cluster.py down
+set -euo pipefail
+. "$(dirname "$0")/lib/common.sh"
+cd "$REPO_ROOT"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "Building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION (cached after the first run)"
+hack/build-k8s.sh
+export PATH="$BIN_DIR:$PATH"
+
+step "Python environment (.venv)"
+hack/dev-env.sh
+
+if [[ -z "${KUBECONFIG:-}" ]]; then
+  step "Local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes"
+  .venv/bin/python hack/cluster.py up
+  export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
+else
+  step "Using the cluster in KUBECONFIG=$KUBECONFIG"
+fi
+
+step "Operator: CRDs, namespace, ServiceAccounts, RBAC; controllers as their ServiceAccounts"
+.venv/bin/python hack/localdev.py install
+.venv/bin/python hack/localdev.py start
+
+step "Applying the seed README's TrainingProfile and Trainer (unmodified)"
+kubectl apply -f examples/seed/trainingprofile.yaml -f examples/seed/trainer.yaml
+
+step "Waiting for every controller to report on the Trainer"
+for condition in ProfileResolved QuotaAdmitted CheckpointReady; do
+  kubectl wait --for=condition=$condition trainer/llama-7b-finetune --timeout=60s
+done
+kubectl wait --for=jsonpath='{.status.audit.records}'=1 trainer/llama-7b-finetune --timeout=60s
+
+step "kubectl get trainers,trainingprofiles -o wide"
+kubectl get trainers,trainingprofiles -o wide
+step "kubectl get auditlogs"
+kubectl get auditlogs
+step "Status of trainer/llama-7b-finetune (each section written by its own controller)"
+kubectl get trainer llama-7b-finetune -o jsonpath='{.status}' | python3 -m json.tool
+step "Controllers"
+.venv/bin/python hack/localdev.py status
+
+cat <<MSG
+
+The Trainer is admitted: every gate is open. Creating its training pods is the trainer
+controller's next step (see the open issues). To look around:
+  export KUBECONFIG=$KUBECONFIG PATH=$BIN_DIR:\$PATH
+  kubectl get trainer-operator            # every object of the operator's category
+  kubectl describe trainer llama-7b-finetune
+Stop everything:  .venv/bin/python hack/cluster.py down
+MSG
