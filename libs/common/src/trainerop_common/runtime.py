@@ -20,6 +20,7 @@ import kopf
 from aiohttp import web
 from lightkube import ApiError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 
 from . import jsonlog, kopf_settings
 from .api import GROUP, VERSION
@@ -76,9 +77,21 @@ class Backoff:
         self.failures.pop(key, None)
 
 
+EventPoster = Callable[[Body, str, str, str], None]
+
+
+def post_with_kopf(body: Body, type_: str, reason: str, message: str) -> None:
+    kopf.event(cast(kopf.Body, dict(body)), type=type_, reason=reason, message=message)
+
+
 class Runtime:
-    def __init__(self, config: ControllerConfig, kube: Kube, clock: Clock | None = None) -> None:
+    def __init__(
+        self, config: ControllerConfig, kube: Kube, clock: Clock | None = None, post_event: EventPoster | None = None
+    ) -> None:
         self.config = config
+        self._post_event = post_event or post_with_kopf
+        # (generation, reason) of the last permanent error reported per object: one Event, not one per resync
+        self._reported: dict[Key, tuple[int, str]] = {}
         self.kube = kube
         self.clock = clock or SystemClock()
         self.trainers: dict[Key, Body] = {}
@@ -93,7 +106,7 @@ class Runtime:
     def event(self, body: Body, type_: str, reason: str, message: str) -> None:
         """Post a Kubernetes Event about ``body`` (message redacted)."""
         EVENTS_POSTED.labels(self.config.controller, type_, reason).inc()
-        kopf.event(cast(kopf.Body, dict(body)), type=type_, reason=reason, message=redact_text(message))
+        self._post_event(body, type_, reason, redact_text(message))
 
     # -- reconciling ----------------------------------------------------------------------------
     async def reconcile(self, body: Body) -> None:
@@ -107,10 +120,10 @@ class Runtime:
             try:
                 await self._controller.reconcile(latest)
                 self._backoff.reset(key)
-            except PermanentError as err:
+            except (PermanentError, ValidationError) as err:
                 result = "permanent_error"
                 self._backoff.reset(key)
-                self.event(latest, "Warning", err.reason, err.message)
+                self._report(latest, err)
             except (TimeoutError, ApiError, OSError) as err:
                 result = "temporary_error"
                 delay = self._backoff.next_delay(key)
@@ -125,6 +138,22 @@ class Runtime:
                 RECONCILE_DURATION.labels(self.config.controller, "Trainer", result).observe(
                     time.perf_counter() - started
                 )
+
+    def _report(self, body: Body, err: PermanentError | ValidationError) -> None:
+        if isinstance(err, ValidationError):
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)[:3]
+            )
+            err = PermanentError("InvalidSpec", f"the object does not match the operator's API ({problems})")
+        key = key_of(body)
+        seen = (int(body.get("metadata", {}).get("generation", 0)), err.reason)
+        log.warning("%s/%s: %s: %s", *key, err.reason, err.message)
+        if self._reported.get(key) != seen:
+            self._reported[key] = seen
+            self.event(body, "Warning", err.reason, err.message)
+
+    def has_pending_retry(self, key: Key) -> bool:
+        return key in self._retries
 
     def _schedule(self, key: Key, delay: float) -> None:
         old = self._retries.pop(key, None)
@@ -178,6 +207,7 @@ class Runtime:
             if event.get("type") == "DELETED":
                 self.trainers.pop(key, None)
                 self._locks.pop(key, None)
+                self._reported.pop(key, None)
                 self._backoff.reset(key)
                 return
             self.trainers[key] = dict(body)

@@ -1,0 +1,99 @@
+"""Error classes in the runtime: permanent errors become one Event, temporary ones a backoff retry."""
+
+from typing import cast
+
+import httpx2
+import kopf
+import pytest
+from lightkube import ApiError
+
+from trainerop_common.config import ControllerConfig
+from trainerop_common.kube import Kube
+from trainerop_common.runtime import Backoff, Body, PermanentError, Runtime
+
+BODY = {"metadata": {"namespace": "ns", "name": "t", "generation": 1}, "spec": {}}
+
+
+class FailingController:
+    name = "test"
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+        self.calls = 0
+
+    async def reconcile(self, body: Body) -> None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+
+    def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
+        """Nothing to watch."""
+
+
+def runtime_with(controller: FailingController) -> tuple[Runtime, list[tuple[str, str, str]]]:
+    events: list[tuple[str, str, str]] = []
+    rt = Runtime(
+        ControllerConfig(controller="test"),
+        cast(Kube, None),
+        post_event=lambda body, type_, reason, message: events.append((type_, reason, message)),
+    )
+    rt.registry_for(controller)
+    return rt, events
+
+
+def api_error(code: int) -> ApiError:
+    request = httpx2.Request("GET", "https://k8s/x")
+    response = httpx2.Response(code, json={"kind": "Status", "code": code, "message": "boom"}, request=request)
+    return ApiError(request=request, response=response)
+
+
+async def test_permanent_error_posts_one_warning_per_generation_and_is_not_retried() -> None:
+    controller = FailingController(PermanentError("ProfileNotFound", "create it; API_TOKEN=abc"))
+    rt, events = runtime_with(controller)
+    await rt.reconcile(BODY)
+    await rt.reconcile(BODY)  # a resync of the same generation: no second Event
+    assert events == [("Warning", "ProfileNotFound", "create it; API_TOKEN=***")]
+    assert not rt.has_pending_retry(("ns", "t"))
+    await rt.reconcile({**BODY, "metadata": {**BODY["metadata"], "generation": 2}})
+    assert len(events) == 2
+
+
+async def test_an_object_that_does_not_match_the_models_is_a_permanent_error() -> None:
+    from trainerop_common.api import Trainer
+
+    class Parsing(FailingController):
+        async def reconcile(self, body: Body) -> None:
+            Trainer.model_validate(body)
+
+    rt, events = runtime_with(Parsing(None))
+    await rt.reconcile({**BODY, "spec": {"epochs": "many"}})
+    ((type_, reason, message),) = events
+    assert (type_, reason) == ("Warning", "InvalidSpec")
+    assert "spec.epochs" in message
+    assert not rt.has_pending_retry(("ns", "t"))
+
+
+@pytest.mark.parametrize("error", [api_error(500), api_error(409), OSError("connection reset"), RuntimeError("bug")])
+async def test_other_errors_are_retried_with_backoff(error: BaseException) -> None:
+    rt, events = runtime_with(FailingController(error))
+    await rt.reconcile(BODY)
+    assert events == []
+    assert rt.has_pending_retry(("ns", "t"))
+
+
+def test_backoff_doubles_up_to_a_cap_and_resets() -> None:
+    b = Backoff(base=1, cap=8)
+    key = ("ns", "t")
+    assert [b.next_delay(key) for _ in range(6)] == [1, 2, 4, 8, 8, 8]
+    b.reset(key)
+    assert b.next_delay(key) == 1
+
+
+async def test_success_clears_the_backoff() -> None:
+    controller = FailingController(OSError("down"))
+    rt, _ = runtime_with(controller)
+    await rt.reconcile(BODY)
+    controller.error = None
+    await rt.reconcile(BODY)
+    assert controller.calls == 2
+    assert rt._backoff.failures == {}
