@@ -61,7 +61,8 @@ def kubectl(*args: str, stdin: str | None = None) -> str:
 
 def install() -> None:
     cluster.say("installing CRDs, namespace, ServiceAccounts and RBAC (deploy/overlays/local)")
-    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
+    # CRDs first: the overlay also holds objects of a CRD it installs (kopf's peering objects).
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "base"))
     kubectl(
         "wait",
         "--for=condition=Established",
@@ -70,6 +71,7 @@ def install() -> None:
         "app.kubernetes.io/part-of=trainer-operator",
         "--timeout=60s",
     )
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
 
 
 def service_account_kubeconfig(controller: str) -> Path:

@@ -50,17 +50,20 @@ class Cluster:
 
     def metric(self, controller: str, name: str, labels: dict[str, str]) -> float:
         """Current value of one sample on a controller's /metrics (0 when absent)."""
-        port = self.metrics_ports[controller]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        for line in text.splitlines():
-            if line.startswith(name + "{"):
-                label_text = line[len(name) + 1 : line.index("}")]
-                got = ",".join(sorted(label_text.split(",")))
-                if got == want:
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        return read_metric(self.metrics_ports[controller], name, labels)
+
+
+def read_metric(port: int, name: str, labels: dict[str, str]) -> float:
+    """Current value of one sample on the /metrics endpoint at ``port`` (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            label_text = line[len(name) + 1 : line.index("}")]
+            if ",".join(sorted(label_text.split(","))) == want:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def table(text: str) -> list[dict[str, str]]:

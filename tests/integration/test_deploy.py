@@ -28,7 +28,9 @@ def gate_env(deployment: dict[str, Any]) -> set[str]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_builds_and_the_api_server_accepts_it(cluster: Cluster, overlay: str) -> None:
     objects = build(cluster, overlay)
-    assert len(by_kind(objects, "CustomResourceDefinition")) == 5
+    crds = by_kind(objects, "CustomResourceDefinition")
+    assert sum(name.endswith(".trainer.operator.kubeflow.org") for name in crds) == 5
+    assert "clusterkopfpeerings.kopf.dev" in crds
     assert "trainer-operator-system" in by_kind(objects, "Namespace")
     # Server-side dry run: schema, RBAC objects and Deployments are validated by the real server.
     cluster.kubectl(

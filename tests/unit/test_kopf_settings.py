@@ -32,6 +32,13 @@ def test_events_are_posted_from_warning_up_with_the_controller_as_source() -> No
 
 def test_peering_is_opt_in_and_per_controller() -> None:
     assert settings_for("audit").peering.standalone is True
-    peered = settings_for("audit", peering=True)
+    peered = settings_for("audit", peering=True, peering_priority=7, peering_lifetime=5)
     assert peered.peering.mandatory is True
     assert peered.peering.name == "trainer-operator-audit"
+    assert (peered.peering.priority, peered.peering.lifetime) == (7, 5)
+
+
+def test_replicas_draw_different_priorities() -> None:
+    from trainerop_common.config import parse_args
+
+    assert len({parse_args("audit", ["--peering"]).peering_priority for _ in range(5)}) > 1

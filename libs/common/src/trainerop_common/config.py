@@ -6,6 +6,7 @@ environment of its Deployment.
 
 import argparse
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,8 @@ class ControllerConfig:
     workers: int = 8
     resync_seconds: float = 300.0
     peering: bool = False
+    peering_priority: int = 0
+    peering_lifetime: int = 60
     pod_name: str = ""
     gates: tuple[str, ...] = field(default_factory=tuple)
 
@@ -75,6 +78,18 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         default=_env("PEERING", "false").lower() == "true",
         help="coordinate replicas with kopf peering so only one is active",
     )
+    p.add_argument(
+        "--peering-priority",
+        type=int,
+        default=int(_env("PEERING_PRIORITY", "0")) or secrets.randbelow(1_000_000) + 1,
+        help="the live replica with the highest priority works, the others pause (default: random)",
+    )
+    p.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=int(_env("PEERING_LIFETIME", "60")),
+        help="seconds without a heartbeat after which a replica is presumed dead",
+    )
     if controller == "trainer":
         p.add_argument(
             "--gates",
@@ -99,6 +114,8 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         workers=a.workers,
         resync_seconds=a.resync_seconds,
         peering=a.peering,
+        peering_priority=a.peering_priority,
+        peering_lifetime=a.peering_lifetime,
         pod_name=os.environ.get("POD_NAME", os.uname().nodename),
         gates=gates,
     )

@@ -33,7 +33,9 @@ def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     settings.peering.clusterwide = not config.namespaces
     settings.peering.mandatory = config.peering
     settings.peering.standalone = not config.peering
-    settings.peering.priority = 100 if config.peering else 0
+    # Equal priorities make kopf pause every replica, so each process draws its own.
+    settings.peering.priority = config.peering_priority
+    settings.peering.lifetime = config.peering_lifetime
     # CRDs are installed by deploy/, not discovered at run time: no cluster-wide CRD watch.
     settings.scanning.disabled = True
     settings.queueing.worker_limit = config.workers
