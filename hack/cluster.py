@@ -48,11 +48,18 @@ CACHE_ROOT = (
 )
 RUN_DIR = Path(os.environ.get("TRAINER_OPERATOR_RUN_DIR", CACHE_ROOT / "cluster"))
 PORT_BASE = int(os.environ.get("TRAINER_OPERATOR_PORT_BASE", "16440"))
-FAKE_NODES = int(os.environ.get("TRAINER_OPERATOR_FAKE_NODES", "4"))
+FAKE_NODES = int(os.environ.get("TRAINER_OPERATOR_FAKE_NODES", "8"))
 
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.244.0.1/16"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# Pods in a namespace with this annotation tolerate the fake nodes' taint (PodTolerationRestriction
+# admission), so unmodified manifests such as the seed Trainer run on kwok nodes.
+DEFAULT_TOLERATIONS = {
+    "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
+        [{"key": KWOK_NODE_ANNOTATION, "operator": "Exists", "effect": "NoSchedule"}]
+    )
+}
 LABEL_PREFIX = "trainer.operator.kubeflow.org"
 
 
@@ -360,7 +367,7 @@ def components(run: Path, bins: Path) -> list[Component]:
                 "--allow-privileged=true",
                 "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,"
                 "DefaultTolerationSeconds,Priority,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
-                "ResourceQuota,NodeRestriction",
+                "ResourceQuota,NodeRestriction,PodTolerationRestriction",
                 "--storage-media-type=application/vnd.kubernetes.protobuf",
                 "--profiling=false",
                 "--v=1",
@@ -486,6 +493,8 @@ def up(args: argparse.Namespace) -> int:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+    annotations = [f"{k}={v}" for k, v in DEFAULT_TOLERATIONS.items()]
+    kubectl(run, bins, "annotate", "--overwrite", "namespace", "default", *annotations)
     say(f"cluster is up in {time.monotonic() - t0:.1f}s")
     print(f"export KUBECONFIG={run / 'admin.kubeconfig'}")
     print(f"export PATH={bins}:$PATH")

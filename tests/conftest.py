@@ -54,5 +54,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     cluster.kubectl("label", "namespace", name, "trainer-operator-test=true")
+    tolerations = [f"{k}={v}" for k, v in cluster_tool.DEFAULT_TOLERATIONS.items()]
+    cluster.kubectl("annotate", "namespace", name, *tolerations)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")

@@ -9,14 +9,14 @@ GATES = ("ProfileResolved", "QuotaAdmitted", "CheckpointReady")
 
 
 def is_converged(obj: dict[str, Any]) -> bool:
-    """Every gate is True for the current generation, the gate is open and the audit is recorded."""
+    """Every gate is True for the current generation, the pods exist and the audit is recorded."""
     generation = obj["metadata"]["generation"]
     for gate in GATES:
         cond = condition(obj, gate)
         if not cond or cond["status"] != "True" or cond["observedGeneration"] != generation:
             return False
     audit = obj.get("status", {}).get("audit", {})
-    return condition(obj, "Created").get("reason") == "GatesOpen" and audit.get("records") == 1
+    return condition(obj, "Created").get("status") == "True" and audit.get("records") == 1
 
 
 def converged(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -36,7 +36,7 @@ def test_seed_trainer_and_profile_apply_unmodified(cluster: Cluster, namespace: 
     assert obj["spec"]["framework"] == "generic"
     assert obj["spec"]["runPolicy"]["restartPolicy"] == "OnFailure"
     status = obj["status"]
-    assert status["phase"] == "Pending"
+    assert status["phase"] in ("Pending", "Running")
     assert status["topology"]["selector"] == (
         "trainer-name=llama-7b-finetune,trainer.operator.kubeflow.org/replica-type=worker"
     )
@@ -66,9 +66,8 @@ def test_kubectl_get_shows_what_the_trainer_is_doing(cluster: Cluster, namespace
     row = rows[0]
     assert row["NAME"] == "llama-7b-finetune"
     assert row["WORKERS"] == "4"
-    assert row["PHASE"] == "Pending"
-    assert row["READY"] == "0"
-    assert row["REASON"] == "GatesOpen"
+    assert row["PHASE"] in ("Pending", "Running")
+    assert row["REASON"] == "PodsCreated"
 
     wide = cluster.kubectl("get", "trainers", "-n", namespace, "-o", "wide").splitlines()[0]
     for column in ("MESSAGE", "PROFILE", "QUOTA"):

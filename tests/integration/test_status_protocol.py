@@ -56,7 +56,7 @@ def test_the_api_server_refuses_a_controller_writing_another_section(cluster: Cl
         "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
         "kind": "Trainer",
         "metadata": {"name": NAME, "namespace": namespace},
-        "status": {"phase": "Running"},
+        "status": {"phase": "Succeeded"},  # differs from what the trainer wrote: a real conflict
     }
     with pytest.raises(KubectlError) as refused:
         cluster.kubectl(
@@ -103,7 +103,17 @@ def test_controllers_have_least_privilege(
 
 def test_a_no_op_reconcile_makes_zero_api_writes(cluster: Cluster, namespace: str) -> None:
     cluster.apply(SEED_TRAINER, namespace)
-    eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
+    eventually(
+        lambda: (o := converged(cluster, namespace, NAME)) and o["status"]["phase"] == "Running",
+        what="the run to be steady (every pod running)",
+    )
+
+    def trainer_requests(verb: str) -> float:
+        return cluster.metric(
+            "trainer", "operator_api_requests_total", {"controller": "trainer", "verb": verb, "code": "ok"}
+        )
+
+    pod_writes = (trainer_requests("create"), trainer_requests("delete"))
 
     def skipped(controller: str) -> float:
         return cluster.metric(
@@ -129,6 +139,7 @@ def test_a_no_op_reconcile_makes_zero_api_writes(cluster: Cluster, namespace: st
         what="every controller to reconcile the labelled Trainer",
     )
     assert {c: written(c) for c in OWNERSHIP} == before_written
+    assert (trainer_requests("create"), trainer_requests("delete")) == pod_writes
     assert cluster.get("trainer", NAME, namespace)["metadata"]["resourceVersion"] == version
 
 
@@ -193,6 +204,7 @@ def test_a_quota_policy_that_is_too_small_closes_the_gate(cluster: Cluster, name
         assert f"QuotaPolicy '{policy_name}' allows 16" in cond["message"]
         created = condition(cluster.get("trainer", NAME, namespace), "Created")
         assert created["reason"] == "WaitingForGates"
+        assert cluster.kubectl("get", "pods", "-n", namespace, "-o", "name") == ""
 
         # Scaling down to fit re-opens the gate for the new generation.
         cluster.kubectl("scale", "trainer", NAME, "-n", namespace, "--replicas=1")

@@ -92,6 +92,12 @@ CASES = [
         set_path("spec.topology.elastic", {"minWorkers": 5, "maxWorkers": 2}),
         ["elastic.minWorkers must not exceed elastic.maxWorkers"],
     ),
+    (
+        "pytorch with parameter servers",
+        SEED_TRAINER,
+        set_path("spec.framework", "pytorch"),
+        ["topology.parameterServers must be 0 for pytorch"],
+    ),
     ("unknown field", SEED_TRAINER, set_path("spec.wrokers", 3), ['unknown field "spec.wrokers"']),
     (
         "profile restart policy",
@@ -128,7 +134,7 @@ def test_bad_input_is_rejected_with_a_useful_message(
 def test_framework_is_immutable(cluster: Cluster, namespace: str) -> None:
     cluster.apply(SEED_TRAINER, namespace)
     with pytest.raises(KubectlError) as rejected:
-        cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "pytorch")), namespace)
+        cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "tensorflow")), namespace)
     assert "framework is immutable" in rejected.value.stderr
 
 
@@ -152,5 +158,5 @@ def test_audit_records_are_immutable(cluster: Cluster, namespace: str) -> None:
 
 def test_a_valid_edit_of_the_seed_is_accepted(cluster: Cluster, namespace: str) -> None:
     """The table above fails for the reason it names, not because the base object is broken."""
-    cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "pytorch")), namespace)
+    cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "tensorflow")), namespace)
     cluster.apply(SEED_PROFILE, namespace)

@@ -1,16 +1,26 @@
+"""The trainer's decision core, table by table (DESIGN §3 gates, §6 failure semantics)."""
+
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from trainerop_common.api.base import Condition
-from trainerop_common.api.trainer import TrainerSpec
-from trainerop_trainer.decide import Observed, decide
+from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
+from trainerop_trainer.decide import Decision, Observed, PodView, decide
+from trainerop_trainer.pods import Owner
 
-SPEC = TrainerSpec.model_validate({"epochs": 1, "image": "img"})
+NOW = "2026-01-01T00:10:00Z"
 GATES = ("ProfileResolved", "QuotaAdmitted")
+SEED: dict[str, Any] = {"epochs": 10, "image": "img", "topology": {"workers": 4, "parameterServers": 1}}
 
 
-def cond(type_: str, status: str, reason: str = "R", generation: int = 2, message: str = "") -> Condition:
+def spec(**changes: Any) -> TrainerSpec:
+    raw = {**SEED, **changes}
+    return TrainerSpec.model_validate(raw)
+
+
+def cond(type_: str, status: str, reason: str = "R", generation: int = 1, message: str = "") -> Condition:
     return Condition(
         type=type_,
         status=status,
@@ -21,52 +31,225 @@ def cond(type_: str, status: str, reason: str = "R", generation: int = 2, messag
     )
 
 
+OPEN = [cond("ProfileResolved", "True"), cond("QuotaAdmitted", "True")]
+
+
+def pod(role: str, index: int, phase: str = "Running", exit_code: int | None = None, **kw: Any) -> PodView:
+    return PodView(
+        name=f"t-{role}-{index}",
+        uid=f"u-{role}-{index}",
+        role=role,  # type: ignore[arg-type]
+        index=index,
+        phase=phase,
+        ready=phase == "Running",
+        exit_code=exit_code,
+        **kw,
+    )
+
+
+def running(s: TrainerSpec) -> list[PodView]:
+    return [pod("worker", i) for i in range(s.topology.workers)] + [
+        pod("ps", i) for i in range(s.topology.parameter_servers)
+    ]
+
+
+def observe(
+    s: TrainerSpec,
+    pods: Sequence[PodView] = (),
+    conditions: Sequence[Condition] = OPEN,
+    status: dict[str, Any] | None = None,
+    generation: int = 1,
+    services: Sequence[str] | None = None,
+) -> Decision:
+    names = {p.name for p in pods} if services is None else set(services)
+    return decide(
+        Observed(
+            owner=Owner("t", "ns", "uid", generation),
+            spec=s,
+            status=TrainerStatus.model_validate(status or {}),
+            conditions=conditions,
+            gates=GATES,
+            now=NOW,
+            pods=pods,
+            services=frozenset(names),
+        )
+    )
+
+
+def by_type(d: Decision) -> dict[str, Any]:
+    return {c.type: c for c in d.conditions}
+
+
+def created_names(d: Decision) -> list[str]:
+    return [p["metadata"]["name"] for p in d.create_pods]
+
+
 @pytest.mark.parametrize(
-    ("conditions", "gates", "reason", "message_parts"),
+    ("conditions", "message_parts"),
     [
-        ([], (), "GatesOpen", ["all gates are open"]),
+        ([], ["ProfileResolved (not yet reported for generation 1)", "QuotaAdmitted (not yet reported"]),
         (
-            [],
-            GATES,
-            "WaitingForGates",
-            ["ProfileResolved (not yet reported for generation 2)", "QuotaAdmitted (not yet reported"],
-        ),
-        ([cond("ProfileResolved", "True"), cond("QuotaAdmitted", "True")], GATES, "GatesOpen", []),
-        (
-            [cond("ProfileResolved", "True", generation=1), cond("QuotaAdmitted", "True")],
-            GATES,
-            "WaitingForGates",
-            ["ProfileResolved (not yet reported for generation 2)"],
+            [cond("ProfileResolved", "True", generation=0), cond("QuotaAdmitted", "True")],
+            ["ProfileResolved (not yet reported for generation 1)"],
         ),
         (
             [cond("ProfileResolved", "False", "ProfileNotFound", message="create it"), cond("QuotaAdmitted", "True")],
-            GATES,
-            "WaitingForGates",
             ["ProfileResolved (ProfileNotFound: create it)"],
-        ),
-        (
-            [cond("QuotaAdmitted", "False", "ExceedsQuota")],
-            ("QuotaAdmitted",),
-            "WaitingForGates",
-            ["QuotaAdmitted (ExceedsQuota)"],
         ),
     ],
 )
-def test_gate(conditions: Sequence[Condition], gates: Sequence[str], reason: str, message_parts: list[str]) -> None:
-    d = decide(Observed("t", 2, SPEC, conditions, gates))
-    created = next(c for c in d.conditions if c.type == "Created")
-    assert created.status == "False"
-    assert created.reason == reason
+def test_closed_gates_create_nothing_and_say_why(conditions: list[Condition], message_parts: list[str]) -> None:
+    d = observe(spec(), conditions=conditions)
+    assert d.create_pods == ()
+    assert d.create_services == ()
+    created = by_type(d)["Created"]
+    assert (created.status, created.reason) == ("False", "WaitingForGates")
     for part in message_parts:
         assert part in created.message
     assert d.status["phase"] == "Pending"
-    assert d.status["topology"]["selector"] == "trainer-name=t,trainer.operator.kubeflow.org/replica-type=worker"
 
 
-def test_suspended_trainer_waits_for_nothing() -> None:
-    spec = TrainerSpec.model_validate({"epochs": 1, "image": "img", "runPolicy": {"suspend": True}})
-    d = decide(Observed("t", 1, spec, [], GATES))
+def test_open_gates_create_every_pod_and_service() -> None:
+    d = observe(spec())
+    assert created_names(d) == ["t-worker-0", "t-worker-1", "t-worker-2", "t-worker-3", "t-ps-0"]
+    assert [s["metadata"]["name"] for s in d.create_services] == created_names(d)
+    assert by_type(d)["Created"].reason == "CreatingPods"
+    assert d.status["topology"]["replicas"]["worker"]["desired"] == 4
+
+
+def test_all_pods_running_is_running_with_a_start_time() -> None:
+    d = observe(spec(), running(spec()))
+    assert d.create_pods == () and d.delete_pods == ()  # noqa: PT018
+    assert d.status["phase"] == "Running"
+    assert d.status["progress"]["startTime"] == NOW
+    assert by_type(d)["Running"].status == "True"
+    assert by_type(d)["Created"].status == "True"
+    assert d.status["topology"]["readyWorkers"] == 4
+    assert d.status["topology"]["replicas"]["ps"] == {
+        "desired": 1,
+        "active": 1,
+        "ready": 1,
+        "succeeded": 0,
+        "failed": 0,
+        "restarts": 0,
+    }
+
+
+def test_scaling_up_and_down_touches_only_the_difference() -> None:
+    up = observe(spec(topology={"workers": 6, "parameterServers": 1}), running(spec()))
+    assert created_names(up) == ["t-worker-4", "t-worker-5"]
+    assert up.delete_pods == ()
+    six = running(spec(topology={"workers": 6, "parameterServers": 1}))
+    down = observe(spec(topology={"workers": 3, "parameterServers": 1}), six)
+    assert down.delete_pods == ("t-worker-3", "t-worker-4", "t-worker-5")
+    assert down.delete_services == ("t-worker-3", "t-worker-4", "t-worker-5")
+    assert down.create_pods == ()
+
+
+def test_a_scale_up_waits_for_the_gates_of_the_new_generation() -> None:
+    d = observe(spec(topology={"workers": 6, "parameterServers": 1}), running(spec()), generation=2)
+    assert d.create_pods == ()
+    assert by_type(d)["Created"].reason == "WaitingForGates"
+    assert "2 pods wait for" in by_type(d)["Created"].message
+
+
+@pytest.mark.parametrize(
+    ("policy", "exit_code", "restarted"),
+    [
+        ("OnFailure", 1, True),
+        ("Always", 1, True),
+        ("ExitCode", 137, True),  # SIGKILL (OOM) is retryable
+        ("ExitCode", None, True),  # evicted / node lost: no exit code
+        ("ExitCode", 3, False),  # a bug: permanent
+        ("Never", 137, False),
+    ],
+)
+def test_exit_code_rules(policy: str, exit_code: int | None, restarted: bool) -> None:
+    s = spec(runPolicy={"restartPolicy": policy})
+    pods = [*running(s)[:-2], pod("worker", 3, "Failed", exit_code, reason="Error"), pod("ps", 0)]
+    d = observe(s, pods)
+    if restarted:
+        assert d.restarted == ("t-worker-3",)
+        assert d.delete_pods == ("t-worker-3",)
+        assert d.status["phase"] == "Restarting"
+        assert d.status["topology"]["replicas"]["worker"]["restarts"] == 1
+        assert d.events[0][1] == "RestartingPod"
+    else:
+        assert d.status["phase"] == "Failed"
+        failed = by_type(d)["Failed"]
+        assert (failed.status, failed.reason) == ("True", "PodFailed")
+        assert f"pod t-worker-3 failed with exit code {exit_code}" in failed.message
+        assert d.status["progress"]["completionTime"] == NOW
+
+
+def test_backoff_limit_fails_the_run() -> None:
+    s = spec(runPolicy={"backoffLimit": 2})
+    status = {"topology": {"replicas": {"worker": {"restarts": 2}}}}
+    d = observe(s, [*running(s)[1:], pod("worker", 0, "Failed", 1)], status=status)
+    failed = by_type(d)["Failed"]
+    assert failed.reason == "BackoffLimitExceeded"
+    assert "backoffLimit is 2" in failed.message
+
+
+def test_gang_scope_restarts_every_worker_but_not_the_parameter_server() -> None:
+    s = spec(runPolicy={"restartScope": "Gang"})
+    pods = [pod("worker", 0, "Failed", 137), *running(s)[1:]]
+    d = observe(s, pods)
+    assert d.restarted == ("t-worker-0", "t-worker-1", "t-worker-2", "t-worker-3")
+    assert d.status["topology"]["replicas"]["worker"]["restarts"] == 1
+    assert any(e[1] == "GangRestart" for e in d.events)
+
+
+@pytest.mark.parametrize("scope", ["Pod", "Gang"])
+def test_a_parameter_server_restart_leaves_workers_running(scope: str) -> None:
+    s = spec(runPolicy={"restartScope": scope})
+    d = observe(s, [*running(s)[:-1], pod("ps", 0, "Failed", 137)])
+    assert d.restarted == ("t-ps-0",)
+    assert d.status["topology"]["replicas"]["ps"]["restarts"] == 1
+
+
+def test_a_replaced_pod_is_recreated_only_once_its_predecessor_is_gone() -> None:
+    s = spec()
+    going = [*running(s)[:-2], pod("worker", 3, "Failed", 137, deleting=True), pod("ps", 0)]
+    assert observe(s, going).create_pods == ()
+    gone = [p for p in going if p.name != "t-worker-3"]
+    assert created_names(observe(s, gone, services=[p.name for p in going])) == ["t-worker-3"]
+
+
+def test_success_policy_and_clean_pod_policy() -> None:
+    s = spec(framework="pytorch", topology={"workers": 2}, runPolicy={"cleanPodPolicy": "Running"})
+    pods = [pod("master", 0, "Succeeded", 0), pod("worker", 0), pod("worker", 1, "Succeeded", 0)]
+    d = observe(s, pods)
+    assert d.status["phase"] == "Succeeded"
+    assert by_type(d)["Succeeded"].status == "True"
+    assert d.delete_pods == ("t-worker-0",)
+    assert d.status["progress"]["completionTime"] == NOW
+
+
+def test_generic_succeeds_when_all_workers_have() -> None:
+    s = spec(topology={"workers": 2, "parameterServers": 1})
+    assert observe(s, [pod("worker", 0, "Succeeded", 0), pod("worker", 1), pod("ps", 0)]).status["phase"] == "Running"
+    done = observe(s, [pod("worker", 0, "Succeeded", 0), pod("worker", 1, "Succeeded", 0), pod("ps", 0)])
+    assert done.status["phase"] == "Succeeded"
+    assert done.delete_pods == ("t-ps-0",)
+
+
+def test_a_finished_run_stays_finished() -> None:
+    s = spec()
+    d = observe(
+        s,
+        [pod("worker", 0, "Succeeded", 0)],
+        status={"phase": "Succeeded"},
+        conditions=[*OPEN, cond("Succeeded", "True", "Succeeded")],
+    )
+    assert d.status["phase"] == "Succeeded"
+    assert d.create_pods == ()
+
+
+def test_suspend_deletes_pods_and_says_so() -> None:
+    s = spec(runPolicy={"suspend": True})
+    d = observe(s, running(s))
     assert d.status["phase"] == "Suspended"
-    by_type = {c.type: c for c in d.conditions}
-    assert by_type["Suspended"].status == "True"
-    assert by_type["Created"].reason == "Suspended"
+    assert len(d.delete_pods) == 5
+    assert by_type(d)["Suspended"].status == "True"
+    assert by_type(d)["Created"].reason == "Suspended"

@@ -18,7 +18,7 @@ class AuditController:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.records = ObjectCache(runtime.kube.list, "AuditLog")
+        self.records = ObjectCache.for_kind(runtime.kube, "AuditLog")
         self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, ())
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:

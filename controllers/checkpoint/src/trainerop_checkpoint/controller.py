@@ -18,7 +18,7 @@ class CheckpointController:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.checkpoints = ObjectCache(runtime.kube.list, "Checkpoint")
+        self.checkpoints = ObjectCache.for_kind(runtime.kube, "Checkpoint")
         self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, (CONDITION,))
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:

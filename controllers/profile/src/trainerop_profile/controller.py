@@ -22,7 +22,7 @@ class ProfileController:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.profiles = ObjectCache(runtime.kube.list, "TrainingProfile")
+        self.profiles = ObjectCache.for_kind(runtime.kube, "TrainingProfile")
         self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, (CONDITION,))
         self.profile_writer = StatusWriter(runtime.kube, kind_info("TrainingProfile"), self.name, (), (VALID,))
 

@@ -18,7 +18,7 @@ class QuotaController:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.policies = ObjectCache(runtime.kube.list, "QuotaPolicy")
+        self.policies = ObjectCache.for_kind(runtime.kube, "QuotaPolicy")
         self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, (CONDITION,))
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:

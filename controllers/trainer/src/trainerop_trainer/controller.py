@@ -1,16 +1,53 @@
-"""kopf adapter of the trainer controller: reads the Trainer, calls decide(), writes status."""
+"""kopf adapter of the trainer controller: observe the Trainer and its pods and Services, call
+decide(), carry out the decision (Services, then pods, then deletions), write status."""
 
 from typing import Any
 
 import kopf
+from prometheus_client import Counter
 
-from trainerop_common.api import Trainer, kind_info
+from trainerop_common.api import PodContribution, Trainer, kind_info
+from trainerop_common.api.trainer import TrainerStatus
+from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import parse
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
-from .decide import CONDITIONS, OWNED_FIELDS, Observed, decide
+from .decide import CONDITIONS, OWNED_FIELDS, Observed, PodView, decide
+from .pods import INDEX_LABEL, NAME_LABEL, TYPE_LABEL, Owner, PodSettings
+from .topology import ROLES
+
+PODS_CREATED = Counter("trainer_pods_created_total", "Training pods created.", ["role"])
+RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retryable failure.", ["role"])
+
+
+def pod_view(body: dict[str, Any]) -> PodView | None:
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    labels = meta.get("labels") or {}
+    role = labels.get(TYPE_LABEL)
+    if role not in ROLES:
+        return None
+    terminated = next(
+        (
+            c["state"]["terminated"]
+            for c in status.get("containerStatuses") or ()
+            if (c.get("state") or {}).get("terminated")
+        ),
+        None,
+    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    return PodView(
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        role=role,
+        index=int(labels.get(INDEX_LABEL, "0")),
+        phase=status.get("phase") or "Pending",
+        ready=ready,
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=terminated.get("exitCode") if terminated else None,
+        reason=(terminated or {}).get("reason") or status.get("reason") or "",
+    )
 
 
 class TrainerController:
@@ -19,22 +56,92 @@ class TrainerController:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, CONDITIONS)
+        selector = f"{TYPE_LABEL}"
+        self.pods = ObjectCache(
+            lambda: runtime.kube.list_core("Pod", selector), "", "v1", "pods", {TYPE_LABEL: kopf.PRESENT}
+        )
+        self.services = ObjectCache(
+            lambda: runtime.kube.list_core("Service", selector), "", "v1", "services", {TYPE_LABEL: kopf.PRESENT}
+        )
+        self.settings = PodSettings(init_image=runtime.config.init_image)
+        # UIDs of pods this process deleted: treated as going away until the watch says so, so a
+        # stale event cannot make one failure count twice.
+        self._deleted: set[str] = set()
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
-        """Pods and Services are watched once the controller creates them."""
+        self.pods.register(registry, self._child_changed)
+        self.services.register(registry, self._child_changed)
+
+    def _child_changed(self, key: Key, body: dict[str, Any] | None) -> None:
+        if body is None:
+            return
+        trainer = (body.get("metadata", {}).get("labels") or {}).get(NAME_LABEL)
+        if trainer and (key[0], trainer) in self.rt.trainers:
+            self.rt.requeue([(key[0], trainer)])
+
+    async def _children(self, cache: ObjectCache, namespace: str, trainer: str, uid: str) -> list[dict[str, Any]]:
+        return [
+            o
+            for o in await cache.values()
+            if o["metadata"].get("namespace") == namespace
+            and (o["metadata"].get("labels") or {}).get(NAME_LABEL) == trainer
+            and any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or ())
+        ]
 
     async def reconcile(self, body: Body) -> None:
         trainer = Trainer.model_validate(body)
-        status: dict[str, Any] = dict(body.get("status") or {})
-        observed = Observed(
-            name=body["metadata"]["name"],
-            generation=int(body["metadata"].get("generation", 0)),
-            spec=trainer.spec,
-            conditions=parse(status.get("conditions")),
-            gates=self.rt.config.gate_conditions,
+        meta = body["metadata"]
+        owner = Owner(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation", 0)))
+        status = TrainerStatus.model_validate(body.get("status") or {})
+        views = [
+            v
+            for p in await self._children(self.pods, owner.namespace, owner.name, owner.uid)
+            if (v := pod_view(p)) is not None
+        ]
+        views = [PodView(**{**v.__dict__, "deleting": True}) if v.uid in self._deleted else v for v in views]
+        services = {
+            s["metadata"]["name"] for s in await self._children(self.services, owner.namespace, owner.name, owner.uid)
+        }
+        contributions: dict[str, PodContribution] = {}
+        for concern, section in (
+            ("profile", status.profile),
+            ("quota", status.quota),
+            ("checkpoint", status.checkpoint),
+        ):
+            if section is not None and section.contribution is not None:
+                contributions[concern] = section.contribution.pod
+        decision = decide(
+            Observed(
+                owner=owner,
+                spec=trainer.spec,
+                status=status,
+                conditions=parse((body.get("status") or {}).get("conditions")),
+                gates=self.rt.config.gate_conditions,
+                now=rfc3339(self.rt.clock.now()),
+                pods=views,
+                services=frozenset(services),
+                contributions=contributions,
+                settings=self.settings,
+            )
         )
-        decision = decide(observed)
+        kube = self.rt.kube
+        for service in decision.create_services:
+            await kube.create_core(service)
+        for pod in decision.create_pods:
+            if await kube.create_core(pod):
+                PODS_CREATED.labels(pod["metadata"]["labels"][TYPE_LABEL]).inc()
+        by_name = {v.name: v for v in views}
+        for name in decision.delete_pods:
+            if await kube.delete_core("Pod", owner.namespace, name) and name in by_name:
+                self._deleted.add(by_name[name].uid)
+        for name in decision.restarted:
+            RESTARTS.labels(by_name[name].role if name in by_name else "unknown").inc()
+        for name in decision.delete_services:
+            await kube.delete_core("Service", owner.namespace, name)
+        for type_, reason, message in decision.events:
+            self.rt.event(body, type_, reason, message)
         await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))
+        self._deleted &= {p["metadata"].get("uid") for p in self.pods.items.values()}
 
 
 entry = run_entrypoint("trainer", TrainerController)

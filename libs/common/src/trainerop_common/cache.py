@@ -2,23 +2,41 @@
 a reconcile never decides on a cache that has not seen the cluster yet."""
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
 from .api import GROUP, VERSION, kind_info
 
+if TYPE_CHECKING:
+    from .kube import Kube
+
 Key = tuple[str, str]
 
 
 class ObjectCache:
-    def __init__(self, lister: Callable[[str], Any], kind: str) -> None:
+    """Objects of one resource (optionally only those with ``labels``), keyed by namespace/name."""
+
+    def __init__(
+        self,
+        lister: Callable[[], Awaitable[list[dict[str, Any]]]],
+        group: str,
+        version: str,
+        plural: str,
+        labels: Mapping[str, Any] | None = None,
+    ) -> None:
         self._lister = lister
-        self._info = kind_info(kind)
+        self._resource = (group, version, plural)
+        self._labels = labels
         self.items: dict[Key, dict[str, Any]] = {}
         self._listed = False
         self._lock = asyncio.Lock()
+
+    @classmethod
+    def for_kind(cls, kube: "Kube", kind: str) -> "ObjectCache":
+        """A cache of one of the operator's own kinds."""
+        return cls(lambda: kube.list_all(kind), GROUP, VERSION, kind_info(kind).plural)
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> Key:
@@ -28,7 +46,10 @@ class ObjectCache:
     def register(
         self, registry: kopf.OperatorRegistry, on_change: Callable[[Key, dict[str, Any] | None], None] | None = None
     ) -> None:
-        @kopf.on.event(GROUP, VERSION, self._info.plural, registry=registry)
+        group, version, plural = self._resource
+        resource = (group, version, plural) if group else (version, plural)
+
+        @kopf.on.event(*resource, labels=self._labels, registry=registry)
         async def watch(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
             key = self.key(body)
             if event.get("type") == "DELETED":
@@ -45,7 +66,7 @@ class ObjectCache:
         async with self._lock:
             if self._listed:
                 return
-            for obj in await self._lister(self._info.kind):
+            for obj in await self._lister():
                 self.items.setdefault(self.key(obj), obj)
             self._listed = True
 

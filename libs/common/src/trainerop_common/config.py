@@ -46,6 +46,7 @@ class ControllerConfig:
     peering_lifetime: int = 60
     pod_name: str = ""
     gates: tuple[str, ...] = field(default_factory=tuple)
+    init_image: str = "busybox:1.36"
 
     @property
     def gate_conditions(self) -> tuple[str, ...]:
@@ -96,6 +97,11 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
             default=env_gates(os.environ),
             help=f"deployed concerns whose condition gates pod creation, comma-separated: {','.join(CONCERNS)}",
         )
+        p.add_argument(
+            "--init-image",
+            default=_env("INIT_IMAGE", "busybox:1.36"),
+            help="image of the init container that waits for the rendezvous address (needs sh and nslookup)",
+        )
     a = p.parse_args(argv)
     gates = _csv(getattr(a, "gates", ""))
     unknown = set(gates) - set(CONCERNS)
@@ -118,4 +124,5 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         peering_lifetime=a.peering_lifetime,
         pod_name=os.environ.get("POD_NAME", os.uname().nodename),
         gates=gates,
+        init_image=getattr(a, "init_image", "busybox:1.36"),
     )

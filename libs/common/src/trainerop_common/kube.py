@@ -6,14 +6,14 @@ rate limit. Only this module talks HTTP; decision code stays pure.
 
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError, AsyncClient, operators
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericNamespacedResource,
     create_global_resource,
     create_namespaced_resource,
 )
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, Pod, Service
 from lightkube.types import PatchType
 
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
@@ -30,6 +30,18 @@ RESOURCES: dict[str, Resource] = {
     )
     for info in KINDS
 }
+
+
+CORE: dict[str, Any] = {"Pod": Pod, "Service": Service}
+
+
+def _selector(text: str) -> dict[str, Any]:
+    """``a=b,c`` -> lightkube's label filter (equality and existence only)."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        out[key] = value if sep else operators.exists()
+    return out
 
 
 def is_conflict(err: ApiError) -> bool:
@@ -91,7 +103,7 @@ class Kube:
             raise
         return dict(obj.to_dict())
 
-    async def list(self, kind: str) -> list[dict[str, Any]]:
+    async def list_all(self, kind: str) -> list[dict[str, Any]]:
         """Every object of ``kind`` the controller may see (all namespaces)."""
         res = RESOURCES[kind]
         ns: dict[str, Any] = {"namespace": "*"} if kind_info(kind).scope == "Namespaced" else {}
@@ -110,6 +122,38 @@ class Kube:
                 return None
             raise
         return dict(ns.metadata.labels or {})
+
+    async def list_core(self, kind: str, label_selector: str) -> list[dict[str, Any]]:
+        """Pods or Services in every namespace that match ``label_selector``."""
+        res = CORE[kind]
+
+        async def collect() -> list[dict[str, Any]]:
+            items = [x async for x in self._client.list(res, namespace="*", labels=_selector(label_selector))]
+            return [dict(o.to_dict()) for o in items]
+
+        result: list[dict[str, Any]] = await self._call("list", collect())
+        return result
+
+    async def create_core(self, body: dict[str, Any]) -> bool:
+        """Create a Pod or Service; False if one of that name exists already."""
+        res = CORE[body["kind"]]
+        try:
+            await self._call("create", self._client.create(res.from_dict(body)))
+        except ApiError as err:
+            if is_conflict(err):
+                return False
+            raise
+        return True
+
+    async def delete_core(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete a Pod or Service; False if it is already gone."""
+        try:
+            await self._call("delete", self._client.delete(CORE[kind], name, namespace=namespace))
+        except ApiError as err:
+            if is_not_found(err):
+                return False
+            raise
+        return True
 
     async def create(self, kind: str, body: dict[str, Any], namespace: str | None = None) -> bool:
         """Create an object; False if it already exists (creation is idempotent by name)."""

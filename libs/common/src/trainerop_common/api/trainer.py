@@ -85,8 +85,24 @@ class PodTemplateOverrides(K8sModel):
     parameter_server: FreeForm | None = None
 
 
+# Frameworks whose Kubeflow contract has no parameter-server role.
+NO_PARAMETER_SERVERS = ("pytorch", "jax", "xgboost")
+
+
 class TrainerSpec(K8sModel):
     """What the user asks for."""
+
+    model_config = K8sModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    f"!(self.framework in {list(NO_PARAMETER_SERVERS)}) || self.topology.parameterServers == 0",
+                    "topology.parameterServers must be 0 for pytorch, jax and xgboost (they have no "
+                    "parameter-server role); use framework tensorflow or generic",
+                )
+            ]
+        }
+    }
 
     epochs: int = Field(ge=1, le=1_000_000)
     image: str = Field(min_length=1, max_length=1024)
@@ -105,18 +121,33 @@ class TrainerSpec(K8sModel):
     run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
 
 
+class ReplicaStatus(K8sModel):
+    """Counts for one role (master, worker or ps)."""
+
+    desired: int = Field(default=0, ge=0)
+    active: int = Field(default=0, ge=0, description="Pods that exist and have not finished.")
+    ready: int = Field(default=0, ge=0)
+    succeeded: int = Field(default=0, ge=0)
+    failed: int = Field(default=0, ge=0)
+    restarts: int = Field(default=0, ge=0, description="Pods replaced after a failure.")
+
+
 class TopologyStatus(K8sModel):
     """What the trainer controller observes of the run's replicas."""
 
     workers: int = Field(default=0, ge=0, description="Worker pods that exist (scale status replicas).")
     ready_workers: int = Field(default=0, ge=0)
-    parameter_servers: int = Field(default=0, ge=0)
-    ready_parameter_servers: int = Field(default=0, ge=0)
     selector: str = Field(default="", description="Label selector of the worker pods (scale subresource).")
+    replicas: dict[str, ReplicaStatus] | None = Field(
+        default=None, json_schema_extra={"maxProperties": 8}, description="Counts per role."
+    )
 
 
 class ProgressStatus(K8sModel):
-    """Training progress reported through heartbeats."""
+    """When the run started and finished, and training progress reported through heartbeats."""
+
+    start_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    completion_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
 
     epoch: int = Field(default=0, ge=0)
     step: int = Field(default=0, ge=0)

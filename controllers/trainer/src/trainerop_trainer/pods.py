@@ -1,0 +1,230 @@
+"""Pod and headless Service manifests for one replica (pure).
+
+Contributions from the other concerns are merged in a fixed order — profile, quota,
+checkpoint — and then the Trainer's own spec wins where the user set a field (DESIGN §3).
+Per-role ``podTemplateOverrides`` are applied last.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainerop_common.api import GROUP, PodContribution
+from trainerop_common.api.trainer import TrainerSpec
+
+from .topology import CONTRACTS, Replica, framework_env, operator_env, rendezvous
+
+NAME_LABEL = "trainer-name"  # the seed README selects pods with it
+TYPE_LABEL = f"{GROUP}/replica-type"
+INDEX_LABEL = f"{GROUP}/replica-index"
+UID_LABEL = f"{GROUP}/trainer-uid"
+GENERATION_ANNOTATION = f"{GROUP}/generation"
+CONTRIBUTION_ORDER = ("profile", "quota", "checkpoint")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The Trainer the objects belong to."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    api_version: str = f"{GROUP}/v1alpha1"
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": self.api_version,
+            "kind": "Trainer",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """Operator-wide settings of generated pods (controller flags)."""
+
+    init_image: str = "busybox:1.36"
+    image_pull_policy: str = "IfNotPresent"
+
+
+def labels(owner: Owner, replica: Replica) -> dict[str, str]:
+    return {
+        NAME_LABEL: owner.name,
+        TYPE_LABEL: replica.role,
+        INDEX_LABEL: str(replica.index),
+        UID_LABEL: owner.uid,
+    }
+
+
+def _by_name(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(i["name"]): dict(i) for i in items}
+
+
+def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribution:
+    """Fold contributions in order; a later one wins field by field (lists merge by name)."""
+    env: dict[str, dict[str, Any]] = {}
+    volumes: dict[str, dict[str, Any]] = {}
+    mounts: dict[str, dict[str, Any]] = {}
+    node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    annotations: dict[str, str] = {}
+    extra_labels: dict[str, str] = {}
+    affinity: dict[str, Any] | None = None
+    service_account: str | None = None
+    for c in contributions:
+        env |= _by_name(e.to_k8s() for e in c.env or ())
+        volumes |= _by_name(c.volumes or ())
+        mounts |= _by_name(c.volume_mounts or ())
+        node_selector |= c.node_selector or {}
+        for t in c.tolerations or ():
+            if t.to_k8s() not in tolerations:
+                tolerations.append(t.to_k8s())
+        if c.resources is not None:
+            requests |= c.resources.requests or {}
+            limits |= c.resources.limits or {}
+        annotations |= c.annotations or {}
+        extra_labels |= c.labels or {}
+        affinity = c.affinity or affinity
+        service_account = c.service_account_name or service_account
+    return PodContribution.model_validate(
+        {
+            "env": list(env.values()) or None,
+            "volumes": list(volumes.values()) or None,
+            "volumeMounts": list(mounts.values()) or None,
+            "nodeSelector": node_selector or None,
+            "tolerations": tolerations or None,
+            "affinity": affinity,
+            "serviceAccountName": service_account,
+            "resources": {"requests": requests or None, "limits": limits or None} if requests or limits else None,
+            "annotations": annotations or None,
+            "labels": extra_labels or None,
+        }
+    )
+
+
+def _apply_override(pod: dict[str, Any], override: Mapping[str, Any]) -> None:
+    """Merge a PodTemplateSpec fragment: metadata maps merge, spec fields replace, containers
+    merge by name (their fields replace)."""
+    meta = override.get("metadata", {})
+    for key in ("labels", "annotations"):
+        pod["metadata"][key] = {**meta.get(key, {}), **pod["metadata"].get(key, {})}  # ours win
+    for key, value in override.get("spec", {}).items():
+        if key == "containers":
+            existing = _by_name(pod["spec"]["containers"])
+            for container in value:
+                existing[container["name"]] = {**existing.get(container["name"], {}), **container}
+            pod["spec"]["containers"] = list(existing.values())
+        else:
+            pod["spec"][key] = value
+
+
+def pod_manifest(
+    owner: Owner,
+    spec: TrainerSpec,
+    replica: Replica,
+    contributions: Mapping[str, PodContribution],
+    resume_from: str,
+    settings: PodSettings,
+) -> dict[str, Any]:
+    contract = CONTRACTS[spec.framework]
+    merged = merge_contributions([contributions[c] for c in CONTRIBUTION_ORDER if c in contributions])
+    env = {e.name: e.to_k8s() for e in merged.env or ()}
+    for name, value in {
+        **framework_env(owner.name, owner.namespace, spec, replica),
+        **operator_env(owner.name, spec, replica, resume_from),
+    }.items():
+        env[name] = {"name": name, "value": value}
+    env |= {e.name: e.to_k8s() for e in spec.env or ()}  # the user's own variables win
+    requests = dict((merged.resources.requests or {}) if merged.resources else {})
+    limits = dict((merged.resources.limits or {}) if merged.resources else {})
+    if spec.resources is not None:
+        requests |= spec.resources.requests or {}
+        limits |= spec.resources.limits or {}
+    container: dict[str, Any] = {
+        "name": contract.container,
+        "image": spec.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "env": list(env.values()),
+        "ports": [{"name": contract.port_name, "containerPort": contract.port}],
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    if requests or limits:
+        container["resources"] = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+    if merged.volume_mounts:
+        container["volumeMounts"] = merged.volume_mounts
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # the operator replaces failed pods itself, per its restart rules
+        "containers": [container],
+    }
+    target = rendezvous(owner.name, spec, replica)
+    if target is not None:
+        pod_spec["initContainers"] = [wait_for(target, settings)]
+    if merged.volumes:
+        pod_spec["volumes"] = merged.volumes
+    if merged.node_selector:
+        pod_spec["nodeSelector"] = merged.node_selector
+    if merged.tolerations:
+        pod_spec["tolerations"] = [t.to_k8s() for t in merged.tolerations]
+    if merged.affinity:
+        pod_spec["affinity"] = merged.affinity
+    if merged.service_account_name:
+        pod_spec["serviceAccountName"] = merged.service_account_name
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": replica.name(owner.name),
+            "namespace": owner.namespace,
+            "labels": {**(merged.labels or {}), **labels(owner, replica)},
+            "annotations": {**(merged.annotations or {}), GENERATION_ANNOTATION: str(owner.generation)},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": pod_spec,
+    }
+    override = spec.pod_template_overrides
+    fragment = getattr(override, {"ps": "parameter_server"}.get(replica.role, replica.role)) if override else None
+    if fragment:
+        _apply_override(pod, fragment)
+    return pod
+
+
+def wait_for(address: str, settings: PodSettings) -> dict[str, Any]:
+    """An init container that waits, without failing, until ``address`` resolves: workers do
+    not crash-loop while the master's pod and DNS record come up."""
+    return {
+        "name": "wait-for-rendezvous",
+        "image": settings.init_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["sh", "-c", f"until nslookup {address}; do echo waiting for {address}; sleep 2; done"],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "32Mi"}},
+    }
+
+
+def service_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[str, Any]:
+    """A headless Service per replica: stable DNS <trainer>-<role>-<index>.<namespace>.svc."""
+    contract = CONTRACTS[spec.framework]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": replica.name(owner.name),
+            "namespace": owner.namespace,
+            "labels": labels(owner, replica),
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {NAME_LABEL: owner.name, TYPE_LABEL: replica.role, INDEX_LABEL: str(replica.index)},
+            "ports": [{"name": contract.port_name, "port": contract.port, "targetPort": contract.port}],
+        },
+    }

@@ -1,0 +1,153 @@
+"""Which replicas a Trainer has and the environment each one gets (pure).
+
+The framework contracts reproduce what Kubeflow's Training Operator v1 sets for the same
+topology (pkg/controller.v1/{pytorch,tensorflow,jax,xgboost}), so training code written for
+Kubeflow runs unchanged:
+
+- pytorch: a master plus N workers; MASTER_ADDR/PORT, WORLD_SIZE, RANK, PET_*; port 23456.
+  With ``topology.elastic`` there is no master: torchrun's c10d rendezvous on worker 0.
+- tensorflow: workers and parameter servers; TF_CONFIG with the cluster and the task; port 2222.
+- jax: workers; COORDINATOR_ADDRESS/PORT (worker 0), NUM_PROCESSES, PROCESS_ID; port 6666.
+- xgboost: a master plus N workers; MASTER_*, WORLD_SIZE, RANK, WORKER_PORT, WORKER_ADDRS; 9999.
+- generic: workers and parameter servers; only the operator's own variables.
+
+Every replica also gets EPOCHS, CHECKPOINT_DIR, RESUME_FROM, TRAINER_NAME, REPLICA_TYPE and
+REPLICA_INDEX.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from trainerop_common.api.trainer import Framework, TrainerSpec
+
+Role = Literal["master", "worker", "ps"]
+ROLES: tuple[Role, ...] = ("master", "worker", "ps")
+
+
+@dataclass(frozen=True)
+class FrameworkContract:
+    container: str  # Kubeflow's default container name (TF_CONFIG only goes to "tensorflow")
+    port_name: str
+    port: int
+
+
+CONTRACTS: dict[Framework, FrameworkContract] = {
+    "pytorch": FrameworkContract("pytorch", "pytorchjob-port", 23456),
+    "tensorflow": FrameworkContract("tensorflow", "tfjob-port", 2222),
+    "jax": FrameworkContract("jax", "jaxjob-port", 6666),
+    "xgboost": FrameworkContract("xgboost", "xgboostjob-port", 9999),
+    "generic": FrameworkContract("trainer", "trainer-port", 29500),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Replica:
+    role: Role
+    index: int
+
+    def name(self, trainer: str) -> str:
+        """Pod and headless Service name: <trainer>-<role>-<index>, as Kubeflow names them."""
+        return f"{trainer}-{self.role}-{self.index}"
+
+
+def has_master(spec: TrainerSpec) -> bool:
+    return spec.framework in ("pytorch", "xgboost") and not (spec.framework == "pytorch" and spec.topology.elastic)
+
+
+def desired_counts(spec: TrainerSpec) -> dict[Role, int]:
+    return {
+        "master": 1 if has_master(spec) else 0,
+        "worker": spec.topology.workers,
+        "ps": spec.topology.parameter_servers,
+    }
+
+
+def replicas(spec: TrainerSpec) -> list[Replica]:
+    return [Replica(role, i) for role, n in desired_counts(spec).items() for i in range(n)]
+
+
+def rendezvous(trainer: str, spec: TrainerSpec, replica: Replica) -> str | None:
+    """The address this replica must be able to resolve before it starts, if any."""
+    if spec.framework in ("pytorch", "xgboost") and has_master(spec):
+        return Replica("master", 0).name(trainer) if replica.role != "master" else None
+    if spec.framework in ("pytorch", "jax"):
+        first = Replica("worker", 0)
+        return first.name(trainer) if replica != first else None
+    return None
+
+
+def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
+    """The Kubeflow-compatible variables of one replica (values exactly as Kubeflow sets them)."""
+    counts = desired_counts(spec)
+    contract = CONTRACTS[spec.framework]
+    port = str(contract.port)
+    master = Replica("master", 0).name(trainer)
+    worker0 = Replica("worker", 0).name(trainer)
+    total = sum(counts.values())
+    rank = replica.index + (1 if replica.role == "worker" and counts["master"] else 0)
+    if spec.framework == "pytorch":
+        env = {"PYTHONUNBUFFERED": "0"}
+        if counts["master"]:
+            env |= {
+                "MASTER_ADDR": master,
+                "MASTER_PORT": port,
+                "PET_MASTER_ADDR": master,
+                "PET_MASTER_PORT": port,
+                "WORLD_SIZE": str(total),
+                "RANK": str(rank),
+                "PET_NODE_RANK": str(rank),
+                "PET_NPROC_PER_NODE": "auto",
+                "PET_NNODES": str(total),
+            }
+        elastic = spec.topology.elastic
+        if elastic is not None:
+            env |= {
+                "PET_RDZV_BACKEND": "c10d",
+                "PET_RDZV_ENDPOINT": f"{worker0}:{port}",
+                "PET_NNODES": f"{elastic.min_workers}:{elastic.max_workers}",
+            }
+        return env
+    if spec.framework == "tensorflow":
+        if total <= 1:
+            return {}
+        cluster = {
+            role: [f"{Replica(role, i).name(trainer)}.{namespace}.svc:{port}" for i in range(n)]
+            for role, n in sorted(counts.items())
+            if n
+        }
+        tf_config = {"cluster": cluster, "task": {"type": replica.role, "index": replica.index}, "environment": "cloud"}
+        return {"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))}
+    if spec.framework == "jax":
+        return {
+            "PYTHONUNBUFFERED": "1",
+            "COORDINATOR_ADDRESS": worker0,
+            "COORDINATOR_PORT": port,
+            "NUM_PROCESSES": str(total),
+            "PROCESS_ID": str(replica.index),
+        }
+    if spec.framework == "xgboost":
+        env = {
+            "MASTER_ADDR": master,
+            "MASTER_PORT": port,
+            "WORLD_SIZE": str(total),
+            "RANK": str(rank),
+            "PYTHONUNBUFFERED": "0",
+        }
+        if total > 1:
+            env["WORKER_PORT"] = port
+            env["WORKER_ADDRS"] = ",".join(Replica("worker", i).name(trainer) for i in range(counts["worker"]))
+        return env
+    return {}
+
+
+def operator_env(trainer: str, spec: TrainerSpec, replica: Replica, resume_from: str) -> dict[str, str]:
+    """The operator's own contract (DESIGN §5), the same for every framework."""
+    return {
+        "TRAINER_NAME": trainer,
+        "REPLICA_TYPE": replica.role,
+        "REPLICA_INDEX": str(replica.index),
+        "EPOCHS": str(spec.epochs),
+        "CHECKPOINT_DIR": f"/checkpoints/{trainer}" if spec.checkpoint else "",
+        "RESUME_FROM": resume_from,
+    }

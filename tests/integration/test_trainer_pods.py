@@ -1,0 +1,152 @@
+"""The trainer controller turns a Trainer into pods and Services on kwok nodes (issue 3)."""
+
+import json
+from typing import Any
+
+import yaml
+
+from tests.harness import REPO, Cluster, condition, eventually
+
+SEED_TRAINER: dict[str, Any] = yaml.safe_load((REPO / "examples" / "seed" / "trainer.yaml").read_text())
+NAME = SEED_TRAINER["metadata"]["name"]
+TYPE = "trainer.operator.kubeflow.org/replica-type"
+
+
+def pods(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    listed = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", f"trainer-name={NAME}", "-o", "json"))
+    return {p["metadata"]["name"]: p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")}
+
+
+def trainer(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    return cluster.get("trainer", NAME, namespace)
+
+
+def running(cluster: Cluster, namespace: str, workers: int) -> dict[str, Any] | None:
+    obj = trainer(cluster, namespace)
+    topology = obj.get("status", {}).get("topology", {})
+    ok = obj.get("status", {}).get("phase") == "Running" and topology.get("readyWorkers") == workers
+    return obj if ok else None
+
+
+def test_seed_trainer_gets_four_workers_and_a_parameter_server(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    obj = eventually(lambda: running(cluster, namespace, 4), what="the seed run to be Running on kwok nodes")
+
+    found = pods(cluster, namespace)
+    assert sorted(found) == [f"{NAME}-ps-0", *(f"{NAME}-worker-{i}" for i in range(4))]
+    for name, pod in found.items():
+        labels = pod["metadata"]["labels"]
+        assert labels["trainer-name"] == NAME
+        assert name.startswith(f"{NAME}-{labels[TYPE]}-")
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["EPOCHS"] == "10"
+        assert env["CHECKPOINT_DIR"] == f"/checkpoints/{NAME}"
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert pod["spec"]["nodeName"].startswith("kwok-gpu-")
+    services = json.loads(cluster.kubectl("get", "services", "-n", namespace, "-o", "json"))["items"]
+    assert sorted(s["metadata"]["name"] for s in services) == sorted(found)
+    assert all(s["spec"]["clusterIP"] == "None" for s in services)
+
+    status = obj["status"]
+    assert status["topology"]["replicas"]["worker"] == {
+        "desired": 4,
+        "active": 4,
+        "ready": 4,
+        "succeeded": 0,
+        "failed": 0,
+        "restarts": 0,
+    }
+    assert status["progress"]["startTime"]
+    assert condition(obj, "Running")["status"] == "True"
+    # The seed README's query works as written.
+    listed = cluster.kubectl("get", "pods", "-n", namespace, "-l", f"trainer-name={NAME}", "-o", "name").split()
+    assert len(listed) == 5
+
+
+def test_scaling_4_to_6_to_3_leaves_untouched_pods_untouched(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
+    before = {n: p["metadata"]["uid"] for n, p in pods(cluster, namespace).items()}
+
+    cluster.kubectl("scale", "trainer", NAME, "-n", namespace, "--replicas=6")
+    eventually(lambda: running(cluster, namespace, 6), what="6 running workers")
+    after_up = {n: p["metadata"]["uid"] for n, p in pods(cluster, namespace).items()}
+    assert {n: after_up[n] for n in before} == before
+    assert set(after_up) - set(before) == {f"{NAME}-worker-4", f"{NAME}-worker-5"}
+
+    cluster.kubectl("scale", "trainer", NAME, "-n", namespace, "--replicas=3")
+    eventually(lambda: len([n for n in pods(cluster, namespace) if "-worker-" in n]) == 3, what="3 workers")
+    after_down = {n: p["metadata"]["uid"] for n, p in pods(cluster, namespace).items()}
+    assert after_down == {n: before[n] for n in (f"{NAME}-ps-0", *(f"{NAME}-worker-{i}" for i in range(3)))}
+    eventually(lambda: running(cluster, namespace, 3), what="the status to count 3 workers")
+
+
+def fail_pod(cluster: Cluster, namespace: str, name: str, exit_code: int) -> str:
+    """Report the pod's container as terminated, as its node would (returns the pod's UID)."""
+    pod = cluster.get("pod", name, namespace)
+    container = pod["spec"]["containers"][0]["name"]
+    status = {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": container,
+                    "image": pod["spec"]["containers"][0]["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": exit_code,
+                            "reason": "Error",
+                            "startedAt": "2026-01-01T00:00:00Z",
+                            "finishedAt": "2026-01-01T00:01:00Z",
+                        }
+                    },
+                }
+            ],
+        }
+    }
+    cluster.kubectl(
+        "patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    )
+    return str(pod["metadata"]["uid"])
+
+
+def test_a_retryable_failure_is_replaced_under_the_same_name(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "runPolicy": {"restartPolicy": "ExitCode"}}}, namespace
+    )
+    eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
+    victim = f"{NAME}-worker-2"
+    old_uid = fail_pod(cluster, namespace, victim, 137)
+
+    def replaced() -> dict[str, Any] | None:
+        pod = pods(cluster, namespace).get(victim)
+        return pod if pod and pod["metadata"]["uid"] != old_uid else None
+
+    eventually(replaced, what="a new pod with the same name")
+    obj = eventually(lambda: running(cluster, namespace, 4), what="the run to be Running again")
+    assert obj["status"]["topology"]["replicas"]["worker"]["restarts"] == 1
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+    assert any(e["reason"] == "RestartingPod" and victim in e["message"] for e in events)
+
+
+def test_a_permanent_failure_fails_the_trainer_naming_pod_and_exit_code(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "runPolicy": {"restartPolicy": "ExitCode"}}}, namespace
+    )
+    eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
+    fail_pod(cluster, namespace, f"{NAME}-worker-1", 3)
+    obj = eventually(
+        lambda: (o := trainer(cluster, namespace))["status"].get("phase") == "Failed" and o, what="the run to fail"
+    )
+    failed = condition(obj, "Failed")
+    assert failed["reason"] == "PodFailed"
+    assert f"pod {NAME}-worker-1 failed with exit code 3" in failed["message"]
+    # cleanPodPolicy Running (the default) removes the pods that were still running.
+    eventually(
+        lambda: not [p for p in pods(cluster, namespace).values() if p["status"].get("phase") == "Running"],
+        what="running pods to be cleaned up",
+    )

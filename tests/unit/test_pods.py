@@ -1,0 +1,133 @@
+"""Pod and Service manifests: labels, ownership, env, and the contribution merge order."""
+
+from typing import Any
+
+from trainerop_common.api import PodContribution
+from trainerop_common.api.trainer import TrainerSpec
+from trainerop_trainer.pods import Owner, PodSettings, merge_contributions, pod_manifest, service_manifest
+from trainerop_trainer.topology import Replica
+
+OWNER = Owner("llama", "team-a", "uid-1", 3)
+SPEC = TrainerSpec.model_validate(
+    {
+        "epochs": 10,
+        "image": "finetuner:1",
+        "framework": "pytorch",
+        "command": ["python", "train.py"],
+        "env": [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "SHARED", "value": "user"}],
+        "resources": {"requests": {"cpu": 20, "memory": "40Gi"}, "limits": {"nvidia.com/gpu": 8}},
+        "topology": {"workers": 2},
+        "checkpoint": {"bucket": "pvc-backups"},
+    }
+)
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def contribution(**fields: Any) -> PodContribution:
+    return PodContribution.model_validate(fields)
+
+
+def test_pod_identity_labels_owner_and_restart_policy() -> None:
+    pod = pod_manifest(OWNER, SPEC, Replica("worker", 1), {}, "", PodSettings())
+    meta = pod["metadata"]
+    assert meta["name"] == "llama-worker-1"
+    assert meta["labels"]["trainer-name"] == "llama"
+    assert meta["labels"]["trainer.operator.kubeflow.org/replica-type"] == "worker"
+    assert meta["labels"]["trainer.operator.kubeflow.org/replica-index"] == "1"
+    assert meta["annotations"]["trainer.operator.kubeflow.org/generation"] == "3"
+    (ref,) = meta["ownerReferences"]
+    assert (ref["kind"], ref["uid"], ref["controller"]) == ("Trainer", "uid-1", True)
+    assert pod["spec"]["restartPolicy"] == "Never"
+    container = pod["spec"]["containers"][0]
+    assert container["name"] == "pytorch"
+    assert container["command"] == ["python", "train.py"]
+    assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": 23456}]
+    assert container["resources"] == {"requests": {"cpu": 20, "memory": "40Gi"}, "limits": {"nvidia.com/gpu": 8}}
+
+
+def test_env_has_framework_operator_and_user_variables() -> None:
+    env = env_of(pod_manifest(OWNER, SPEC, Replica("worker", 1), {}, "/ckpt/e3", PodSettings()))
+    assert env["RANK"] == "2"
+    assert env["EPOCHS"] == "10"
+    assert env["CHECKPOINT_DIR"] == "/checkpoints/llama"
+    assert env["RESUME_FROM"] == "/ckpt/e3"
+    assert env["NCCL_DEBUG"] == "INFO"
+
+
+def test_workers_wait_for_the_master_in_an_init_container() -> None:
+    worker = pod_manifest(OWNER, SPEC, Replica("worker", 0), {}, "", PodSettings(init_image="busybox:x"))
+    (init,) = worker["spec"]["initContainers"]
+    assert init["image"] == "busybox:x"
+    assert "until nslookup llama-master-0" in init["command"][2]
+    master = pod_manifest(OWNER, SPEC, Replica("master", 0), {}, "", PodSettings())
+    assert "initContainers" not in master["spec"]
+
+
+def test_contributions_merge_profile_then_quota_then_checkpoint_and_the_spec_wins() -> None:
+    contributions = {
+        "checkpoint": contribution(
+            env=[{"name": "SHARED", "value": "checkpoint"}],
+            volumes=[{"name": "ckpt", "persistentVolumeClaim": {"claimName": "pvc-backups"}}],
+            volumeMounts=[{"name": "ckpt", "mountPath": "/checkpoints"}],
+        ),
+        "profile": contribution(
+            env=[{"name": "SHARED", "value": "profile"}, {"name": "NCCL_IB_TIMEOUT", "value": "22"}],
+            nodeSelector={"gpu-type": "a100", "zone": "a"},
+            tolerations=[{"key": "usage", "operator": "Equal", "value": "training", "effect": "NoSchedule"}],
+            resources={"limits": {"nvidia.com/gpu": 4, "memory": "10Gi"}},
+        ),
+        "quota": contribution(
+            nodeSelector={"zone": "b"}, tolerations=[{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]
+        ),
+    }
+    pod = pod_manifest(OWNER, SPEC, Replica("worker", 0), contributions, "", PodSettings())
+    env = env_of(pod)
+    assert env["SHARED"] == "user"  # the Trainer's own spec wins
+    assert env["NCCL_IB_TIMEOUT"] == "22"
+    assert pod["spec"]["nodeSelector"] == {"gpu-type": "a100", "zone": "b"}  # quota after profile
+    assert [t["key"] for t in pod["spec"]["tolerations"]] == ["usage", "spot"]
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": 8, "memory": "10Gi"}  # spec's gpu wins, profile's memory stays
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "pvc-backups"
+    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "ckpt", "mountPath": "/checkpoints"}]
+
+
+def test_merge_of_nothing_is_empty() -> None:
+    assert merge_contributions([]).to_k8s() == {}
+
+
+def test_role_override_applies_to_that_role_only() -> None:
+    spec = TrainerSpec.model_validate(
+        {
+            **SPEC.to_k8s(),
+            "podTemplateOverrides": {
+                "master": {
+                    "metadata": {"labels": {"team": "x", "trainer-name": "evil"}},
+                    "spec": {"priorityClassName": "high", "containers": [{"name": "pytorch", "workingDir": "/w"}]},
+                }
+            },
+        }
+    )
+    master = pod_manifest(OWNER, spec, Replica("master", 0), {}, "", PodSettings())
+    assert master["spec"]["priorityClassName"] == "high"
+    assert master["spec"]["containers"][0]["workingDir"] == "/w"
+    assert master["spec"]["containers"][0]["image"] == "finetuner:1"
+    assert master["metadata"]["labels"]["team"] == "x"
+    assert master["metadata"]["labels"]["trainer-name"] == "llama"  # identity labels cannot be overridden
+    worker = pod_manifest(OWNER, spec, Replica("worker", 0), {}, "", PodSettings())
+    assert "priorityClassName" not in worker["spec"]
+
+
+def test_headless_service_per_replica() -> None:
+    svc = service_manifest(OWNER, SPEC, Replica("worker", 1))
+    assert svc["metadata"]["name"] == "llama-worker-1"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {
+        "trainer-name": "llama",
+        "trainer.operator.kubeflow.org/replica-type": "worker",
+        "trainer.operator.kubeflow.org/replica-index": "1",
+    }
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"

@@ -1,0 +1,144 @@
+"""Framework env contracts: the values Kubeflow's Training Operator v1 sets for the same topology."""
+
+import json
+from typing import Any
+
+import pytest
+
+from trainerop_common.api.trainer import TrainerSpec
+from trainerop_trainer.topology import Replica, framework_env, operator_env, rendezvous, replicas
+
+
+def spec(framework: str, workers: int = 2, ps: int = 0, **extra: Any) -> TrainerSpec:
+    topology = {"workers": workers, "parameterServers": ps, **extra}
+    return TrainerSpec.model_validate({"epochs": 3, "image": "img", "framework": framework, "topology": topology})
+
+
+@pytest.mark.parametrize(
+    ("framework", "workers", "ps", "names"),
+    [
+        ("pytorch", 2, 0, ["j-master-0", "j-worker-0", "j-worker-1"]),
+        ("xgboost", 1, 0, ["j-master-0", "j-worker-0"]),
+        ("tensorflow", 2, 1, ["j-worker-0", "j-worker-1", "j-ps-0"]),
+        ("jax", 3, 0, ["j-worker-0", "j-worker-1", "j-worker-2"]),
+        ("generic", 4, 1, ["j-worker-0", "j-worker-1", "j-worker-2", "j-worker-3", "j-ps-0"]),
+    ],
+)
+def test_replicas_per_framework(framework: str, workers: int, ps: int, names: list[str]) -> None:
+    assert [r.name("j") for r in replicas(spec(framework, workers, ps))] == names
+
+
+@pytest.mark.parametrize(
+    ("replica", "expected"),
+    [
+        (
+            Replica("master", 0),
+            {
+                "MASTER_ADDR": "j-master-0",
+                "MASTER_PORT": "23456",
+                "WORLD_SIZE": "3",
+                "RANK": "0",
+                "PET_MASTER_ADDR": "j-master-0",
+                "PET_MASTER_PORT": "23456",
+                "PET_NODE_RANK": "0",
+                "PET_NNODES": "3",
+                "PET_NPROC_PER_NODE": "auto",
+                "PYTHONUNBUFFERED": "0",
+            },
+        ),
+        (
+            Replica("worker", 1),
+            {
+                "MASTER_ADDR": "j-master-0",
+                "MASTER_PORT": "23456",
+                "WORLD_SIZE": "3",
+                "RANK": "2",
+                "PET_MASTER_ADDR": "j-master-0",
+                "PET_MASTER_PORT": "23456",
+                "PET_NODE_RANK": "2",
+                "PET_NNODES": "3",
+                "PET_NPROC_PER_NODE": "auto",
+                "PYTHONUNBUFFERED": "0",
+            },
+        ),
+    ],
+)
+def test_pytorch(replica: Replica, expected: dict[str, str]) -> None:
+    assert framework_env("j", "ns", spec("pytorch"), replica) == expected
+
+
+def test_elastic_pytorch_uses_c10d_rendezvous_on_worker_0_without_a_master() -> None:
+    s = spec("pytorch", workers=3, elastic={"minWorkers": 2, "maxWorkers": 5})
+    assert [r.role for r in replicas(s)] == ["worker"] * 3
+    env = framework_env("j", "ns", s, Replica("worker", 2))
+    assert env == {
+        "PYTHONUNBUFFERED": "0",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": "j-worker-0:23456",
+        "PET_NNODES": "2:5",
+    }
+
+
+def test_tensorflow_tf_config() -> None:
+    env = framework_env("j", "team-a", spec("tensorflow", 2, 1), Replica("ps", 0))
+    assert env["TF_CONFIG"] == (
+        '{"cluster":{"ps":["j-ps-0.team-a.svc:2222"],'
+        '"worker":["j-worker-0.team-a.svc:2222","j-worker-1.team-a.svc:2222"]},'
+        '"task":{"type":"ps","index":0},"environment":"cloud"}'
+    )
+    assert json.loads(framework_env("j", "n", spec("tensorflow", 2), Replica("worker", 1))["TF_CONFIG"])["task"] == {
+        "type": "worker",
+        "index": 1,
+    }
+    assert framework_env("j", "n", spec("tensorflow", 1), Replica("worker", 0)) == {}  # not distributed
+
+
+def test_jax() -> None:
+    assert framework_env("j", "ns", spec("jax", 3), Replica("worker", 2)) == {
+        "PYTHONUNBUFFERED": "1",
+        "COORDINATOR_ADDRESS": "j-worker-0",
+        "COORDINATOR_PORT": "6666",
+        "NUM_PROCESSES": "3",
+        "PROCESS_ID": "2",
+    }
+
+
+def test_xgboost() -> None:
+    assert framework_env("j", "ns", spec("xgboost", 2), Replica("worker", 0)) == {
+        "MASTER_ADDR": "j-master-0",
+        "MASTER_PORT": "9999",
+        "WORLD_SIZE": "3",
+        "RANK": "1",
+        "PYTHONUNBUFFERED": "0",
+        "WORKER_PORT": "9999",
+        "WORKER_ADDRS": "j-worker-0,j-worker-1",
+    }
+
+
+def test_generic_gets_only_the_operator_contract() -> None:
+    s = TrainerSpec.model_validate({"epochs": 10, "image": "i", "checkpoint": {"bucket": "b"}})
+    assert framework_env("j", "ns", s, Replica("worker", 0)) == {}
+    assert operator_env("j", s, Replica("ps", 0), "/ckpt/7") == {
+        "TRAINER_NAME": "j",
+        "REPLICA_TYPE": "ps",
+        "REPLICA_INDEX": "0",
+        "EPOCHS": "10",
+        "CHECKPOINT_DIR": "/checkpoints/j",
+        "RESUME_FROM": "/ckpt/7",
+    }
+
+
+@pytest.mark.parametrize(
+    ("framework", "replica", "target"),
+    [
+        ("pytorch", Replica("worker", 3), "j-master-0"),
+        ("pytorch", Replica("master", 0), None),
+        ("xgboost", Replica("worker", 0), "j-master-0"),
+        ("jax", Replica("worker", 1), "j-worker-0"),
+        ("jax", Replica("worker", 0), None),
+        ("tensorflow", Replica("worker", 1), None),
+        ("generic", Replica("worker", 1), None),
+    ],
+)
+def test_rendezvous(framework: str, replica: Replica, target: str | None) -> None:
+    assert rendezvous("j", spec(framework), replica) == target
