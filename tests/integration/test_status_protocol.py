@@ -102,6 +102,13 @@ def test_controllers_have_least_privilege(
 
 
 def test_a_no_op_reconcile_makes_zero_api_writes(cluster: Cluster, namespace: str) -> None:
+    # The write counters are per controller, not per Trainer: let earlier tests' namespaces finish
+    # terminating first (their Trainers legitimately write while their pods go away).
+    def alone() -> bool:
+        listed = cluster.kubectl("get", "namespaces", "-l", "trainer-operator-test=true", "-o", "name").split()
+        return listed == [f"namespace/{namespace}"]
+
+    eventually(alone, timeout=120, what="other test namespaces to be deleted")
     cluster.apply(SEED_TRAINER, namespace)
     eventually(
         lambda: (o := converged(cluster, namespace, NAME)) and o["status"]["phase"] == "Running",

@@ -24,8 +24,8 @@ class AuditController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.records.register(registry, self._record_changed)
 
-    def _record_changed(self, key: Key, body: dict[str, Any] | None) -> None:
-        trainer = (body or {}).get("spec", {}).get("trainer", {}).get("name")
+    def _record_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        trainer = body.get("spec", {}).get("trainer", {}).get("name")
         if trainer:
             self.rt.requeue([(key[0], trainer)])
 

@@ -24,8 +24,8 @@ class CheckpointController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.checkpoints.register(registry, self._checkpoint_changed)
 
-    def _checkpoint_changed(self, key: Key, body: dict[str, Any] | None) -> None:
-        trainer = (body or {}).get("spec", {}).get("trainer")
+    def _checkpoint_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        trainer = body.get("spec", {}).get("trainer")
         if trainer:
             self.rt.requeue([(key[0], trainer)])
 

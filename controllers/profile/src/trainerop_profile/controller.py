@@ -29,11 +29,11 @@ class ProfileController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.profiles.register(registry, self._profile_changed)
 
-    def _profile_changed(self, key: Key, body: dict[str, Any] | None) -> None:
+    def _profile_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         namespace, name = key
         users = [k for k, t in self.rt.trainers.items() if k[0] == namespace and t["spec"].get("profile") == name]
         self.rt.requeue(users)
-        if body is not None:
+        if not deleted:
             self.rt.spawn(self._mark_valid(body))
 
     async def _mark_valid(self, body: dict[str, Any]) -> None:

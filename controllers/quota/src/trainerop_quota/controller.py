@@ -24,7 +24,7 @@ class QuotaController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.policies.register(registry, self._policy_changed)
 
-    def _policy_changed(self, key: Key, body: dict[str, Any] | None) -> None:
+    def _policy_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         self.rt.requeue(list(self.rt.trainers))
 
     async def reconcile(self, body: Body) -> None:

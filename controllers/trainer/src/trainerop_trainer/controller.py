@@ -72,9 +72,8 @@ class TrainerController:
         self.pods.register(registry, self._child_changed)
         self.services.register(registry, self._child_changed)
 
-    def _child_changed(self, key: Key, body: dict[str, Any] | None) -> None:
-        if body is None:
-            return
+    def _child_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        # Deletions matter most: a replacement can only be created once its predecessor is gone.
         trainer = (body.get("metadata", {}).get("labels") or {}).get(NAME_LABEL)
         if trainer and (key[0], trainer) in self.rt.trainers:
             self.rt.requeue([(key[0], trainer)])

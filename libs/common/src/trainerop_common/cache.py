@@ -44,21 +44,23 @@ class ObjectCache:
         return (str(meta.get("namespace", "")), str(meta.get("name", "")))
 
     def register(
-        self, registry: kopf.OperatorRegistry, on_change: Callable[[Key, dict[str, Any] | None], None] | None = None
+        self, registry: kopf.OperatorRegistry, on_change: Callable[[Key, dict[str, Any], bool], None] | None = None
     ) -> None:
+        """Keep the cache current from a watch; ``on_change(key, body, deleted)`` after each event
+        (for a deletion, ``body`` is the object's last state)."""
         group, version, plural = self._resource
         resource = (group, version, plural) if group else (version, plural)
 
         @kopf.on.event(*resource, labels=self._labels, registry=registry)
         async def watch(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
             key = self.key(body)
-            if event.get("type") == "DELETED":
+            deleted = event.get("type") == "DELETED"
+            if deleted:
                 self.items.pop(key, None)
-                new = None
             else:
-                new = self.items[key] = dict(body)
+                self.items[key] = dict(body)
             if on_change is not None:
-                on_change(key, new)
+                on_change(key, dict(body), deleted)
 
     async def ensure_listed(self) -> None:
         if self._listed:

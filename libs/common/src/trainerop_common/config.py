@@ -39,7 +39,7 @@ class ControllerConfig:
     log_level: str = "INFO"
     qps: float = 20.0
     burst: int = 40
-    workers: int = 8
+    workers: int = 0
     resync_seconds: float = 300.0
     peering: bool = False
     peering_priority: int = 0
@@ -71,7 +71,9 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--qps", type=float, default=float(_env("QPS", "20")), help="client-side API rate limit")
     p.add_argument("--burst", type=int, default=int(_env("BURST", "40")))
-    p.add_argument("--workers", type=int, default=int(_env("WORKERS", "8")), help="objects reconciled concurrently")
+    p.add_argument(
+        "--workers", type=int, default=int(_env("WORKERS", "0")), help="objects reconciled concurrently (0: no limit)"
+    )
     p.add_argument("--resync-seconds", type=float, default=float(_env("RESYNC_SECONDS", "300")))
     p.add_argument(
         "--peering",
@@ -107,8 +109,8 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
     unknown = set(gates) - set(CONCERNS)
     if unknown:
         p.error(f"unknown gate(s) {sorted(unknown)}; choose from {', '.join(CONCERNS)}")
-    if a.qps <= 0 or a.burst < 1 or a.workers < 1:
-        p.error("--qps must be > 0, --burst and --workers at least 1")
+    if a.qps <= 0 or a.burst < 1 or a.workers < 0:
+        p.error("--qps must be > 0, --burst at least 1, --workers at least 0 (0: no limit)")
     return ControllerConfig(
         controller=controller,
         namespaces=tuple(a.namespace) if a.namespace else _csv(_env("NAMESPACES", "")),

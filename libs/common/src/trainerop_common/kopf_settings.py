@@ -38,7 +38,10 @@ def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     settings.peering.lifetime = config.peering_lifetime
     # CRDs are installed by deploy/, not discovered at run time: no cluster-wide CRD watch.
     settings.scanning.disabled = True
-    settings.queueing.worker_limit = config.workers
+    # kopf keeps an object's worker alive for idle_timeout after its last event and counts it
+    # against worker_limit, so a small limit serialises bursts of new objects: no limit unless asked.
+    settings.queueing.worker_limit = config.workers or None
+    settings.queueing.idle_timeout = 1.0
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
     settings.watching.server_timeout = 270

@@ -1,0 +1,60 @@
+"""What every benchmark needs: a cluster (the one in $KUBECONFIG, else the local one, started and
+stopped here) with the operator installed and its five controllers running."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hack import cluster as cluster_tool
+from hack import localdev
+from tests.harness import Cluster
+
+
+@contextmanager
+def operator_running(extra_env: dict[str, str] | None = None) -> Iterator[Cluster]:
+    started = False
+    if not os.environ.get("KUBECONFIG"):
+        t0 = time.monotonic()
+        if cluster_tool.main(["up"]) != 0:
+            raise SystemExit("the local cluster did not come up")
+        print(f"cluster_up_seconds {time.monotonic() - t0:.1f}")
+        os.environ["KUBECONFIG"] = str(cluster_tool.RUN_DIR / "admin.kubeconfig")
+        started = True
+    t0 = time.monotonic()
+    localdev.install()
+    ports = localdev.start(extra_env=extra_env)
+    print(f"operator_install_and_start_seconds {time.monotonic() - t0:.1f}")
+    state = localdev.state_dir()
+    try:
+        yield Cluster(
+            kubeconfig=localdev.admin_kubeconfig(),
+            kubectl_bin=cluster_tool.bin_dir() / "kubectl",
+            metrics_ports=ports,
+            sa_kubeconfigs={name: state / f"{name}.kubeconfig" for name in localdev.CONTROLLERS},
+        )
+    finally:
+        localdev.stop()
+        if started:
+            cluster_tool.main(["down"])
+            os.environ.pop("KUBECONFIG", None)
+
+
+@contextmanager
+def scratch_namespace(c: Cluster, prefix: str = "bench") -> Iterator[str]:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    c.kubectl("create", "namespace", name)
+    tolerations = [f"{k}={v}" for k, v in cluster_tool.DEFAULT_TOLERATIONS.items()]
+    c.kubectl("annotate", "namespace", name, *tolerations)
+    try:
+        yield name
+    finally:
+        c.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
