@@ -420,6 +420,7 @@ def components(run: Path, bins: Path) -> list[Component]:
                 "--node-ip=10.244.0.1",
                 "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{PORTS.kwok}",
+                f"--config={HACK / 'kwok-stages.yaml'}",
             ],
             lambda: http_ok(f"http://127.0.0.1:{PORTS.kwok}/healthz"),
         ),

@@ -82,35 +82,13 @@ def test_scaling_4_to_6_to_3_leaves_untouched_pods_untouched(cluster: Cluster, n
     eventually(lambda: running(cluster, namespace, 3), what="the status to count 3 workers")
 
 
+SIM = "sim.trainer.operator.kubeflow.org"
+
+
 def fail_pod(cluster: Cluster, namespace: str, name: str, exit_code: int) -> str:
-    """Report the pod's container as terminated, as its node would (returns the pod's UID)."""
+    """Ask kwok (the pod's node) to fail the pod's container with ``exit_code``; returns its UID."""
     pod = cluster.get("pod", name, namespace)
-    container = pod["spec"]["containers"][0]["name"]
-    status = {
-        "status": {
-            "phase": "Failed",
-            "containerStatuses": [
-                {
-                    "name": container,
-                    "image": pod["spec"]["containers"][0]["image"],
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                    "state": {
-                        "terminated": {
-                            "exitCode": exit_code,
-                            "reason": "Error",
-                            "startedAt": "2026-01-01T00:00:00Z",
-                            "finishedAt": "2026-01-01T00:01:00Z",
-                        }
-                    },
-                }
-            ],
-        }
-    }
-    cluster.kubectl(
-        "patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
-    )
+    cluster.kubectl("annotate", "pod", name, "-n", namespace, f"{SIM}/fail-after=100ms", f"{SIM}/exit-code={exit_code}")
     return str(pod["metadata"]["uid"])
 
 
@@ -150,3 +128,21 @@ def test_a_permanent_failure_fails_the_trainer_naming_pod_and_exit_code(cluster:
         lambda: not [p for p in pods(cluster, namespace).values() if p["status"].get("phase") == "Running"],
         what="running pods to be cleaned up",
     )
+
+
+def test_the_run_succeeds_when_its_workers_do(cluster: Cluster, namespace: str) -> None:
+    spec = {
+        **SEED_TRAINER["spec"],
+        "podTemplateOverrides": {"worker": {"metadata": {"annotations": {f"{SIM}/succeed-after": "2s"}}}},
+    }
+    cluster.apply({**SEED_TRAINER, "spec": spec}, namespace)
+    obj = eventually(
+        lambda: (o := trainer(cluster, namespace))["status"].get("phase") == "Succeeded" and o,
+        what="the run to succeed",
+    )
+    assert condition(obj, "Succeeded")["status"] == "True"
+    assert obj["status"]["progress"]["completionTime"]
+    assert obj["status"]["topology"]["replicas"]["worker"]["succeeded"] == 4
+    # cleanPodPolicy Running: the parameter server, still running, is removed; finished workers stay.
+    eventually(lambda: f"{NAME}-ps-0" not in pods(cluster, namespace), what="the parameter server to be removed")
+    assert len(pods(cluster, namespace)) == 4

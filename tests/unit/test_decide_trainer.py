@@ -1,16 +1,18 @@
 """The trainer's decision core, table by table (DESIGN §3 gates, §6 failure semantics)."""
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
-from trainerop_trainer.decide import Decision, Observed, PodView, decide
+from trainerop_trainer.decide import Decision, Observed, PodView, RestartBackoff, decide
 from trainerop_trainer.pods import Owner
 
-NOW = "2026-01-01T00:10:00Z"
+NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
+STAMP = "2026-01-01T00:10:00Z"
 GATES = ("ProfileResolved", "QuotaAdmitted")
 SEED: dict[str, Any] = {"epochs": 10, "image": "img", "topology": {"workers": 4, "parameterServers": 1}}
 
@@ -121,7 +123,7 @@ def test_all_pods_running_is_running_with_a_start_time() -> None:
     d = observe(spec(), running(spec()))
     assert d.create_pods == () and d.delete_pods == ()  # noqa: PT018
     assert d.status["phase"] == "Running"
-    assert d.status["progress"]["startTime"] == NOW
+    assert d.status["progress"]["startTime"] == STAMP
     assert by_type(d)["Running"].status == "True"
     assert by_type(d)["Created"].status == "True"
     assert d.status["topology"]["readyWorkers"] == 4
@@ -179,7 +181,7 @@ def test_exit_code_rules(policy: str, exit_code: int | None, restarted: bool) ->
         failed = by_type(d)["Failed"]
         assert (failed.status, failed.reason) == ("True", "PodFailed")
         assert f"pod t-worker-3 failed with exit code {exit_code}" in failed.message
-        assert d.status["progress"]["completionTime"] == NOW
+        assert d.status["progress"]["completionTime"] == STAMP
 
 
 def test_backoff_limit_fails_the_run() -> None:
@@ -223,7 +225,7 @@ def test_success_policy_and_clean_pod_policy() -> None:
     assert d.status["phase"] == "Succeeded"
     assert by_type(d)["Succeeded"].status == "True"
     assert d.delete_pods == ("t-worker-0",)
-    assert d.status["progress"]["completionTime"] == NOW
+    assert d.status["progress"]["completionTime"] == STAMP
 
 
 def test_generic_succeeds_when_all_workers_have() -> None:
@@ -253,3 +255,57 @@ def test_suspend_deletes_pods_and_says_so() -> None:
     assert len(d.delete_pods) == 5
     assert by_type(d)["Suspended"].status == "True"
     assert by_type(d)["Created"].reason == "Suspended"
+
+
+def test_restart_backoff_delays_repeated_replacements_and_requeues() -> None:
+    assert [RestartBackoff(1, 8).delay(n) for n in range(1, 7)] == [0, 1, 2, 4, 8, 8]
+    s = spec()
+    pods = [p for p in running(s) if p.name != "t-worker-3"]
+    # The 3rd worker failure 1 s ago: a 2 s backoff, so the replacement waits 1 s more.
+    status = {"topology": {"replicas": {"worker": {"restarts": 3, "lastFailureTime": "2026-01-01T00:09:59Z"}}}}
+    d = observe(s, pods, status=status)
+    assert d.create_pods == ()
+    assert d.requeue_after == 1.0
+    assert d.status["phase"] == "Restarting"
+    assert by_type(d)["Restarting"].reason == "RestartBackoff"
+    # The first failure of a role is replaced at once.
+    first = {"topology": {"replicas": {"worker": {"restarts": 1, "lastFailureTime": "2026-01-01T00:10:00Z"}}}}
+    assert created_names(observe(s, pods, status=first)) == ["t-worker-3"]
+
+
+def test_a_failure_records_its_time_for_the_backoff() -> None:
+    s = spec()
+    d = observe(s, [*running(s)[:-2], pod("worker", 3, "Failed", 137), pod("ps", 0)])
+    assert d.status["topology"]["replicas"]["worker"]["lastFailureTime"] == STAMP
+
+
+def test_active_deadline() -> None:
+    s = spec(runPolicy={"activeDeadlineSeconds": 60})
+    started = {"progress": {"startTime": "2026-01-01T00:09:30Z"}}
+    d = observe(s, running(s), status=started)
+    assert d.status["phase"] == "Running"
+    assert d.requeue_after == 30.0
+    late = {"progress": {"startTime": "2026-01-01T00:08:00Z"}}
+    d = observe(s, running(s), status=late)
+    assert d.status["phase"] == "Failed"
+    assert by_type(d)["Failed"].reason == "DeadlineExceeded"
+    assert len(d.delete_pods) == 5
+
+
+def test_ttl_after_finished_deletes_the_trainer() -> None:
+    s = spec(runPolicy={"ttlSecondsAfterFinished": 300})
+    done = [*OPEN, cond("Succeeded", "True", "Succeeded")]
+    recent = observe(
+        s, [], status={"phase": "Succeeded", "progress": {"completionTime": "2026-01-01T00:09:00Z"}}, conditions=done
+    )
+    assert (recent.delete_trainer, recent.requeue_after) == (False, 240.0)
+    old = observe(
+        s, [], status={"phase": "Succeeded", "progress": {"completionTime": "2026-01-01T00:04:00Z"}}, conditions=done
+    )
+    assert old.delete_trainer
+
+
+def test_resuming_says_so() -> None:
+    d = observe(spec(), [], conditions=[*OPEN, cond("Suspended", "True", "SuspendedByUser")])
+    assert (by_type(d)["Suspended"].status, by_type(d)["Suspended"].reason) == ("False", "Resumed")
+    assert len(d.create_pods) == 5

@@ -14,7 +14,7 @@ from trainerop_common.conditions import parse
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
-from .decide import CONDITIONS, OWNED_FIELDS, Observed, PodView, decide
+from .decide import CONDITIONS, OWNED_FIELDS, Observed, PodView, RestartBackoff, decide
 from .pods import INDEX_LABEL, NAME_LABEL, TYPE_LABEL, Owner, PodSettings
 from .topology import ROLES
 
@@ -64,6 +64,9 @@ class TrainerController:
             lambda: runtime.kube.list_core("Service", selector), "", "v1", "services", {TYPE_LABEL: kopf.PRESENT}
         )
         self.settings = PodSettings(init_image=runtime.config.init_image)
+        self.backoff = RestartBackoff(
+            runtime.config.restart_backoff_seconds, runtime.config.restart_backoff_cap_seconds
+        )
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self._deleted: set[str] = set()
@@ -116,11 +119,12 @@ class TrainerController:
                 status=status,
                 conditions=parse((body.get("status") or {}).get("conditions")),
                 gates=self.rt.config.gate_conditions,
-                now=rfc3339(self.rt.clock.now()),
+                now=self.rt.clock.now(),
                 pods=views,
                 services=frozenset(services),
                 contributions=contributions,
                 settings=self.settings,
+                backoff=self.backoff,
             )
         )
         kube = self.rt.kube
@@ -140,6 +144,12 @@ class TrainerController:
         for type_, reason, message in decision.events:
             self.rt.event(body, type_, reason, message)
         await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))
+        key = (owner.namespace, owner.name)
+        if decision.delete_trainer:
+            self.rt.event(body, "Normal", "TTLExpired", "spec.runPolicy.ttlSecondsAfterFinished has passed; deleting")
+            await kube.delete("Trainer", owner.name, owner.namespace)
+        elif decision.requeue_after is not None:
+            self.rt.requeue_after(key, decision.requeue_after)
         self._deleted &= {p["metadata"].get("uid") for p in self.pods.items.values()}
 
 

@@ -7,11 +7,13 @@ or delete and what the status says. DESIGN §3 (gates, contributions), §5 (cont
 
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from trainerop_common.api import GROUP, PodContribution
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import Phase, ReplicaStatus, TrainerSpec, TrainerStatus
+from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired, find
 
 from .pods import Owner, PodSettings, pod_manifest, service_manifest
@@ -20,6 +22,25 @@ from .topology import ROLES, Replica, Role, desired_counts, has_master, replicas
 CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended")
 OWNED_FIELDS = ("phase", "topology", "progress")
 DEFAULT_BACKOFF_LIMIT = 6  # as batch/v1 Job
+
+
+@dataclass(frozen=True)
+class RestartBackoff:
+    """Delay before the n-th replacement of a role's pods: the first is immediate, then
+    ``base``, 2 x ``base``, ... up to ``cap`` seconds (controller flags)."""
+
+    base: float = 1.0
+    cap: float = 60.0
+
+    def delay(self, restarts: int) -> float:
+        return 0.0 if restarts <= 1 else min(self.cap, self.base * 2 ** (restarts - 2))
+
+
+History = Mapping[str, tuple[int, str | None]]  # role -> (restarts, last failure time)
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)
@@ -48,11 +69,12 @@ class Observed:
     status: TrainerStatus
     conditions: Sequence[Condition]
     gates: Sequence[str]  # condition types of the deployed concerns
-    now: str
+    now: datetime
     pods: Sequence[PodView] = ()
     services: Set[str] = frozenset()
     contributions: Mapping[str, PodContribution] = field(default_factory=dict)
     settings: PodSettings = field(default_factory=PodSettings)
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
 
 
 @dataclass(frozen=True)
@@ -65,6 +87,8 @@ class Decision:
     delete_services: tuple[str, ...] = ()
     restarted: tuple[str, ...] = ()  # pods deleted to be replaced after a retryable failure
     events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message)
+    requeue_after: float | None = None  # seconds until something is due (backoff, deadline, TTL)
+    delete_trainer: bool = False  # ttlSecondsAfterFinished has passed
 
 
 def worker_selector(name: str) -> str:
@@ -115,12 +139,13 @@ def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
     return all(done(w) for w in workers)
 
 
-def counts(spec: TrainerSpec, pods: Sequence[PodView], restarts: Mapping[str, int]) -> dict[str, ReplicaStatus]:
+def counts(spec: TrainerSpec, pods: Sequence[PodView], history: History) -> dict[str, ReplicaStatus]:
     desired = desired_counts(spec)
     out: dict[str, ReplicaStatus] = {}
     for role in ROLES:
         mine = [p for p in pods if p.role == role and not p.deleting]
-        if not desired[role] and not mine and not restarts.get(role):
+        restarts, last_failure = history.get(role, (0, None))
+        if not desired[role] and not mine and not restarts:
             continue
         out[role] = ReplicaStatus(
             desired=desired[role],
@@ -128,7 +153,8 @@ def counts(spec: TrainerSpec, pods: Sequence[PodView], restarts: Mapping[str, in
             ready=sum(p.ready and p.phase == "Running" for p in mine),
             succeeded=sum(p.phase == "Succeeded" for p in mine),
             failed=sum(p.phase == "Failed" for p in mine),
-            restarts=restarts.get(role, 0),
+            restarts=restarts,
+            last_failure_time=last_failure,
         )
     return out
 
@@ -137,11 +163,11 @@ def _status(
     obs: Observed,
     phase: Phase,
     pods: Sequence[PodView],
-    restarts: Mapping[str, int],
+    history: History,
     start: str | None,
     completion: str | None,
 ) -> dict[str, Any]:
-    by_role = counts(obs.spec, pods, restarts)
+    by_role = counts(obs.spec, pods, history)
     workers = by_role.get("worker", ReplicaStatus())
     topology = {
         "workers": workers.active,
@@ -159,88 +185,108 @@ def _status(
     return status
 
 
+def _due(obs: Observed, since: str | None, seconds: float | None) -> float | None:
+    """Seconds until ``since`` + ``seconds`` (<= 0: due now); None when either is unset."""
+    if since is None or seconds is None:
+        return None
+    return (parse_time(since) + timedelta(seconds=seconds) - obs.now).total_seconds()
+
+
+def _soonest(*delays: float | None) -> float | None:
+    pending = [d for d in delays if d is not None and d > 0]
+    return min(pending) if pending else None
+
+
 def decide(obs: Observed) -> Decision:
     spec, owner = obs.spec, obs.owner
+    stamp = rfc3339(obs.now)
     live = [p for p in obs.pods if not p.deleting]
     by_replica = {Replica(p.role, p.index): p for p in live}
     previous = obs.status.topology.replicas if obs.status.topology and obs.status.topology.replicas else {}
-    restarts = {role: c.restarts for role, c in previous.items()}
+    history: dict[str, tuple[int, str | None]] = {r: (c.restarts, c.last_failure_time) for r, c in previous.items()}
+    restarts_total = sum(n for n, _ in history.values())
     progress = obs.status.progress
     start = progress.start_time if progress else None
     completion = progress.completion_time if progress else None
     finished_phase = obs.status.phase if obs.status.phase in ("Succeeded", "Failed") else None
+    not_suspended = Desired.false("Suspended", "NotSuspended")
 
-    # A finished run stays finished; clean its pods as cleanPodPolicy says.
+    # A finished run stays finished; clean its pods as cleanPodPolicy says, delete it after its TTL.
     if finished_phase is not None:
         policy = spec.run_policy.clean_pod_policy
         doomed = [p.name for p in live if policy == "All" or (policy == "Running" and not p.finished)]
         kept = [c for c in CONDITIONS if find(obs.conditions, c) is not None]
+        ttl = _due(obs, completion, spec.run_policy.ttl_seconds_after_finished)
         return Decision(
-            status=_status(obs, finished_phase, live, restarts, start, completion),
+            status=_status(obs, finished_phase, live, history, start, completion),
             conditions=tuple(_keep(obs.conditions, kept)),
             delete_pods=tuple(doomed),
+            requeue_after=_soonest(ttl),
+            delete_trainer=ttl is not None and ttl <= 0,
         )
 
     if spec.run_policy.suspend:
         return Decision(
-            status=_status(obs, "Suspended", live, restarts, None, None),
+            status=_status(obs, "Suspended", live, history, None, None),
             conditions=(
                 Desired.false("Created", "Suspended", "spec.runPolicy.suspend is true; set it to false to start"),
                 Desired.true("Suspended", "SuspendedByUser", "spec.runPolicy.suspend is true; its pods are deleted"),
             ),
             delete_pods=tuple(p.name for p in live),
         )
+    was = find(obs.conditions, "Suspended")
+    if was is not None and (was.status == "True" or was.reason == "Resumed"):
+        not_suspended = Desired.false("Suspended", "Resumed", "spec.runPolicy.suspend was set to false")
 
     waiting = gate_wait(obs.conditions, obs.gates, owner.generation)
     if waiting and not live:
         return Decision(
-            status=_status(obs, "Pending", live, restarts, start, None),
+            status=_status(obs, "Pending", live, history, start, None),
             conditions=(
                 Desired.false("Created", "WaitingForGates", "waiting for " + "; ".join(waiting)),
-                Desired.false("Suspended", "NotSuspended"),
+                not_suspended,
             ),
         )
 
-    desired = replicas(spec)
-    wanted = set(desired)
-    events: list[tuple[str, str, str]] = []
+    def fail(reason: str, message: str) -> Decision:
+        return Decision(
+            status=_status(obs, "Failed", live, history, start, stamp),
+            conditions=(
+                Desired.true("Created", "PodsCreated", "all pods were created"),
+                Desired.false("Running", reason, message),
+                Desired.true("Failed", reason, message),
+                not_suspended,
+            ),
+            delete_pods=tuple(p.name for p in live if spec.run_policy.clean_pod_policy != "None" and not p.finished),
+            events=(("Warning", reason, message),),
+        )
+
+    deadline = _due(obs, start, spec.run_policy.active_deadline_seconds)
+    if deadline is not None and deadline <= 0:
+        return fail(
+            "DeadlineExceeded",
+            f"the run was active longer than spec.runPolicy.activeDeadlineSeconds "
+            f"({spec.run_policy.active_deadline_seconds}s since {start})",
+        )
 
     # Failures: replace a retryable one (counted, within the backoff limit), fail on the rest.
     failed = sorted((p for p in live if p.phase == "Failed"), key=lambda p: (p.role, p.index))
     limit = spec.run_policy.backoff_limit if spec.run_policy.backoff_limit is not None else DEFAULT_BACKOFF_LIMIT
     permanent = next((p for p in failed if not retryable(spec, p)), None)
-    if permanent is None and failed and sum(restarts.values()) + len(failed) > limit:
-        permanent = failed[0]
-        reason, message = (
-            "BackoffLimitExceeded",
-            (
-                f"{describe_failure(permanent)} after {sum(restarts.values())} restarts; "
-                f"spec.runPolicy.backoffLimit is {limit}"
-            ),
-        )
-    elif permanent is not None:
-        reason, message = (
-            "PodFailed",
-            (
-                f"{describe_failure(permanent)}, which restartPolicy {spec.run_policy.restart_policy} does not retry"
-                + (" (exit codes 1-127 are permanent)" if spec.run_policy.restart_policy == "ExitCode" else "")
-                + "; fix the cause and create the Trainer again"
-            ),
-        )
     if permanent is not None:
-        events.append(("Warning", reason, message))
-        return Decision(
-            status=_status(obs, "Failed", live, restarts, start, obs.now),
-            conditions=(
-                Desired.true("Created", "PodsCreated", "all pods were created"),
-                Desired.false("Running", reason, message),
-                Desired.true("Failed", reason, message),
-                Desired.false("Suspended", "NotSuspended"),
-            ),
-            delete_pods=tuple(p.name for p in live if spec.run_policy.clean_pod_policy != "None" and not p.finished),
-            events=tuple(events),
+        return fail(
+            "PodFailed",
+            f"{describe_failure(permanent)}, which restartPolicy {spec.run_policy.restart_policy} does not retry"
+            + (" (exit codes 1-127 are permanent)" if spec.run_policy.restart_policy == "ExitCode" else "")
+            + "; fix the cause and create the Trainer again",
+        )
+    if failed and restarts_total + len(failed) > limit:
+        return fail(
+            "BackoffLimitExceeded",
+            f"{describe_failure(failed[0])} after {restarts_total} restarts; spec.runPolicy.backoffLimit is {limit}",
         )
 
+    events: list[tuple[str, str, str]] = []
     restart: list[PodView] = []
     for pod in failed:
         if pod.role != "ps" and spec.run_policy.restart_scope == "Gang":
@@ -249,9 +295,8 @@ def decide(obs: Observed) -> Decision:
             break
         restart.append(pod)
     restart_names = {p.name for p in restart}
-    new_restarts = dict(restarts)
     for pod in failed:
-        new_restarts[pod.role] = new_restarts.get(pod.role, 0) + 1
+        history[pod.role] = (history.get(pod.role, (0, None))[0] + 1, stamp)
         events.append(("Warning", "RestartingPod", f"{describe_failure(pod)}; replacing it (same name and DNS)"))
     if len(restart) > len(failed):
         events.append(("Normal", "GangRestart", f"restartScope is Gang: restarting {len(restart)} pods"))
@@ -260,25 +305,36 @@ def decide(obs: Observed) -> Decision:
     if succeeded(spec, by_replica):
         done_message = "the run finished successfully"
         return Decision(
-            status=_status(obs, "Succeeded", remaining, new_restarts, start, obs.now),
+            status=_status(obs, "Succeeded", remaining, history, start, stamp),
             conditions=(
                 Desired.true("Created", "PodsCreated", "all pods were created"),
                 Desired.false("Running", "Succeeded", done_message),
                 Desired.true("Succeeded", "Succeeded", done_message),
-                Desired.false("Suspended", "NotSuspended"),
+                not_suspended,
             ),
             delete_pods=tuple(
                 p.name for p in remaining if spec.run_policy.clean_pod_policy != "None" and not p.finished
             ),
         )
 
+    desired = replicas(spec)
+    wanted = set(desired)
     existing_names = {p.name for p in obs.pods}  # deleting pods still hold their names
     missing = [r for r in desired if r.name(owner.name) not in existing_names]
+    # A role's replacements wait out its restart backoff.
+    backoff_wait = {
+        role: _due(obs, last, obs.backoff.delay(n)) for role, (n, last) in history.items() if n and last is not None
+    }
+    held = [r for r in missing if (backoff_wait.get(r.role) or 0) > 0]
     # No new pod (not even a replacement) until every gate is open for this generation.
     create = (
         []
         if waiting
-        else [pod_manifest(owner, spec, r, obs.contributions, _resume_from(obs), obs.settings) for r in missing]
+        else [
+            pod_manifest(owner, spec, r, obs.contributions, _resume_from(obs), obs.settings)
+            for r in missing
+            if r not in held
+        ]
     )
     surplus = [p.name for p in remaining if Replica(p.role, p.index) not in wanted]
     wanted_services = {r.name(owner.name) for r in desired}
@@ -294,14 +350,9 @@ def decide(obs: Observed) -> Decision:
         and all(p.phase in ("Running", "Succeeded") for p in running)
         and any(p.phase == "Running" for p in running)
     )
-    if restart:
-        phase: Phase = "Restarting"
-    elif all_running:
-        phase = "Running"
-    else:
-        phase = "Pending"
+    phase: Phase = "Restarting" if restart or held else "Running" if all_running else "Pending"
     if all_running and start is None:
-        start = obs.now
+        start = stamp
     before = find(obs.conditions, "Created")
     if waiting and missing:
         created = Desired(
@@ -321,16 +372,19 @@ def decide(obs: Observed) -> Decision:
         else Desired.false(
             "Running", "PodsNotRunning", f"{sum(p.phase == 'Running' for p in running)} of {len(desired)} pods running"
         ),
-        Desired.false("Suspended", "NotSuspended"),
+        not_suspended,
     ]
-    if restart or find(obs.conditions, "Restarting") is not None:
-        conditions.append(
-            Desired.true("Restarting", "PodFailed", "; ".join(describe_failure(p) for p in failed))
-            if restart
-            else Desired.false("Restarting", "Recovered", "every pod is back")
+    if restart or held:
+        why = (
+            "; ".join(describe_failure(p) for p in failed)
+            if failed
+            else (f"waiting out the restart backoff before replacing {', '.join(r.name(owner.name) for r in held)}")
         )
+        conditions.append(Desired.true("Restarting", "PodFailed" if failed else "RestartBackoff", why))
+    elif find(obs.conditions, "Restarting") is not None:
+        conditions.append(Desired.false("Restarting", "Recovered", "every pod is back"))
     return Decision(
-        status=_status(obs, phase, remaining, new_restarts, start, None),
+        status=_status(obs, phase, remaining, history, start, None),
         conditions=tuple(conditions),
         create_pods=tuple(create),
         create_services=tuple(services),
@@ -338,6 +392,7 @@ def decide(obs: Observed) -> Decision:
         delete_services=tuple(extra_services),
         restarted=tuple(sorted(restart_names)),
         events=tuple(events),
+        requeue_after=_soonest(*backoff_wait.values(), _due(obs, start, spec.run_policy.active_deadline_seconds)),
     )
 
 

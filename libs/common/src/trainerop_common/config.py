@@ -47,6 +47,8 @@ class ControllerConfig:
     pod_name: str = ""
     gates: tuple[str, ...] = field(default_factory=tuple)
     init_image: str = "busybox:1.36"
+    restart_backoff_seconds: float = 1.0
+    restart_backoff_cap_seconds: float = 60.0
 
     @property
     def gate_conditions(self) -> tuple[str, ...]:
@@ -104,6 +106,18 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
             default=_env("INIT_IMAGE", "busybox:1.36"),
             help="image of the init container that waits for the rendezvous address (needs sh and nslookup)",
         )
+        p.add_argument(
+            "--restart-backoff-seconds",
+            type=float,
+            default=float(_env("RESTART_BACKOFF_SECONDS", "1")),
+            help="a role's first replacement is immediate, the next ones wait this, then twice as long...",
+        )
+        p.add_argument(
+            "--restart-backoff-cap-seconds",
+            type=float,
+            default=float(_env("RESTART_BACKOFF_CAP_SECONDS", "60")),
+            help="the longest wait before a replacement",
+        )
     a = p.parse_args(argv)
     gates = _csv(getattr(a, "gates", ""))
     unknown = set(gates) - set(CONCERNS)
@@ -127,4 +141,6 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         pod_name=os.environ.get("POD_NAME", os.uname().nodename),
         gates=gates,
         init_image=getattr(a, "init_image", "busybox:1.36"),
+        restart_backoff_seconds=getattr(a, "restart_backoff_seconds", 1.0),
+        restart_backoff_cap_seconds=getattr(a, "restart_backoff_cap_seconds", 60.0),
     )

@@ -155,6 +155,16 @@ class Kube:
             raise
         return True
 
+    async def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete one of the operator's objects; False if it is already gone."""
+        try:
+            await self._call("delete", self._client.delete(RESOURCES[kind], name, namespace=namespace))
+        except ApiError as err:
+            if is_not_found(err):
+                return False
+            raise
+        return True
+
     async def create(self, kind: str, body: dict[str, Any], namespace: str | None = None) -> bool:
         """Create an object; False if it already exists (creation is idempotent by name)."""
         res = RESOURCES[kind]

@@ -181,6 +181,10 @@ class Runtime:
 
         task.add_done_callback(done)
 
+    def requeue_after(self, key: Key, seconds: float) -> None:
+        """Reconcile this Trainer again in ``seconds`` (a backoff, deadline or TTL falls due)."""
+        self._schedule(key, seconds)
+
     def requeue(self, keys: Iterator[Key] | Sequence[Key]) -> None:
         """Reconcile these Trainers soon (e.g. a profile they use changed)."""
         for key in keys:

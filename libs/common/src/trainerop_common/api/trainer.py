@@ -130,6 +130,9 @@ class ReplicaStatus(K8sModel):
     succeeded: int = Field(default=0, ge=0)
     failed: int = Field(default=0, ge=0)
     restarts: int = Field(default=0, ge=0, description="Pods replaced after a failure.")
+    last_failure_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="Starts the restart backoff."
+    )
 
 
 class TopologyStatus(K8sModel):
