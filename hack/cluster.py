@@ -32,6 +32,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -427,7 +428,7 @@ def components(run: Path, bins: Path) -> list[Component]:
     ]
 
 
-def fake_nodes(count: int) -> list[dict[str, object]]:
+def fake_nodes(count: int) -> list[dict[str, Any]]:
     """GPU nodes kwok keeps alive: half on-demand, half spot, two NVLink domains."""
     nodes: list[dict[str, object]] = []
     for i in range(count):

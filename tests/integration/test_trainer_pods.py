@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 import yaml
+from hack import cluster as cluster_tool
 
 from tests.harness import REPO, Cluster, condition, eventually
 
@@ -146,3 +147,32 @@ def test_the_run_succeeds_when_its_workers_do(cluster: Cluster, namespace: str) 
     # cleanPodPolicy Running: the parameter server, still running, is removed; finished workers stay.
     eventually(lambda: f"{NAME}-ps-0" not in pods(cluster, namespace), what="the parameter server to be removed")
     assert len(pods(cluster, namespace)) == 4
+
+
+def test_a_pod_on_a_deleted_node_is_replaced_elsewhere(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(SEED_TRAINER, namespace)
+    eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
+    victim = f"{NAME}-worker-0"
+    pod = pods(cluster, namespace)[victim]
+    node, old_uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+    try:
+        cluster.kubectl("delete", "node", node, "--wait=false")  # a spot node reclaimed
+        replacement = eventually(
+            lambda: (
+                (p := pods(cluster, namespace).get(victim))
+                and p["metadata"]["uid"] != old_uid
+                and p["spec"].get("nodeName")
+                and p
+            ),
+            what="a replacement scheduled on another node",
+        )
+        assert replacement["spec"]["nodeName"] != node
+        obj = eventually(lambda: running(cluster, namespace, 4), what="the run to be Running again")
+        assert obj["status"]["topology"]["replicas"]["worker"]["restarts"] == 1
+        events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+        assert any(e["reason"] == "RestartingPod" and f"lost with its node {node}" in e["message"] for e in events)
+    finally:
+        (spec,) = [n for n in cluster_tool.fake_nodes(cluster_tool.FAKE_NODES) if n["metadata"]["name"] == node]
+        eventually(lambda: node not in cluster.kubectl("get", "nodes", "-o", "name"), what="the node to be gone")
+        cluster.apply(spec)
+        cluster.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=60s")

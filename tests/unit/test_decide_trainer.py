@@ -309,3 +309,56 @@ def test_resuming_says_so() -> None:
     d = observe(spec(), [], conditions=[*OPEN, cond("Suspended", "True", "SuspendedByUser")])
     assert (by_type(d)["Suspended"].status, by_type(d)["Suspended"].reason) == ("False", "Resumed")
     assert len(d.create_pods) == 5
+
+
+def test_lost_nodes() -> None:
+    from trainerop_trainer.decide import NodeView, lost_nodes
+
+    nodes = [
+        NodeView("ok", "True", "2026-01-01T00:00:00Z"),
+        NodeView("down", "False", "2026-01-01T00:09:00Z"),
+        NodeView("flaky", "Unknown", "2026-01-01T00:09:50Z"),
+    ]
+    lost = lost_nodes(nodes, {"ok", "down", "flaky", "gone"}, NOW, grace=30)
+    assert set(lost) == {"down", "gone"}  # flaky is within the grace period
+    assert lost["gone"] == "node gone no longer exists"
+    assert "NotReady since 2026-01-01T00:09:00Z" in lost["down"]
+
+
+def test_a_pod_on_a_lost_node_is_force_deleted_and_replaced_as_a_restart() -> None:
+    s = spec()
+    pods = [PodView(**{**p.__dict__, "node": "n2" if p.name == "t-worker-1" else "n1"}) for p in running(s)]
+    d = decide(
+        Observed(
+            owner=Owner("t", "ns", "uid", 1),
+            spec=s,
+            status=TrainerStatus(),
+            conditions=OPEN,
+            gates=GATES,
+            now=NOW,
+            pods=pods,
+            services=frozenset(p.name for p in pods),
+            lost_nodes={"n2": "node n2 no longer exists"},
+        )
+    )
+    assert d.restarted == ("t-worker-1",)
+    assert d.force_delete == ("t-worker-1",)
+    assert d.status["topology"]["replicas"]["worker"]["restarts"] == 1
+    assert "pod t-worker-1 was lost with its node n2" in d.events[0][2]
+    # Once it is being deleted it is only forced away, not counted again.
+    going = [PodView(**{**p.__dict__, "deleting": p.name == "t-worker-1"}) for p in pods]
+    again = decide(
+        Observed(
+            owner=Owner("t", "ns", "uid", 1),
+            spec=s,
+            status=TrainerStatus(),
+            conditions=OPEN,
+            gates=GATES,
+            now=NOW,
+            pods=going,
+            services=frozenset(p.name for p in pods),
+            lost_nodes={"n2": "gone"},
+        )
+    )
+    assert again.restarted == ()
+    assert again.force_delete == ("t-worker-1",)

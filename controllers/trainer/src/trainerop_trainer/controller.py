@@ -14,7 +14,7 @@ from trainerop_common.conditions import parse
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
-from .decide import CONDITIONS, OWNED_FIELDS, Observed, PodView, RestartBackoff, decide
+from .decide import CONDITIONS, OWNED_FIELDS, NodeView, Observed, PodView, RestartBackoff, decide, lost_nodes
 from .pods import INDEX_LABEL, NAME_LABEL, TYPE_LABEL, Owner, PodSettings
 from .topology import ROLES
 
@@ -47,7 +47,14 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         deleting=bool(meta.get("deletionTimestamp")),
         exit_code=terminated.get("exitCode") if terminated else None,
         reason=(terminated or {}).get("reason") or status.get("reason") or "",
+        node=(body.get("spec") or {}).get("nodeName") or "",
     )
+
+
+def node_view(body: dict[str, Any]) -> NodeView:
+    conditions = (body.get("status") or {}).get("conditions") or ()
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    return NodeView(body["metadata"]["name"], ready.get("status", "Unknown"), ready.get("lastTransitionTime"))
 
 
 class TrainerController:
@@ -63,6 +70,7 @@ class TrainerController:
         self.services = ObjectCache(
             lambda: runtime.kube.list_core("Service", selector), "", "v1", "services", {TYPE_LABEL: kopf.PRESENT}
         )
+        self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
         self.settings = PodSettings(init_image=runtime.config.init_image)
         self.backoff = RestartBackoff(
             runtime.config.restart_backoff_seconds, runtime.config.restart_backoff_cap_seconds
@@ -74,6 +82,17 @@ class TrainerController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.pods.register(registry, self._child_changed)
         self.services.register(registry, self._child_changed)
+        self.nodes.register(registry, self._node_changed)
+
+    def _node_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        """Reconcile the Trainers with pods on a node that went away or changed readiness."""
+        node = body["metadata"]["name"]
+        owners = {
+            (p["metadata"].get("namespace", ""), (p["metadata"].get("labels") or {}).get(NAME_LABEL, ""))
+            for p in self.pods.items.values()
+            if (p.get("spec") or {}).get("nodeName") == node
+        }
+        self.rt.requeue([k for k in owners if k in self.rt.trainers])
 
     def _child_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         # Deletions matter most: a replacement can only be created once its predecessor is gone.
@@ -104,6 +123,9 @@ class TrainerController:
         services = {
             s["metadata"]["name"] for s in await self._children(self.services, owner.namespace, owner.name, owner.uid)
         }
+        now = self.rt.clock.now()
+        nodes = [node_view(n) for n in await self.nodes.values()]
+        lost = lost_nodes(nodes, {v.node for v in views if v.node}, now, self.rt.config.node_lost_seconds)
         contributions: dict[str, PodContribution] = {}
         for concern, section in (
             ("profile", status.profile),
@@ -119,7 +141,8 @@ class TrainerController:
                 status=status,
                 conditions=parse((body.get("status") or {}).get("conditions")),
                 gates=self.rt.config.gate_conditions,
-                now=self.rt.clock.now(),
+                now=now,
+                lost_nodes=lost,
                 pods=views,
                 services=frozenset(services),
                 contributions=contributions,
@@ -135,8 +158,11 @@ class TrainerController:
                 PODS_CREATED.labels(pod["metadata"]["labels"][TYPE_LABEL]).inc()
         by_name = {v.name: v for v in views}
         for name in decision.delete_pods:
-            if await kube.delete_core("Pod", owner.namespace, name) and name in by_name:
+            force = name in decision.force_delete
+            if await kube.delete_core("Pod", owner.namespace, name, force=force) and name in by_name:
                 self._deleted.add(by_name[name].uid)
+        for name in set(decision.force_delete) - set(decision.delete_pods):
+            await kube.delete_core("Pod", owner.namespace, name, force=True)
         for name in decision.restarted:
             RESTARTS.labels(by_name[name].role if name in by_name else "unknown").inc()
         for name in decision.delete_services:

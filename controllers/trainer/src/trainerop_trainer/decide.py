@@ -44,6 +44,28 @@ def parse_time(text: str) -> datetime:
 
 
 @dataclass(frozen=True)
+class NodeView:
+    name: str
+    ready: str  # status of the Ready condition: True, False or Unknown
+    since: str | None  # its lastTransitionTime
+
+
+def lost_nodes(nodes: Sequence[NodeView], pod_nodes: Set[str], now: datetime, grace: float) -> dict[str, str]:
+    """Nodes the pods are on that count as lost: gone from the API, or not Ready for ``grace`` s."""
+    known = {n.name: n for n in nodes}
+    lost = {}
+    for name in pod_nodes:
+        node = known.get(name)
+        if node is None:
+            lost[name] = f"node {name} no longer exists"
+        elif node.ready != "True" and node.since and (now - parse_time(node.since)).total_seconds() >= grace:
+            lost[name] = (
+                f"node {name} has been {'NotReady' if node.ready == 'False' else 'unreachable'} since {node.since}"
+            )
+    return lost
+
+
+@dataclass(frozen=True)
 class PodView:
     """What the decision needs to know of one pod."""
 
@@ -56,6 +78,7 @@ class PodView:
     deleting: bool = False
     exit_code: int | None = None
     reason: str = ""
+    node: str = ""
 
     @property
     def finished(self) -> bool:
@@ -75,6 +98,7 @@ class Observed:
     contributions: Mapping[str, PodContribution] = field(default_factory=dict)
     settings: PodSettings = field(default_factory=PodSettings)
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    lost_nodes: Mapping[str, str] = field(default_factory=dict)  # node name -> why it counts as lost
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,7 @@ class Decision:
     events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message)
     requeue_after: float | None = None  # seconds until something is due (backoff, deadline, TTL)
     delete_trainer: bool = False  # ttlSecondsAfterFinished has passed
+    force_delete: tuple[str, ...] = ()  # pods on lost nodes: no kubelet will confirm their deletion
 
 
 def worker_selector(name: str) -> str:
@@ -119,6 +144,8 @@ def retryable(spec: TrainerSpec, pod: PodView) -> bool:
 
 
 def describe_failure(pod: PodView) -> str:
+    if pod.reason == "NodeLost":
+        return f"pod {pod.name} was lost with its node {pod.node}"
     code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
     return f"pod {pod.name} failed with {code}" + (f" ({pod.reason})" if pod.reason else "")
 
@@ -200,7 +227,17 @@ def _soonest(*delays: float | None) -> float | None:
 def decide(obs: Observed) -> Decision:
     spec, owner = obs.spec, obs.owner
     stamp = rfc3339(obs.now)
-    live = [p for p in obs.pods if not p.deleting]
+    # A pod on a lost node is a failure without exit code (retryable, as an eviction is).
+    # One already being deleted is only waiting for a kubelet that will never answer.
+    stranded = {p.name for p in obs.pods if p.node in obs.lost_nodes and not p.finished and not p.deleting}
+    stuck = {p.name for p in obs.pods if p.node in obs.lost_nodes and p.deleting}
+    pods = [
+        PodView(**{**p.__dict__, "phase": "Failed", "reason": "NodeLost", "exit_code": None})
+        if p.name in stranded
+        else p
+        for p in obs.pods
+    ]
+    live = [p for p in pods if not p.deleting]
     by_replica = {Replica(p.role, p.index): p for p in live}
     previous = obs.status.topology.replicas if obs.status.topology and obs.status.topology.replicas else {}
     history: dict[str, tuple[int, str | None]] = {r: (c.restarts, c.last_failure_time) for r, c in previous.items()}
@@ -319,7 +356,7 @@ def decide(obs: Observed) -> Decision:
 
     desired = replicas(spec)
     wanted = set(desired)
-    existing_names = {p.name for p in obs.pods}  # deleting pods still hold their names
+    existing_names = {p.name for p in pods}  # deleting pods still hold their names
     missing = [r for r in desired if r.name(owner.name) not in existing_names]
     # A role's replacements wait out its restart backoff.
     backoff_wait = {
@@ -391,6 +428,7 @@ def decide(obs: Observed) -> Decision:
         delete_pods=tuple(sorted(restart_names | set(surplus))),
         delete_services=tuple(extra_services),
         restarted=tuple(sorted(restart_names)),
+        force_delete=tuple(sorted((stranded & restart_names) | stuck)),
         events=tuple(events),
         requeue_after=_soonest(*backoff_wait.values(), _due(obs, start, spec.run_policy.active_deadline_seconds)),
     )

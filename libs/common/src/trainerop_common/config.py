@@ -49,6 +49,7 @@ class ControllerConfig:
     init_image: str = "busybox:1.36"
     restart_backoff_seconds: float = 1.0
     restart_backoff_cap_seconds: float = 60.0
+    node_lost_seconds: float = 40.0
 
     @property
     def gate_conditions(self) -> tuple[str, ...]:
@@ -118,6 +119,12 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
             default=float(_env("RESTART_BACKOFF_CAP_SECONDS", "60")),
             help="the longest wait before a replacement",
         )
+        p.add_argument(
+            "--node-lost-seconds",
+            type=float,
+            default=float(_env("NODE_LOST_SECONDS", "40")),
+            help="a pod whose node has not been Ready this long is replaced elsewhere (a deleted node: at once)",
+        )
     a = p.parse_args(argv)
     gates = _csv(getattr(a, "gates", ""))
     unknown = set(gates) - set(CONCERNS)
@@ -143,4 +150,5 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         init_image=getattr(a, "init_image", "busybox:1.36"),
         restart_backoff_seconds=getattr(a, "restart_backoff_seconds", 1.0),
         restart_backoff_cap_seconds=getattr(a, "restart_backoff_cap_seconds", 60.0),
+        node_lost_seconds=getattr(a, "node_lost_seconds", 40.0),
     )

@@ -13,7 +13,7 @@ from lightkube.generic_resource import (
     create_global_resource,
     create_namespaced_resource,
 )
-from lightkube.resources.core_v1 import Namespace, Pod, Service
+from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.types import PatchType
 
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
@@ -134,6 +134,13 @@ class Kube:
         result: list[dict[str, Any]] = await self._call("list", collect())
         return result
 
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        async def collect() -> list[dict[str, Any]]:
+            return [dict(o.to_dict()) for o in [x async for x in self._client.list(Node)]]
+
+        result: list[dict[str, Any]] = await self._call("list", collect())
+        return result
+
     async def create_core(self, body: dict[str, Any]) -> bool:
         """Create a Pod or Service; False if one of that name exists already."""
         res = CORE[body["kind"]]
@@ -145,10 +152,12 @@ class Kube:
             raise
         return True
 
-    async def delete_core(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete a Pod or Service; False if it is already gone."""
+    async def delete_core(self, kind: str, namespace: str, name: str, force: bool = False) -> bool:
+        """Delete a Pod or Service; False if it is already gone. ``force`` skips the grace period
+        (for a pod whose node is lost and will never confirm the deletion)."""
+        grace = 0 if force else None
         try:
-            await self._call("delete", self._client.delete(CORE[kind], name, namespace=namespace))
+            await self._call("delete", self._client.delete(CORE[kind], name, namespace=namespace, grace_period=grace))
         except ApiError as err:
             if is_not_found(err):
                 return False
