@@ -14,10 +14,23 @@ from trainerop_common.conditions import parse
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
-from .decide import CONDITIONS, OWNED_FIELDS, NodeView, Observed, PodView, RestartBackoff, decide, lost_nodes
+from .decide import (
+    CONDITIONS,
+    OWNED_FIELDS,
+    LeaseView,
+    NodeView,
+    Observed,
+    PodView,
+    RestartBackoff,
+    decide,
+    lost_nodes,
+)
 from .pods import INDEX_LABEL, NAME_LABEL, TYPE_LABEL, Owner, PodSettings
 from .topology import ROLES
 
+EPOCH_ANNOTATION = "trainer.operator.kubeflow.org/epoch"  # written by trainerop_sdk.heartbeat
+STEP_ANNOTATION = "trainer.operator.kubeflow.org/step"
+EPOCHS = Counter("training_epochs_total", "Epochs completed, from progress heartbeats.", ["namespace", "trainer"])
 PODS_CREATED = Counter("trainer_pods_created_total", "Training pods created.", ["role"])
 RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retryable failure.", ["role"])
 
@@ -48,6 +61,22 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         exit_code=terminated.get("exitCode") if terminated else None,
         reason=(terminated or {}).get("reason") or status.get("reason") or "",
         node=(body.get("spec") or {}).get("nodeName") or "",
+        started=status.get("startTime"),
+    )
+
+
+def lease_view(body: dict[str, Any]) -> LeaseView:
+    annotations = body["metadata"].get("annotations") or {}
+
+    def number(key: str) -> int:
+        value = str(annotations.get(key, "0"))
+        return int(value) if value.isdigit() else 0
+
+    return LeaseView(
+        name=body["metadata"]["name"],
+        renew_time=(body.get("spec") or {}).get("renewTime"),
+        epoch=number(EPOCH_ANNOTATION),
+        step=number(STEP_ANNOTATION),
     )
 
 
@@ -71,6 +100,13 @@ class TrainerController:
             lambda: runtime.kube.list_core("Service", selector), "", "v1", "services", {TYPE_LABEL: kopf.PRESENT}
         )
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
+        self.leases = ObjectCache(
+            lambda: runtime.kube.list_core("Lease", selector),
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            {TYPE_LABEL: kopf.PRESENT},
+        )
         self.settings = PodSettings(init_image=runtime.config.init_image)
         self.backoff = RestartBackoff(
             runtime.config.restart_backoff_seconds, runtime.config.restart_backoff_cap_seconds
@@ -83,6 +119,7 @@ class TrainerController:
         self.pods.register(registry, self._child_changed)
         self.services.register(registry, self._child_changed)
         self.nodes.register(registry, self._node_changed)
+        self.leases.register(registry, self._child_changed)
 
     def _node_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         """Reconcile the Trainers with pods on a node that went away or changed readiness."""
@@ -123,6 +160,10 @@ class TrainerController:
         services = {
             s["metadata"]["name"] for s in await self._children(self.services, owner.namespace, owner.name, owner.uid)
         }
+        leases = {
+            lease.name: lease
+            for lease in map(lease_view, await self._children(self.leases, owner.namespace, owner.name, owner.uid))
+        }
         now = self.rt.clock.now()
         nodes = [node_view(n) for n in await self.nodes.values()]
         lost = lost_nodes(nodes, {v.node for v in views if v.node}, now, self.rt.config.node_lost_seconds)
@@ -143,6 +184,7 @@ class TrainerController:
                 gates=self.rt.config.gate_conditions,
                 now=now,
                 lost_nodes=lost,
+                leases=leases,
                 pods=views,
                 services=frozenset(services),
                 contributions=contributions,
@@ -151,6 +193,10 @@ class TrainerController:
             )
         )
         kube = self.rt.kube
+        for obj in decision.runner:
+            await kube.apply_core(obj)
+        for lease in decision.create_leases:
+            await kube.create_core(lease)
         for service in decision.create_services:
             await kube.create_core(service)
         for pod in decision.create_pods:
@@ -167,6 +213,12 @@ class TrainerController:
             RESTARTS.labels(by_name[name].role if name in by_name else "unknown").inc()
         for name in decision.delete_services:
             await kube.delete_core("Service", owner.namespace, name)
+        for name in decision.delete_leases:
+            await kube.delete_core("Lease", owner.namespace, name)
+        before = status.progress.epoch if status.progress else 0
+        after = int(decision.status.get("progress", {}).get("epoch", before))
+        if after > before:
+            EPOCHS.labels(owner.namespace, owner.name).inc(after - before)
         for type_, reason, message in decision.events:
             self.rt.event(body, type_, reason, message)
         await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))

@@ -16,7 +16,7 @@ from trainerop_common.api.trainer import Phase, ReplicaStatus, TrainerSpec, Trai
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired, find
 
-from .pods import Owner, PodSettings, pod_manifest, service_manifest
+from .pods import Owner, PodSettings, lease_manifest, pod_manifest, runner_manifests, service_manifest
 from .topology import ROLES, Replica, Role, desired_counts, has_master, replicas
 
 CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended")
@@ -79,10 +79,21 @@ class PodView:
     exit_code: int | None = None
     reason: str = ""
     node: str = ""
+    started: str | None = None  # status.startTime
 
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """A replica's heartbeat Lease: when it was last renewed and the progress it carried."""
+
+    name: str
+    renew_time: str | None = None
+    epoch: int = 0
+    step: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,7 @@ class Observed:
     settings: PodSettings = field(default_factory=PodSettings)
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     lost_nodes: Mapping[str, str] = field(default_factory=dict)  # node name -> why it counts as lost
+    leases: Mapping[str, LeaseView] = field(default_factory=dict)  # by pod name
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,9 @@ class Decision:
     requeue_after: float | None = None  # seconds until something is due (backoff, deadline, TTL)
     delete_trainer: bool = False  # ttlSecondsAfterFinished has passed
     force_delete: tuple[str, ...] = ()  # pods on lost nodes: no kubelet will confirm their deletion
+    create_leases: tuple[dict[str, Any], ...] = ()
+    delete_leases: tuple[str, ...] = ()
+    runner: tuple[dict[str, Any], ...] = ()  # the pods' identity, applied whenever pods are created
 
 
 def worker_selector(name: str) -> str:
@@ -146,6 +161,8 @@ def retryable(spec: TrainerSpec, pod: PodView) -> bool:
 def describe_failure(pod: PodView) -> str:
     if pod.reason == "NodeLost":
         return f"pod {pod.name} was lost with its node {pod.node}"
+    if pod.reason == "Stalled":
+        return f"pod {pod.name} stalled (no progress heartbeat)"
     code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
     return f"pod {pod.name} failed with {code}" + (f" ({pod.reason})" if pod.reason else "")
 
@@ -204,12 +221,40 @@ def _status(
     if by_role:
         topology["replicas"] = {role: c.to_k8s() for role, c in by_role.items()}
     progress = dict(obs.status.progress.to_k8s()) if obs.status.progress else {}
+    beats = [lease for lease in obs.leases.values() if lease.renew_time]
+    if beats:
+        progress["epoch"] = max(lease.epoch for lease in beats)
+        progress["step"] = max(lease.step for lease in beats)
+        progress["lastHeartbeatTime"] = max(str(lease.renew_time)[:19] + "Z" for lease in beats)
     progress |= {"startTime": start} if start else {}
     progress |= {"completionTime": completion} if completion else {}
     status: dict[str, Any] = {"phase": phase, "topology": topology}
     if progress:
         status["progress"] = progress
     return status
+
+
+def _last_sign(obs: Observed, pod: PodView) -> str | None:
+    """The later of the pod's start and its last heartbeat."""
+    lease = obs.leases.get(pod.name)
+    times = [t[:19] + "Z" for t in (pod.started, lease.renew_time if lease else None) if t]
+    return max(times) if times else None
+
+
+def _stalled(obs: Observed, pods: Sequence[PodView]) -> dict[str, str]:
+    """Running pods silent for longer than stallTimeoutSeconds -> why."""
+    timeout = obs.spec.run_policy.stall_timeout_seconds
+    if timeout is None:
+        return {}
+    out = {}
+    for pod in pods:
+        if pod.phase != "Running" or pod.deleting:
+            continue
+        last = _last_sign(obs, pod)
+        due = _due(obs, last, timeout)
+        if due is not None and due <= 0:
+            out[pod.name] = f"pod {pod.name} sent no heartbeat for {timeout}s (last sign of life {last})"
+    return out
 
 
 def _due(obs: Observed, since: str | None, seconds: float | None) -> float | None:
@@ -236,6 +281,11 @@ def decide(obs: Observed) -> Decision:
         if p.name in stranded
         else p
         for p in obs.pods
+    ]
+    stalled = _stalled(obs, pods)
+    pods = [
+        PodView(**{**p.__dict__, "phase": "Failed", "reason": "Stalled", "exit_code": None}) if p.name in stalled else p
+        for p in pods
     ]
     live = [p for p in pods if not p.deleting]
     by_replica = {Replica(p.role, p.index): p for p in live}
@@ -411,6 +461,13 @@ def decide(obs: Observed) -> Decision:
         ),
         not_suspended,
     ]
+    stall_timeout = spec.run_policy.stall_timeout_seconds
+    if stalled:
+        conditions.append(Desired.true("Stalled", "NoHeartbeat", "; ".join(stalled.values())))
+    elif stall_timeout is not None and find(obs.conditions, "Stalled") is not None:
+        conditions.append(
+            Desired.false("Stalled", "HeartbeatsOnTime", "no running pod has been silent for stallTimeoutSeconds")
+        )
     if restart or held:
         why = (
             "; ".join(describe_failure(p) for p in failed)
@@ -420,17 +477,27 @@ def decide(obs: Observed) -> Decision:
         conditions.append(Desired.true("Restarting", "PodFailed" if failed else "RestartBackoff", why))
     elif find(obs.conditions, "Restarting") is not None:
         conditions.append(Desired.false("Restarting", "Recovered", "every pod is back"))
+    lease_names = [r.name(owner.name) for r in desired]
     return Decision(
         status=_status(obs, phase, remaining, history, start, None),
         conditions=tuple(conditions),
         create_pods=tuple(create),
+        create_leases=tuple(
+            lease_manifest(owner, r) for r in desired if r.name(owner.name) not in obs.leases and not waiting
+        ),
+        delete_leases=tuple(sorted(name for name in obs.leases if name not in lease_names)),
+        runner=tuple(runner_manifests(owner, lease_names)) if create else (),
         create_services=tuple(services),
         delete_pods=tuple(sorted(restart_names | set(surplus))),
         delete_services=tuple(extra_services),
         restarted=tuple(sorted(restart_names)),
         force_delete=tuple(sorted((stranded & restart_names) | stuck)),
         events=tuple(events),
-        requeue_after=_soonest(*backoff_wait.values(), _due(obs, start, spec.run_policy.active_deadline_seconds)),
+        requeue_after=_soonest(
+            *backoff_wait.values(),
+            _due(obs, start, spec.run_policy.active_deadline_seconds),
+            *(_due(obs, _last_sign(obs, p), stall_timeout) for p in remaining if p.phase == "Running"),
+        ),
     )
 
 

@@ -140,6 +140,7 @@ def pod_manifest(
         **operator_env(owner.name, spec, replica, resume_from),
     }.items():
         env[name] = {"name": name, "value": value}
+    env["POD_NAME"] = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     env |= {e.name: e.to_k8s() for e in spec.env or ()}  # the user's own variables win
     requests = dict((merged.resources.requests or {}) if merged.resources else {})
     limits = dict((merged.resources.limits or {}) if merged.resources else {})
@@ -176,8 +177,8 @@ def pod_manifest(
         pod_spec["tolerations"] = [t.to_k8s() for t in merged.tolerations]
     if merged.affinity:
         pod_spec["affinity"] = merged.affinity
-    if merged.service_account_name:
-        pod_spec["serviceAccountName"] = merged.service_account_name
+    # A concern may pick another identity; it then needs the runner's Lease permissions to beat.
+    pod_spec["serviceAccountName"] = merged.service_account_name or runner_name(owner.name)
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -195,6 +196,60 @@ def pod_manifest(
     if fragment:
         _apply_override(pod, fragment)
     return pod
+
+
+def runner_name(trainer: str) -> str:
+    """The ServiceAccount training pods run as: it may renew its own Trainer's Leases only."""
+    return f"{trainer}-runner"
+
+
+def runner_manifests(owner: Owner, lease_names: Sequence[str]) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding of the training pods (least privilege, DESIGN §5)."""
+    name = runner_name(owner.name)
+    meta = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": {NAME_LABEL: owner.name},
+        "ownerReferences": [owner.reference()],
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "patch"],
+                    "resourceNames": sorted(lease_names),
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+        },
+    ]
+
+
+def lease_manifest(owner: Owner, replica: Replica) -> dict[str, Any]:
+    """The Lease a replica's heartbeats renew (named like its pod)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": replica.name(owner.name),
+            "namespace": owner.namespace,
+            "labels": labels(owner, replica),
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {"holderIdentity": replica.name(owner.name)},
+    }
 
 
 def wait_for(address: str, settings: PodSettings) -> dict[str, Any]:

@@ -13,7 +13,9 @@ from lightkube.generic_resource import (
     create_global_resource,
     create_namespaced_resource,
 )
-from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Namespace, Node, Pod, Service, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
@@ -32,7 +34,14 @@ RESOURCES: dict[str, Resource] = {
 }
 
 
-CORE: dict[str, Any] = {"Pod": Pod, "Service": Service}
+CORE: dict[str, Any] = {
+    "Pod": Pod,
+    "Service": Service,
+    "Lease": Lease,
+    "ServiceAccount": ServiceAccount,
+    "Role": Role,
+    "RoleBinding": RoleBinding,
+}
 
 
 def _selector(text: str) -> dict[str, Any]:
@@ -133,6 +142,14 @@ class Kube:
 
         result: list[dict[str, Any]] = await self._call("list", collect())
         return result
+
+    async def apply_core(self, body: dict[str, Any]) -> None:
+        """Server-side apply of a namespaced built-in object under this controller's field manager."""
+        res = CORE[body["kind"]]
+        await self._call(
+            "apply",
+            self._client.apply(res.from_dict(body), field_manager=f"trainer-operator/{self._controller}"),
+        )
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         async def collect() -> list[dict[str, Any]]:

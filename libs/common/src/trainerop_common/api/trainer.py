@@ -75,6 +75,12 @@ class RunPolicy(K8sModel):
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
     clean_pod_policy: Literal["All", "Running", "None"] = "Running"
     suspend: bool = False
+    stall_timeout_seconds: int | None = Field(
+        default=None,
+        ge=10,
+        description="A running pod that sends no progress heartbeat for this long is stalled and restarted "
+        "per restartScope (unset: no stall detection).",
+    )
 
 
 class PodTemplateOverrides(K8sModel):

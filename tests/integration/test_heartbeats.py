@@ -1,0 +1,70 @@
+"""Progress heartbeats with the pod's own identity: they land in status.progress, a pod cannot
+beat for another Trainer, and silence is detected as a stall (issue 3)."""
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import Cluster, condition, eventually
+from trainerop_sdk.heartbeat import Heartbeat, HeartbeatError
+
+
+def trainer(name: str, workers: int = 2, **run_policy: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "metadata": {"name": name},
+        "spec": {"epochs": 5, "image": "train:1", "topology": {"workers": workers}, "runPolicy": run_policy},
+    }
+
+
+def beat_as(cluster: Cluster, namespace: str, runner: str, lease: str) -> Heartbeat:
+    """What the SDK does in a pod, with a token of the pod's ServiceAccount."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = config["clusters"][0]["cluster"]
+    token = cluster.kubectl("create", "token", runner, "-n", namespace).strip()
+    return Heartbeat(server["server"], token, namespace, lease, ca_file=server["certificate-authority"])
+
+
+def running(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    obj = cluster.get("trainer", name, namespace)
+    return obj if obj.get("status", {}).get("phase") == "Running" else None
+
+
+def test_heartbeats_reach_status_and_stay_within_their_trainer(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(trainer("alpha"), namespace)
+    cluster.apply(trainer("beta"), namespace)
+    eventually(lambda: running(cluster, namespace, "alpha"), what="alpha to run")
+    eventually(lambda: running(cluster, namespace, "beta"), what="beta to run")
+
+    beat_as(cluster, namespace, "alpha-runner", "alpha-worker-1").send(epoch=3, step=1200)
+    obj = eventually(
+        lambda: (o := cluster.get("trainer", "alpha", namespace))["status"].get("progress", {}).get("epoch") == 3 and o,
+        what="the heartbeat to reach status.progress",
+    )
+    assert obj["status"]["progress"]["step"] == 1200
+    assert obj["status"]["progress"]["lastHeartbeatTime"]
+    assert "3" in cluster.kubectl("get", "trainer", "alpha", "-n", namespace, "-o", "jsonpath={.status.progress.epoch}")
+
+    with pytest.raises(HeartbeatError, match="403"):
+        beat_as(cluster, namespace, "alpha-runner", "beta-worker-0").send(epoch=99)
+    assert cluster.get("trainer", "beta", namespace)["status"].get("progress", {}).get("epoch", 0) == 0
+
+
+def test_a_silent_worker_is_stalled_and_restarted(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(trainer("quiet", workers=1, stallTimeoutSeconds=10, backoffLimit=10), namespace)
+    eventually(lambda: running(cluster, namespace, "quiet"), what="the run to start")
+    obj = eventually(
+        lambda: (
+            (o := cluster.get("trainer", "quiet", namespace))["status"]["topology"]["replicas"]["worker"]["restarts"]
+            >= 1
+            and o
+        ),
+        timeout=60,
+        what="the silent worker to be restarted",
+    )
+    assert condition(obj, "Stalled")  # True while stalled, False again once the replacement runs
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+    assert any(e["reason"] == "RestartingPod" and "pod quiet-worker-0 stalled" in e["message"] for e in events)

@@ -1,0 +1,95 @@
+"""Progress heartbeats: the SDK's request, and what the trainer makes of them."""
+
+from datetime import UTC, datetime
+
+from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
+from trainerop_sdk.heartbeat import Heartbeat, micro_time
+from trainerop_trainer.decide import LeaseView, Observed, PodView, decide
+from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests
+from trainerop_trainer.topology import Replica
+
+from .test_decide_trainer import GATES, OPEN
+
+NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
+
+
+def test_the_sdk_renews_the_lease_and_records_epoch_and_step() -> None:
+    beat = Heartbeat("https://k8s", "token", "ns", "llama-worker-0", clock=lambda: NOW)
+    assert beat.patch_body(3, 1200) == {
+        "metadata": {
+            "annotations": {"trainer.operator.kubeflow.org/epoch": "3", "trainer.operator.kubeflow.org/step": "1200"}
+        },
+        "spec": {"renewTime": "2026-01-01T00:10:00.000000Z"},
+    }
+    assert micro_time(NOW) == "2026-01-01T00:10:00.000000Z"
+
+
+def test_pods_run_as_the_runner_which_may_renew_only_its_trainers_leases() -> None:
+    owner = Owner("llama", "ns", "uid", 1)
+    spec = TrainerSpec.model_validate({"epochs": 1, "image": "i", "topology": {"workers": 2}})
+    pod = pod_manifest(owner, spec, Replica("worker", 0), {}, "", PodSettings())
+    assert pod["spec"]["serviceAccountName"] == "llama-runner"
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    sa, role, binding = runner_manifests(owner, ["llama-worker-1", "llama-worker-0"])
+    assert sa["metadata"]["name"] == role["metadata"]["name"] == binding["metadata"]["name"] == "llama-runner"
+    (rule,) = role["rules"]
+    assert rule == {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "patch"],
+        "resourceNames": ["llama-worker-0", "llama-worker-1"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llama-runner", "namespace": "ns"}]
+
+
+def observe(stall: int | None, leases: dict[str, LeaseView], started: str = "2026-01-01T00:00:00Z") -> Observed:
+    run_policy = {"stallTimeoutSeconds": stall} if stall else {}
+    spec = TrainerSpec.model_validate({"epochs": 5, "image": "i", "topology": {"workers": 2}, "runPolicy": run_policy})
+    pods = [PodView(f"t-worker-{i}", f"u{i}", "worker", i, "Running", True, started=started) for i in range(2)]
+    return Observed(
+        owner=Owner("t", "ns", "uid", 1),
+        spec=spec,
+        status=TrainerStatus(),
+        conditions=OPEN,
+        gates=GATES,
+        now=NOW,
+        pods=pods,
+        services=frozenset(p.name for p in pods),
+        leases=leases,
+    )
+
+
+def test_progress_is_the_furthest_heartbeat() -> None:
+    leases = {
+        "t-worker-0": LeaseView("t-worker-0", "2026-01-01T00:09:58.123456Z", 3, 1200),
+        "t-worker-1": LeaseView("t-worker-1", "2026-01-01T00:09:59.000000Z", 2, 1100),
+    }
+    progress = decide(observe(None, leases)).status["progress"]
+    assert (progress["epoch"], progress["step"], progress["lastHeartbeatTime"]) == (3, 1200, "2026-01-01T00:09:59Z")
+
+
+def test_a_silent_pod_is_stalled_and_restarted() -> None:
+    leases = {
+        "t-worker-0": LeaseView("t-worker-0", "2026-01-01T00:09:55Z", 1, 10),  # beat 5 s ago
+        "t-worker-1": LeaseView("t-worker-1", "2026-01-01T00:08:00Z", 1, 9),  # silent for 2 min
+    }
+    d = decide(observe(60, leases))
+    assert d.restarted == ("t-worker-1",)
+    stalled = next(c for c in d.conditions if c.type == "Stalled")
+    assert (stalled.status, stalled.reason) == ("True", "NoHeartbeat")
+    assert "pod t-worker-1 sent no heartbeat for 60s" in stalled.message
+    assert d.status["topology"]["replicas"]["worker"]["restarts"] == 1
+
+
+def test_a_pod_that_never_beat_is_judged_from_its_start() -> None:
+    d = decide(observe(60, {}, started="2026-01-01T00:09:30Z"))
+    assert d.restarted == ()
+    assert d.requeue_after == 30.0  # looks again when the first could stall
+
+
+def test_leases_and_runner_come_with_the_pods() -> None:
+    obs = observe(None, {})
+    d = decide(Observed(**{**obs.__dict__, "pods": [], "services": frozenset()}))
+    assert [lease["metadata"]["name"] for lease in d.create_leases] == ["t-worker-0", "t-worker-1"]
+    assert [o["kind"] for o in d.runner] == ["ServiceAccount", "Role", "RoleBinding"]
