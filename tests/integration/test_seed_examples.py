@@ -62,7 +62,18 @@ def test_kubectl_get_shows_what_the_trainer_is_doing(cluster: Cluster, namespace
     eventually(lambda: converged(cluster, namespace, "llama-7b-finetune"), what="every controller to report")
 
     rows = table(cluster.kubectl("get", "trainers", "-n", namespace))
-    assert list(rows[0]) == ["NAME", "FRAMEWORK", "WORKERS", "READY", "PHASE", "EPOCH", "CHECKPOINT", "REASON", "AGE"]
+    assert list(rows[0]) == [
+        "NAME",
+        "FRAMEWORK",
+        "WORKERS",
+        "READY",
+        "PHASE",
+        "EPOCH",
+        "RESTARTS",
+        "CHECKPOINT",
+        "REASON",
+        "AGE",
+    ]
     row = rows[0]
     assert row["NAME"] == "llama-7b-finetune"
     assert row["WORKERS"] == "4"

@@ -176,3 +176,62 @@ def test_a_pod_on_a_deleted_node_is_replaced_elsewhere(cluster: Cluster, namespa
         eventually(lambda: node not in cluster.kubectl("get", "nodes", "-o", "name"), what="the node to be gone")
         cluster.apply(spec)
         cluster.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=60s")
+
+
+def test_a_replacement_keeps_its_replicas_claim(cluster: Cluster, namespace: str) -> None:
+    name = "stateful"
+    # The local cluster has no provisioner: static volumes pre-bound to the claims to come.
+    volumes = [f"{namespace}-{name}-{i}" for i in range(2)]
+    for i, volume in enumerate(volumes):
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": f"/tmp/{volume}"},
+                    "claimRef": {"namespace": namespace, "name": f"{name}-worker-{i}-data"},
+                },
+            }
+        )
+    try:
+        cluster.apply(
+            {
+                "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+                "kind": "Trainer",
+                "metadata": {"name": name},
+                "spec": {
+                    "epochs": 1,
+                    "image": "img",
+                    "topology": {"workers": 2},
+                    "storage": {"size": "1Gi", "storageClassName": ""},
+                },
+            },
+            namespace,
+        )
+
+        def running_pod(pod_name: str) -> dict[str, Any] | None:
+            pod = cluster.get("pod", pod_name, namespace)
+            return pod if pod["status"].get("phase") == "Running" else None
+
+        victim = f"{name}-worker-1"
+        old = eventually(lambda: running_pod(victim), what="the worker to run with its claim")
+        claim = cluster.get("pvc", f"{victim}-data", namespace)
+        assert claim["status"]["phase"] == "Bound"
+        fail_pod(cluster, namespace, victim, 137)
+        new = eventually(
+            lambda: (p := running_pod(victim)) and p["metadata"]["uid"] != old["metadata"]["uid"] and p,
+            what="the replacement to run",
+        )
+        claims = [
+            v["persistentVolumeClaim"]["claimName"] for v in new["spec"]["volumes"] if "persistentVolumeClaim" in v
+        ]
+        assert claims == [f"{victim}-data"]
+        assert cluster.get("pvc", f"{victim}-data", namespace)["metadata"]["uid"] == claim["metadata"]["uid"]
+    finally:
+        cluster.kubectl("delete", "trainer", name, "-n", namespace, "--ignore-not-found", "--wait=false")
+        cluster.kubectl("delete", "pv", *volumes, "--ignore-not-found", "--wait=false")

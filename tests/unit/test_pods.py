@@ -131,3 +131,21 @@ def test_headless_service_per_replica() -> None:
         "trainer.operator.kubeflow.org/replica-index": "1",
     }
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_per_replica_claim_is_mounted_and_named_after_the_replica() -> None:
+    spec = TrainerSpec.model_validate({**SPEC.to_k8s(), "storage": {"size": "10Gi", "storageClassName": "fast"}})
+    from trainerop_trainer.pods import claim_manifest
+
+    pod = pod_manifest(OWNER, spec, Replica("worker", 1), {}, "", PodSettings())
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "replica-data")
+    assert volume["persistentVolumeClaim"]["claimName"] == "llama-worker-1-data"
+    assert {"name": "replica-data", "mountPath": "/data"} in pod["spec"]["containers"][0]["volumeMounts"]
+    claim = claim_manifest(OWNER, spec, Replica("worker", 1))
+    assert claim["metadata"]["name"] == "llama-worker-1-data"
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "10Gi"}},
+        "storageClassName": "fast",
+    }
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == "uid-1"

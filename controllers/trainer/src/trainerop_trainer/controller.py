@@ -100,6 +100,13 @@ class TrainerController:
             lambda: runtime.kube.list_core("Service", selector), "", "v1", "services", {TYPE_LABEL: kopf.PRESENT}
         )
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
+        self.claims = ObjectCache(
+            lambda: runtime.kube.list_core("PersistentVolumeClaim", selector),
+            "",
+            "v1",
+            "persistentvolumeclaims",
+            {TYPE_LABEL: kopf.PRESENT},
+        )
         self.leases = ObjectCache(
             lambda: runtime.kube.list_core("Lease", selector),
             "coordination.k8s.io",
@@ -120,6 +127,7 @@ class TrainerController:
         self.services.register(registry, self._child_changed)
         self.nodes.register(registry, self._node_changed)
         self.leases.register(registry, self._child_changed)
+        self.claims.register(registry, self._child_changed)
 
     def _node_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         """Reconcile the Trainers with pods on a node that went away or changed readiness."""
@@ -185,6 +193,10 @@ class TrainerController:
                 now=now,
                 lost_nodes=lost,
                 leases=leases,
+                claims=frozenset(
+                    c["metadata"]["name"]
+                    for c in await self._children(self.claims, owner.namespace, owner.name, owner.uid)
+                ),
                 pods=views,
                 services=frozenset(services),
                 contributions=contributions,
@@ -197,6 +209,8 @@ class TrainerController:
             await kube.apply_core(obj)
         for lease in decision.create_leases:
             await kube.create_core(lease)
+        for claim in decision.create_claims:
+            await kube.create_core(claim)
         for service in decision.create_services:
             await kube.create_core(service)
         for pod in decision.create_pods:

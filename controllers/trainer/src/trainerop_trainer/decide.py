@@ -16,7 +16,16 @@ from trainerop_common.api.trainer import Phase, ReplicaStatus, TrainerSpec, Trai
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired, find
 
-from .pods import Owner, PodSettings, lease_manifest, pod_manifest, runner_manifests, service_manifest
+from .pods import (
+    Owner,
+    PodSettings,
+    claim_manifest,
+    claim_name,
+    lease_manifest,
+    pod_manifest,
+    runner_manifests,
+    service_manifest,
+)
 from .topology import ROLES, Replica, Role, desired_counts, has_master, replicas
 
 CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended")
@@ -111,6 +120,7 @@ class Observed:
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     lost_nodes: Mapping[str, str] = field(default_factory=dict)  # node name -> why it counts as lost
     leases: Mapping[str, LeaseView] = field(default_factory=dict)  # by pod name
+    claims: Set[str] = frozenset()  # names of the replicas' PersistentVolumeClaims
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class Decision:
     delete_trainer: bool = False  # ttlSecondsAfterFinished has passed
     force_delete: tuple[str, ...] = ()  # pods on lost nodes: no kubelet will confirm their deletion
     create_leases: tuple[dict[str, Any], ...] = ()
+    create_claims: tuple[dict[str, Any], ...] = ()
     delete_leases: tuple[str, ...] = ()
     runner: tuple[dict[str, Any], ...] = ()  # the pods' identity, applied whenever pods are created
 
@@ -320,6 +331,9 @@ def decide(obs: Observed) -> Decision:
                 Desired.true("Suspended", "SuspendedByUser", "spec.runPolicy.suspend is true; its pods are deleted"),
             ),
             delete_pods=tuple(p.name for p in live),
+            events=(("Normal", "Suspended", f"spec.runPolicy.suspend is true: deleting {len(live)} pods"),)
+            if live
+            else (),
         )
     was = find(obs.conditions, "Suspended")
     if was is not None and (was.status == "True" or was.reason == "Resumed"):
@@ -402,6 +416,7 @@ def decide(obs: Observed) -> Decision:
             delete_pods=tuple(
                 p.name for p in remaining if spec.run_policy.clean_pod_policy != "None" and not p.finished
             ),
+            events=(("Normal", "Succeeded", done_message),),
         )
 
     desired = replicas(spec)
@@ -477,6 +492,16 @@ def decide(obs: Observed) -> Decision:
         conditions.append(Desired.true("Restarting", "PodFailed" if failed else "RestartBackoff", why))
     elif find(obs.conditions, "Restarting") is not None:
         conditions.append(Desired.false("Restarting", "Recovered", "every pod is back"))
+    if create:
+        events.append(("Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in create)))
+    if surplus:
+        events.append(
+            (
+                "Normal",
+                "ScaledDown",
+                f"topology.workers is {spec.topology.workers}: deleting " + ", ".join(sorted(surplus)),
+            )
+        )
     lease_names = [r.name(owner.name) for r in desired]
     return Decision(
         status=_status(obs, phase, remaining, history, start, None),
@@ -486,6 +511,12 @@ def decide(obs: Observed) -> Decision:
             lease_manifest(owner, r) for r in desired if r.name(owner.name) not in obs.leases and not waiting
         ),
         delete_leases=tuple(sorted(name for name in obs.leases if name not in lease_names)),
+        # Claims stay when the run scales down (as a StatefulSet's do) and go with the Trainer.
+        create_claims=tuple(
+            claim_manifest(owner, spec, r)
+            for r in desired
+            if spec.storage is not None and claim_name(owner, r) not in obs.claims and not waiting
+        ),
         runner=tuple(runner_manifests(owner, lease_names)) if create else (),
         create_services=tuple(services),
         delete_pods=tuple(sorted(restart_names | set(surplus))),

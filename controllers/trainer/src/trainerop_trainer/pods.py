@@ -160,8 +160,13 @@ def pod_manifest(
         container["args"] = list(spec.args)
     if requests or limits:
         container["resources"] = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-    if merged.volume_mounts:
-        container["volumeMounts"] = merged.volume_mounts
+    mounts = list(merged.volume_mounts or ())
+    volumes = list(merged.volumes or ())
+    if spec.storage is not None:
+        mounts.append({"name": "replica-data", "mountPath": spec.storage.mount_path})
+        volumes.append({"name": "replica-data", "persistentVolumeClaim": {"claimName": claim_name(owner, replica)}})
+    if mounts:
+        container["volumeMounts"] = mounts
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # the operator replaces failed pods itself, per its restart rules
         "containers": [container],
@@ -169,8 +174,8 @@ def pod_manifest(
     target = rendezvous(owner.name, spec, replica)
     if target is not None:
         pod_spec["initContainers"] = [wait_for(target, settings)]
-    if merged.volumes:
-        pod_spec["volumes"] = merged.volumes
+    if volumes:
+        pod_spec["volumes"] = volumes
     if merged.node_selector:
         pod_spec["nodeSelector"] = merged.node_selector
     if merged.tolerations:
@@ -196,6 +201,33 @@ def pod_manifest(
     if fragment:
         _apply_override(pod, fragment)
     return pod
+
+
+def claim_name(owner: Owner, replica: Replica) -> str:
+    return f"{replica.name(owner.name)}-data"
+
+
+def claim_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[str, Any]:
+    """The replica's own PersistentVolumeClaim; it outlives the replica's pods."""
+    storage = spec.storage
+    assert storage is not None
+    claim: dict[str, Any] = {
+        "accessModes": list(storage.access_modes),
+        "resources": {"requests": {"storage": storage.size}},
+    }
+    if storage.storage_class_name is not None:
+        claim["storageClassName"] = storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": claim_name(owner, replica),
+            "namespace": owner.namespace,
+            "labels": labels(owner, replica),
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": claim,
+    }
 
 
 def runner_name(trainer: str) -> str:

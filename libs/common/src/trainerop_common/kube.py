@@ -14,7 +14,7 @@ from lightkube.generic_resource import (
     create_namespaced_resource,
 )
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Node, Pod, Service, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, Node, PersistentVolumeClaim, Pod, Service, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
@@ -38,6 +38,7 @@ CORE: dict[str, Any] = {
     "Pod": Pod,
     "Service": Service,
     "Lease": Lease,
+    "PersistentVolumeClaim": PersistentVolumeClaim,
     "ServiceAccount": ServiceAccount,
     "Role": Role,
     "RoleBinding": RoleBinding,

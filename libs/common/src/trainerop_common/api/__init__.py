@@ -84,6 +84,7 @@ KINDS: tuple[KindInfo, ...] = (
             PrinterColumn("Ready", ".status.topology.readyWorkers", "integer", description="Ready workers"),
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("Epoch", ".status.progress.epoch", "integer"),
+            PrinterColumn("Restarts", ".status.topology.replicas.worker.restarts", "integer"),
             PrinterColumn("Checkpoint", ".status.checkpoint.latest", description="Latest committed checkpoint"),
             PrinterColumn("Reason", _cond("Created", "reason"), description="Why pods exist or not yet"),
             PrinterColumn("Message", _cond("Created", "message"), priority=1),

@@ -11,6 +11,7 @@ from .base import (
     FreeForm,
     K8sModel,
     ObjectName,
+    Quantity,
     ResourceRequirements,
     cel,
 )
@@ -83,6 +84,20 @@ class RunPolicy(K8sModel):
     )
 
 
+AccessMode = Literal["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany"]
+
+
+class ReplicaStorage(K8sModel):
+    """A PersistentVolumeClaim per replica (<pod>-data): a replacement pod gets the same one."""
+
+    size: Quantity
+    storage_class_name: str | None = Field(default=None, description="Unset: the cluster's default class.")
+    access_modes: list[AccessMode] = Field(
+        default_factory=lambda: list[AccessMode](["ReadWriteOnce"]), json_schema_extra={"default": ["ReadWriteOnce"]}
+    )
+    mount_path: str = Field(default="/data", pattern=r"^/.*")
+
+
 class PodTemplateOverrides(K8sModel):
     """Per-role corev1.PodTemplateSpec fragments merged over the generated pods."""
 
@@ -124,6 +139,14 @@ class TrainerSpec(K8sModel):
     checkpoint: CheckpointSpec | None = None
     profile: ObjectName | None = Field(default=None, description="A TrainingProfile in the same namespace.")
     pod_template_overrides: PodTemplateOverrides | None = None
+    storage: ReplicaStorage | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self == oldSelf", "storage is immutable (existing claims keep their size)")
+            ]
+        },
+    )
     run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
 
 
