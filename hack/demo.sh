@@ -38,6 +38,10 @@ for condition in ProfileResolved QuotaAdmitted CheckpointReady; do
   kubectl wait --for=condition=$condition trainer/llama-7b-finetune --timeout=60s
 done
 kubectl wait --for=jsonpath='{.status.audit.records}'=1 trainer/llama-7b-finetune --timeout=60s
+kubectl wait --for=jsonpath='{.status.phase}'=Running trainer/llama-7b-finetune --timeout=120s
+
+step "kubectl get pods -l trainer-name=llama-7b-finetune (the seed README's query; kwok GPU nodes run them)"
+kubectl get pods -l trainer-name=llama-7b-finetune -o wide
 
 step "kubectl get trainers,trainingprofiles -o wide"
 kubectl get trainers,trainingprofiles -o wide
@@ -50,8 +54,8 @@ step "Controllers"
 
 cat <<MSG
 
-The Trainer is admitted: every gate is open. Creating its training pods is the trainer
-controller's next step (see the open issues). To look around:
+The Trainer runs: 4 workers and a parameter server on the kwok GPU nodes (fake nodes run no
+containers; real ones arrive with the real-node work). To look around:
   export KUBECONFIG=$KUBECONFIG PATH=$BIN_DIR:\$PATH
   kubectl get trainer-operator            # every object of the operator's category
   kubectl describe trainer llama-7b-finetune
