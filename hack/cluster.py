@@ -49,7 +49,7 @@ CACHE_ROOT = (
 )
 RUN_DIR = Path(os.environ.get("TRAINER_OPERATOR_RUN_DIR", CACHE_ROOT / "cluster"))
 PORT_BASE = int(os.environ.get("TRAINER_OPERATOR_PORT_BASE", "16440"))
-FAKE_NODES = int(os.environ.get("TRAINER_OPERATOR_FAKE_NODES", "8"))
+FAKE_NODES = int(os.environ.get("TRAINER_OPERATOR_FAKE_NODES", "16"))
 
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.244.0.1/16"

@@ -235,3 +235,44 @@ def test_a_replacement_keeps_its_replicas_claim(cluster: Cluster, namespace: str
     finally:
         cluster.kubectl("delete", "trainer", name, "-n", namespace, "--ignore-not-found", "--wait=false")
         cluster.kubectl("delete", "pv", *volumes, "--ignore-not-found", "--wait=false")
+
+
+def uids(cluster: Cluster, namespace: str) -> dict[str, str]:
+    return {n: p["metadata"]["uid"] for n, p in pods(cluster, namespace).items()}
+
+
+def with_policy(**run_policy: Any) -> dict[str, Any]:
+    return {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "runPolicy": run_policy}}
+
+
+def test_gang_scope_restarts_every_worker_and_keeps_the_parameter_server(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(with_policy(restartScope="Gang"), namespace)
+    eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
+    before = uids(cluster, namespace)
+    fail_pod(cluster, namespace, f"{NAME}-worker-1", 137)
+
+    def all_workers_replaced() -> dict[str, str] | None:
+        now = uids(cluster, namespace)
+        workers = [n for n in before if "-worker-" in n]
+        return now if len(now) == 5 and all(now.get(n) not in (None, before[n]) for n in workers) else None
+
+    after = eventually(all_workers_replaced, what="every worker to be replaced")
+    assert after[f"{NAME}-ps-0"] == before[f"{NAME}-ps-0"]
+    eventually(lambda: running(cluster, namespace, 4), what="the gang to run again")
+
+
+def test_a_parameter_server_restart_leaves_the_workers_running(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(with_policy(restartScope="Gang"), namespace)
+    eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
+    before = uids(cluster, namespace)
+    fail_pod(cluster, namespace, f"{NAME}-ps-0", 137)
+
+    def ps_replaced() -> dict[str, str] | None:
+        now = uids(cluster, namespace)
+        return now if now.get(f"{NAME}-ps-0") not in (None, before[f"{NAME}-ps-0"]) else None
+
+    after = eventually(ps_replaced, what="the parameter server to be replaced")
+    assert {n: u for n, u in after.items() if "-worker-" in n} == {n: u for n, u in before.items() if "-worker-" in n}
+    obj = eventually(lambda: running(cluster, namespace, 4), what="the run to be Running")
+    assert obj["status"]["topology"]["replicas"]["ps"]["restarts"] == 1
+    assert obj["status"]["topology"]["replicas"]["worker"]["restarts"] == 0
