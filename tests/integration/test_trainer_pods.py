@@ -276,3 +276,25 @@ def test_a_parameter_server_restart_leaves_the_workers_running(cluster: Cluster,
     obj = eventually(lambda: running(cluster, namespace, 4), what="the run to be Running")
     assert obj["status"]["topology"]["replicas"]["ps"]["restarts"] == 1
     assert obj["status"]["topology"]["replicas"]["worker"]["restarts"] == 0
+
+
+def test_active_deadline_fails_the_run(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(with_policy(activeDeadlineSeconds=3), namespace)
+    obj = eventually(
+        lambda: (o := trainer(cluster, namespace))["status"].get("phase") == "Failed" and o, what="the deadline"
+    )
+    assert condition(obj, "Failed")["reason"] == "DeadlineExceeded"
+
+
+def test_ttl_after_finished_deletes_the_trainer(cluster: Cluster, namespace: str) -> None:
+    spec = {
+        **SEED_TRAINER["spec"],
+        "runPolicy": {"ttlSecondsAfterFinished": 2},
+        "podTemplateOverrides": {"worker": {"metadata": {"annotations": {f"{SIM}/succeed-after": "1s"}}}},
+    }
+    cluster.apply({**SEED_TRAINER, "spec": spec}, namespace)
+    eventually(lambda: trainer(cluster, namespace)["status"].get("phase") == "Succeeded", what="success")
+    eventually(
+        lambda: NAME not in cluster.kubectl("get", "trainers", "-n", namespace, "-o", "name"),
+        what="the Trainer to be deleted after its TTL",
+    )

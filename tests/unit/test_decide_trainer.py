@@ -319,10 +319,11 @@ def test_lost_nodes() -> None:
         NodeView("down", "False", "2026-01-01T00:09:00Z"),
         NodeView("flaky", "Unknown", "2026-01-01T00:09:50Z"),
     ]
-    lost = lost_nodes(nodes, {"ok", "down", "flaky", "gone"}, NOW, grace=30)
-    assert set(lost) == {"down", "gone"}  # flaky is within the grace period
-    assert lost["gone"] == "node gone no longer exists"
-    assert "NotReady since 2026-01-01T00:09:00Z" in lost["down"]
+    loss = lost_nodes(nodes, {"ok", "down", "flaky", "gone"}, NOW, grace=30)
+    assert set(loss.lost) == {"down", "gone"}  # flaky is within the grace period...
+    assert loss.next_check == 20.0  # ...which ends in 20 s: look again then
+    assert loss.lost["gone"] == "node gone no longer exists"
+    assert "NotReady since 2026-01-01T00:09:00Z" in loss.lost["down"]
 
 
 def test_a_pod_on_a_lost_node_is_force_deleted_and_replaced_as_a_restart() -> None:

@@ -174,7 +174,7 @@ class TrainerController:
         }
         now = self.rt.clock.now()
         nodes = [node_view(n) for n in await self.nodes.values()]
-        lost = lost_nodes(nodes, {v.node for v in views if v.node}, now, self.rt.config.node_lost_seconds)
+        loss = lost_nodes(nodes, {v.node for v in views if v.node}, now, self.rt.config.node_lost_seconds)
         contributions: dict[str, PodContribution] = {}
         for concern, section in (
             ("profile", status.profile),
@@ -191,7 +191,7 @@ class TrainerController:
                 conditions=parse((body.get("status") or {}).get("conditions")),
                 gates=self.rt.config.gate_conditions,
                 now=now,
-                lost_nodes=lost,
+                lost_nodes=loss.lost,
                 leases=leases,
                 claims=frozenset(
                     c["metadata"]["name"]
@@ -240,8 +240,10 @@ class TrainerController:
         if decision.delete_trainer:
             self.rt.event(body, "Normal", "TTLExpired", "spec.runPolicy.ttlSecondsAfterFinished has passed; deleting")
             await kube.delete("Trainer", owner.name, owner.namespace)
-        elif decision.requeue_after is not None:
-            self.rt.requeue_after(key, decision.requeue_after)
+        else:
+            due = [d for d in (decision.requeue_after, loss.next_check) if d is not None]
+            if due:
+                self.rt.requeue_after(key, min(due))
         self._deleted &= {p["metadata"].get("uid") for p in self.pods.items.values()}
 
 

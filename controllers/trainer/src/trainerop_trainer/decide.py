@@ -59,19 +59,29 @@ class NodeView:
     since: str | None  # its lastTransitionTime
 
 
-def lost_nodes(nodes: Sequence[NodeView], pod_nodes: Set[str], now: datetime, grace: float) -> dict[str, str]:
+@dataclass(frozen=True)
+class NodeLoss:
+    lost: dict[str, str]  # node -> why it counts as lost
+    next_check: float | None  # seconds until a not-ready node's grace period ends
+
+
+def lost_nodes(nodes: Sequence[NodeView], pod_nodes: Set[str], now: datetime, grace: float) -> NodeLoss:
     """Nodes the pods are on that count as lost: gone from the API, or not Ready for ``grace`` s."""
     known = {n.name: n for n in nodes}
     lost = {}
+    pending = []
     for name in pod_nodes:
         node = known.get(name)
         if node is None:
             lost[name] = f"node {name} no longer exists"
-        elif node.ready != "True" and node.since and (now - parse_time(node.since)).total_seconds() >= grace:
-            lost[name] = (
-                f"node {name} has been {'NotReady' if node.ready == 'False' else 'unreachable'} since {node.since}"
-            )
-    return lost
+        elif node.ready != "True" and node.since:
+            left = grace - (now - parse_time(node.since)).total_seconds()
+            if left > 0:
+                pending.append(left)
+                continue
+            state = "NotReady" if node.ready == "False" else "unreachable"
+            lost[name] = f"node {name} has been {state} since {node.since}"
+    return NodeLoss(lost, min(pending) if pending else None)
 
 
 @dataclass(frozen=True)
