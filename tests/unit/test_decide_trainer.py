@@ -363,3 +363,68 @@ def test_a_pod_on_a_lost_node_is_force_deleted_and_replaced_as_a_restart() -> No
     )
     assert again.restarted == ()
     assert again.force_delete == ("t-worker-1",)
+
+
+def test_suspension_clears_the_start_time_so_a_deadline_restarts_on_resume() -> None:
+    s = spec(runPolicy={"suspend": True, "activeDeadlineSeconds": 60})
+    d = observe(s, running(s), status={"progress": {"startTime": "2026-01-01T00:00:00Z"}})
+    assert "startTime" not in d.status["progress"]
+
+
+def test_progress_always_has_the_same_shape() -> None:
+    first = observe(spec(), running(spec())).status["progress"]
+    again = observe(spec(), running(spec()), status={"progress": first}).status["progress"]
+    assert first == again == {"startTime": STAMP, "epoch": 0, "step": 0}
+
+
+def test_a_stalled_pod_of_a_failed_run_is_cleaned_up() -> None:
+    s = spec(topology={"workers": 2}, runPolicy={"restartPolicy": "Never", "stallTimeoutSeconds": 60})
+    pods = [pod("worker", 0, started="2026-01-01T00:00:00Z"), pod("worker", 1, started="2026-01-01T00:09:50Z")]
+    d = observe(s, pods)
+    assert d.status["phase"] == "Failed"
+    assert d.delete_pods == ("t-worker-0", "t-worker-1")  # the stalled pod holds GPUs: it goes too
+
+
+def test_success_is_decided_before_restarts() -> None:
+    s = spec(framework="tensorflow", topology={"workers": 2}, runPolicy={"stallTimeoutSeconds": 60})
+    pods = [pod("worker", 0, "Succeeded", 0), pod("worker", 1, started="2026-01-01T00:00:00Z")]
+    d = observe(s, pods)
+    assert d.status["phase"] == "Succeeded"
+    assert d.delete_pods == ("t-worker-1",)
+    assert d.restarted == ()
+    assert d.status["topology"]["replicas"]["worker"]["restarts"] == 0
+
+
+def test_exit_code_0_on_a_failed_pod_is_retried_under_exit_code_policy() -> None:
+    s = spec(runPolicy={"restartPolicy": "ExitCode"})
+    d = observe(s, [*running(s)[:-2], pod("worker", 3, "Failed", 0), pod("ps", 0)])
+    assert d.restarted == ("t-worker-3",)
+
+
+def test_a_replica_whose_pod_is_terminating_is_still_restarting() -> None:
+    s = spec()
+    pods = [*running(s)[:-2], pod("worker", 3, "Failed", 137, deleting=True), pod("ps", 0)]
+    d = observe(s, pods, conditions=[*OPEN, cond("Restarting", "True", "PodFailed")])
+    assert d.status["phase"] == "Restarting"
+    restarting = by_type(d)["Restarting"]
+    assert (restarting.status, restarting.reason) == ("True", "Replacing")
+
+
+def test_lost_nodes_are_forced_away_when_the_run_fails() -> None:
+    s = spec(topology={"workers": 2}, runPolicy={"restartPolicy": "Never"})
+    pods = [PodView(**{**pod("worker", i).__dict__, "node": f"n{i}"}) for i in range(2)]
+    d = decide(
+        Observed(
+            owner=Owner("t", "ns", "uid", 1),
+            spec=s,
+            status=TrainerStatus(),
+            conditions=OPEN,
+            gates=GATES,
+            now=NOW,
+            pods=pods,
+            services=frozenset(),
+            lost_nodes={"n1": "gone"},
+        )
+    )
+    assert d.status["phase"] == "Failed"
+    assert d.force_delete == ("t-worker-1",)

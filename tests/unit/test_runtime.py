@@ -38,6 +38,7 @@ def runtime_with(controller: FailingController) -> tuple[Runtime, list[tuple[str
         post_event=lambda body, type_, reason, message: events.append((type_, reason, message)),
     )
     rt.registry_for(controller)
+    rt.trainers[("ns", "t")] = BODY  # as the watch would have seen it
     return rt, events
 
 
@@ -54,7 +55,8 @@ async def test_permanent_error_posts_one_warning_per_generation_and_is_not_retri
     await rt.reconcile(BODY)  # a resync of the same generation: no second Event
     assert events == [("Warning", "ProfileNotFound", "create it; API_TOKEN=***")]
     assert not rt.has_pending_retry(("ns", "t"))
-    await rt.reconcile({**BODY, "metadata": {**BODY["metadata"], "generation": 2}})
+    rt.trainers[("ns", "t")] = {**BODY, "metadata": {**BODY["metadata"], "generation": 2}}
+    await rt.reconcile(rt.trainers[("ns", "t")])
     assert len(events) == 2
 
 
@@ -66,7 +68,8 @@ async def test_an_object_that_does_not_match_the_models_is_a_permanent_error() -
             Trainer.model_validate(body)
 
     rt, events = runtime_with(Parsing(None))
-    await rt.reconcile({**BODY, "spec": {"epochs": "many"}})
+    rt.trainers[("ns", "t")] = {**BODY, "spec": {"epochs": "many"}}
+    await rt.reconcile(rt.trainers[("ns", "t")])
     ((type_, reason, message),) = events
     assert (type_, reason) == ("Warning", "InvalidSpec")
     assert "spec.epochs" in message
@@ -97,3 +100,22 @@ async def test_success_clears_the_backoff() -> None:
     await rt.reconcile(BODY)
     assert controller.calls == 2
     assert rt._backoff.failures == {}
+
+
+async def test_a_trainer_deleted_meanwhile_is_not_reconciled() -> None:
+    controller = FailingController(None)
+    rt, _ = runtime_with(controller)
+    rt.trainers.clear()
+    await rt.reconcile(BODY)
+    assert controller.calls == 0
+
+
+async def test_a_sooner_requeue_is_not_pushed_back_by_a_later_one() -> None:
+    rt, _ = runtime_with(FailingController(None))
+    key = ("ns", "t")
+    rt.requeue_after(key, 1)
+    first = rt._retries[key].when()
+    rt.requeue_after(key, 30)
+    assert rt._retries[key].when() == first
+    rt.requeue([key])
+    assert rt._retries[key].when() < first

@@ -4,6 +4,7 @@ decide(), carry out the decision (Services, then pods, then deletions), write st
 from typing import Any
 
 import kopf
+from lightkube import ApiError
 from prometheus_client import Counter
 
 from trainerop_common.api import PodContribution, Trainer, kind_info
@@ -26,7 +27,7 @@ from .decide import (
     lost_nodes,
 )
 from .pods import INDEX_LABEL, NAME_LABEL, TYPE_LABEL, Owner, PodSettings
-from .topology import ROLES
+from .topology import CONTRACTS, ROLES
 
 EPOCH_ANNOTATION = "trainer.operator.kubeflow.org/epoch"  # written by trainerop_sdk.heartbeat
 STEP_ANNOTATION = "trainer.operator.kubeflow.org/step"
@@ -35,20 +36,21 @@ PODS_CREATED = Counter("trainer_pods_created_total", "Training pods created.", [
 RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retryable failure.", ["role"])
 
 
-def pod_view(body: dict[str, Any]) -> PodView | None:
+def pod_view(body: dict[str, Any], container: str) -> PodView | None:
+    """The decision's view of a pod; exit code and start come from the training container
+    ``container`` (a sidecar's exit must not decide whether the run is retried)."""
     meta, status = body.get("metadata", {}), body.get("status") or {}
     labels = meta.get("labels") or {}
     role = labels.get(TYPE_LABEL)
     if role not in ROLES:
         return None
-    terminated = next(
-        (
-            c["state"]["terminated"]
-            for c in status.get("containerStatuses") or ()
-            if (c.get("state") or {}).get("terminated")
-        ),
-        None,
-    )
+    statuses = status.get("containerStatuses") or ()
+    main = next((c for c in statuses if c.get("name") == container), statuses[0] if statuses else {})
+    state = main.get("state") or {}
+    terminated = state.get("terminated")
+    # The stall clock starts when the training container starts, not when the pod was accepted
+    # (image pulls and the rendezvous wait come before).
+    started = (state.get("running") or {}).get("startedAt") or (terminated or {}).get("startedAt")
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
     return PodView(
         name=meta["name"],
@@ -61,7 +63,7 @@ def pod_view(body: dict[str, Any]) -> PodView | None:
         exit_code=terminated.get("exitCode") if terminated else None,
         reason=(terminated or {}).get("reason") or status.get("reason") or "",
         node=(body.get("spec") or {}).get("nodeName") or "",
-        started=status.get("startTime"),
+        started=started,
     )
 
 
@@ -121,6 +123,7 @@ class TrainerController:
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self._deleted: set[str] = set()
+        self._readiness: dict[str, str | None] = {}  # node -> Ready status last seen
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.pods.register(registry, self._child_changed)
@@ -130,8 +133,16 @@ class TrainerController:
         self.claims.register(registry, self._child_changed)
 
     def _node_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
-        """Reconcile the Trainers with pods on a node that went away or changed readiness."""
+        """Reconcile the Trainers with pods on a node that went away or changed readiness (not on
+        every heartbeat of every node)."""
         node = body["metadata"]["name"]
+        readiness = None if deleted else node_view(body).ready
+        if self._readiness.get(node, "new") == readiness:
+            return
+        if deleted:
+            self._readiness.pop(node, None)
+        else:
+            self._readiness[node] = readiness
         owners = {
             (p["metadata"].get("namespace", ""), (p["metadata"].get("labels") or {}).get(NAME_LABEL, ""))
             for p in self.pods.items.values()
@@ -155,6 +166,10 @@ class TrainerController:
         ]
 
     async def reconcile(self, body: Body) -> None:
+        if self.writer.is_stale(body):
+            # Older than our own last write: acting on its status could count a restart the
+            # write guard then drops. The event of our write follows.
+            return
         trainer = Trainer.model_validate(body)
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation", 0)))
@@ -162,7 +177,7 @@ class TrainerController:
         views = [
             v
             for p in await self._children(self.pods, owner.namespace, owner.name, owner.uid)
-            if (v := pod_view(p)) is not None
+            if (v := pod_view(p, CONTRACTS[trainer.spec.framework].container)) is not None
         ]
         views = [PodView(**{**v.__dict__, "deleting": True}) if v.uid in self._deleted else v for v in views]
         services = {
@@ -205,21 +220,37 @@ class TrainerController:
             )
         )
         kube = self.rt.kube
+        refused: list[ApiError] = []
+
+        async def create(obj: dict[str, Any]) -> bool:
+            """Create one object; a refusal (quota, admission, invalid override) is reported and
+            the rest of the decision still carried out, then retried with backoff."""
+            try:
+                return await kube.create_core(obj)
+            except ApiError as err:
+                if err.status.code is not None and err.status.code >= 500:
+                    raise
+                refused.append(err)
+                kind, name = obj["kind"], obj["metadata"]["name"]
+                self.rt.event(body, "Warning", "CreateRefused", f"{kind} {name} was refused: {err.status.message}")
+                return False
+
         for obj in decision.runner:
             await kube.apply_core(obj)
         for lease in decision.create_leases:
-            await kube.create_core(lease)
+            await create(lease)
         for claim in decision.create_claims:
-            await kube.create_core(claim)
+            await create(claim)
         for service in decision.create_services:
-            await kube.create_core(service)
+            await create(service)
         for pod in decision.create_pods:
-            if await kube.create_core(pod):
+            if await create(pod):
                 PODS_CREATED.labels(pod["metadata"]["labels"][TYPE_LABEL]).inc()
         by_name = {v.name: v for v in views}
         for name in decision.delete_pods:
             force = name in decision.force_delete
-            if await kube.delete_core("Pod", owner.namespace, name, force=force) and name in by_name:
+            await kube.delete_core("Pod", owner.namespace, name, force=force)
+            if name in by_name:  # gone already (404) counts as deleted too: never count it twice
                 self._deleted.add(by_name[name].uid)
         for name in set(decision.force_delete) - set(decision.delete_pods):
             await kube.delete_core("Pod", owner.namespace, name, force=True)
@@ -236,6 +267,8 @@ class TrainerController:
         for type_, reason, message in decision.events:
             self.rt.event(body, type_, reason, message)
         await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))
+        if refused:
+            raise refused[0]  # the runtime retries with backoff; the Event said why
         key = (owner.namespace, owner.name)
         if decision.delete_trainer:
             self.rt.event(body, "Normal", "TTLExpired", "spec.runPolicy.ttlSecondsAfterFinished has passed; deleting")

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainerop_common.api import GROUP, PodContribution
 from trainerop_common.api.base import Condition
-from trainerop_common.api.trainer import Phase, ReplicaStatus, TrainerSpec, TrainerStatus
+from trainerop_common.api.trainer import Phase, ProgressStatus, ReplicaStatus, TrainerSpec, TrainerStatus
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired, find
 
@@ -175,7 +175,8 @@ def retryable(spec: TrainerSpec, pod: PodView) -> bool:
     if policy == "Never":
         return False
     if policy == "ExitCode":
-        return pod.exit_code is None or pod.exit_code >= 128
+        # No exit code, or 0 on a failed pod: evicted or stopped from outside, not a bug.
+        return pod.exit_code is None or pod.exit_code == 0 or pod.exit_code >= 128
     return True
 
 
@@ -241,18 +242,19 @@ def _status(
     }
     if by_role:
         topology["replicas"] = {role: c.to_k8s() for role, c in by_role.items()}
-    progress = dict(obs.status.progress.to_k8s()) if obs.status.progress else {}
+    # Always the whole section, rebuilt: the same shape every time (no write for a changed shape),
+    # and a cleared startTime (on suspension) really goes away.
+    previous = obs.status.progress or ProgressStatus()
     beats = [lease for lease in obs.leases.values() if lease.renew_time]
-    if beats:
-        progress["epoch"] = max(lease.epoch for lease in beats)
-        progress["step"] = max(lease.step for lease in beats)
-        progress["lastHeartbeatTime"] = max(str(lease.renew_time)[:19] + "Z" for lease in beats)
-    progress |= {"startTime": start} if start else {}
-    progress |= {"completionTime": completion} if completion else {}
-    status: dict[str, Any] = {"phase": phase, "topology": topology}
-    if progress:
-        status["progress"] = progress
-    return status
+    progress = ProgressStatus(
+        start_time=start,
+        completion_time=completion,
+        epoch=max((lease.epoch for lease in beats), default=previous.epoch),
+        step=max((lease.step for lease in beats), default=previous.step),
+        last_heartbeat_time=max((str(lease.renew_time)[:19] + "Z" for lease in beats), default=None)
+        or previous.last_heartbeat_time,
+    )
+    return {"phase": phase, "topology": topology, "progress": progress.to_k8s()}
 
 
 def _last_sign(obs: Observed, pod: PodView) -> str | None:
@@ -310,6 +312,17 @@ def decide(obs: Observed) -> Decision:
     ]
     live = [p for p in pods if not p.deleting]
     by_replica = {Replica(p.role, p.index): p for p in live}
+    # Cleaning up looks at what the pods really are: a stalled or stranded pod still holds its GPUs.
+    really_finished = {p.name for p in obs.pods if p.finished}
+    forced = stranded | stuck
+
+    def clean(candidates: Sequence[PodView], policy: str) -> tuple[str, ...]:
+        return tuple(
+            sorted(
+                p.name for p in candidates if policy == "All" or (policy == "Running" and p.name not in really_finished)
+            )
+        )
+
     previous = obs.status.topology.replicas if obs.status.topology and obs.status.topology.replicas else {}
     history: dict[str, tuple[int, str | None]] = {r: (c.restarts, c.last_failure_time) for r, c in previous.items()}
     restarts_total = sum(n for n, _ in history.values())
@@ -321,14 +334,14 @@ def decide(obs: Observed) -> Decision:
 
     # A finished run stays finished; clean its pods as cleanPodPolicy says, delete it after its TTL.
     if finished_phase is not None:
-        policy = spec.run_policy.clean_pod_policy
-        doomed = [p.name for p in live if policy == "All" or (policy == "Running" and not p.finished)]
+        doomed = clean(live, spec.run_policy.clean_pod_policy)
         kept = [c for c in CONDITIONS if find(obs.conditions, c) is not None]
         ttl = _due(obs, completion, spec.run_policy.ttl_seconds_after_finished)
         return Decision(
             status=_status(obs, finished_phase, live, history, start, completion),
             conditions=tuple(_keep(obs.conditions, kept)),
-            delete_pods=tuple(doomed),
+            delete_pods=doomed,
+            force_delete=tuple(sorted(forced & set(doomed) | stuck)),
             requeue_after=_soonest(ttl),
             delete_trainer=ttl is not None and ttl <= 0,
         )
@@ -341,6 +354,7 @@ def decide(obs: Observed) -> Decision:
                 Desired.true("Suspended", "SuspendedByUser", "spec.runPolicy.suspend is true; its pods are deleted"),
             ),
             delete_pods=tuple(p.name for p in live),
+            force_delete=tuple(sorted(forced)),
             events=(("Normal", "Suspended", f"spec.runPolicy.suspend is true: deleting {len(live)} pods"),)
             if live
             else (),
@@ -360,6 +374,7 @@ def decide(obs: Observed) -> Decision:
         )
 
     def fail(reason: str, message: str) -> Decision:
+        doomed = clean(live, spec.run_policy.clean_pod_policy)
         return Decision(
             status=_status(obs, "Failed", live, history, start, stamp),
             conditions=(
@@ -368,7 +383,8 @@ def decide(obs: Observed) -> Decision:
                 Desired.true("Failed", reason, message),
                 not_suspended,
             ),
-            delete_pods=tuple(p.name for p in live if spec.run_policy.clean_pod_policy != "None" and not p.finished),
+            delete_pods=doomed,
+            force_delete=tuple(sorted(forced & set(doomed) | stuck)),
             events=(("Warning", reason, message),),
         )
 
@@ -397,6 +413,22 @@ def decide(obs: Observed) -> Decision:
             f"{describe_failure(failed[0])} after {restarts_total} restarts; spec.runPolicy.backoffLimit is {limit}",
         )
 
+    if succeeded(spec, by_replica):
+        done_message = "the run finished successfully"
+        doomed = clean(live, spec.run_policy.clean_pod_policy)
+        return Decision(
+            status=_status(obs, "Succeeded", live, history, start, stamp),
+            conditions=(
+                Desired.true("Created", "PodsCreated", "all pods were created"),
+                Desired.false("Running", "Succeeded", done_message),
+                Desired.true("Succeeded", "Succeeded", done_message),
+                not_suspended,
+            ),
+            delete_pods=doomed,
+            force_delete=tuple(sorted(forced & set(doomed) | stuck)),
+            events=(("Normal", "Succeeded", done_message),),
+        )
+
     events: list[tuple[str, str, str]] = []
     restart: list[PodView] = []
     for pod in failed:
@@ -413,21 +445,6 @@ def decide(obs: Observed) -> Decision:
         events.append(("Normal", "GangRestart", f"restartScope is Gang: restarting {len(restart)} pods"))
 
     remaining = [p for p in live if p.name not in restart_names]
-    if succeeded(spec, by_replica):
-        done_message = "the run finished successfully"
-        return Decision(
-            status=_status(obs, "Succeeded", remaining, history, start, stamp),
-            conditions=(
-                Desired.true("Created", "PodsCreated", "all pods were created"),
-                Desired.false("Running", "Succeeded", done_message),
-                Desired.true("Succeeded", "Succeeded", done_message),
-                not_suspended,
-            ),
-            delete_pods=tuple(
-                p.name for p in remaining if spec.run_policy.clean_pod_policy != "None" and not p.finished
-            ),
-            events=(("Normal", "Succeeded", done_message),),
-        )
 
     desired = replicas(spec)
     wanted = set(desired)
@@ -462,7 +479,9 @@ def decide(obs: Observed) -> Decision:
         and all(p.phase in ("Running", "Succeeded") for p in running)
         and any(p.phase == "Running" for p in running)
     )
-    phase: Phase = "Restarting" if restart or held else "Running" if all_running else "Pending"
+    # A replaced pod's predecessor may still be terminating: that replica is still restarting.
+    terminating = [p.name for p in obs.pods if p.deleting and Replica(p.role, p.index) in wanted]
+    phase: Phase = "Restarting" if restart or held or terminating else "Running" if all_running else "Pending"
     if all_running and start is None:
         start = stamp
     before = find(obs.conditions, "Created")
@@ -493,13 +512,15 @@ def decide(obs: Observed) -> Decision:
         conditions.append(
             Desired.false("Stalled", "HeartbeatsOnTime", "no running pod has been silent for stallTimeoutSeconds")
         )
-    if restart or held:
-        why = (
-            "; ".join(describe_failure(p) for p in failed)
-            if failed
-            else (f"waiting out the restart backoff before replacing {', '.join(r.name(owner.name) for r in held)}")
-        )
-        conditions.append(Desired.true("Restarting", "PodFailed" if failed else "RestartBackoff", why))
+    if restart or held or terminating:
+        if failed:
+            why, reason = "; ".join(describe_failure(p) for p in failed), "PodFailed"
+        elif held:
+            why = f"waiting out the restart backoff before replacing {', '.join(r.name(owner.name) for r in held)}"
+            reason = "RestartBackoff"
+        else:
+            why, reason = f"waiting for {', '.join(terminating)} to terminate before replacing it", "Replacing"
+        conditions.append(Desired.true("Restarting", reason, why))
     elif find(obs.conditions, "Restarting") is not None:
         conditions.append(Desired.false("Restarting", "Recovered", "every pod is back"))
     if create:

@@ -32,6 +32,7 @@ class ObjectCache:
         self.items: dict[Key, dict[str, Any]] = {}
         self._listed = False
         self._lock = asyncio.Lock()
+        self._gone: set[tuple[Key, str]] = set()  # deleted by the watch before the first list ended
 
     @classmethod
     def for_kind(cls, kube: "Kube", kind: str) -> "ObjectCache":
@@ -56,7 +57,11 @@ class ObjectCache:
             key = self.key(body)
             deleted = event.get("type") == "DELETED"
             if deleted:
-                self.items.pop(key, None)
+                current = self.items.get(key)
+                if current is None or current["metadata"].get("uid") == body["metadata"].get("uid"):
+                    self.items.pop(key, None)
+                if not self._listed:
+                    self._gone.add((key, body["metadata"].get("uid", "")))
             else:
                 self.items[key] = dict(body)
             if on_change is not None:
@@ -69,7 +74,10 @@ class ObjectCache:
             if self._listed:
                 return
             for obj in await self._lister():
-                self.items.setdefault(self.key(obj), obj)
+                # Skip what the watch saw deleted while the list was in flight (no resurrection).
+                if (self.key(obj), obj["metadata"].get("uid", "")) not in self._gone:
+                    self.items.setdefault(self.key(obj), obj)
+            self._gone.clear()
             self._listed = True
 
     async def values(self) -> list[dict[str, Any]]:

@@ -114,7 +114,9 @@ class Runtime:
         key = key_of(body)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            latest = self.trainers.get(key, body)
+            latest = self.trainers.get(key)
+            if latest is None:
+                return  # deleted meanwhile: nothing to reconcile (its children go with it)
             started = time.perf_counter()
             result = "ok"
             try:
@@ -156,10 +158,13 @@ class Runtime:
         return key in self._retries
 
     def _schedule(self, key: Key, delay: float) -> None:
-        old = self._retries.pop(key, None)
+        """Reconcile ``key`` in ``delay`` seconds, unless one is already due sooner."""
+        loop = asyncio.get_running_loop()
+        old = self._retries.get(key)
+        if old is not None and old.when() <= loop.time() + delay:
+            return
         if old is not None:
             old.cancel()
-        loop = asyncio.get_running_loop()
 
         def fire() -> None:
             self._retries.pop(key, None)
@@ -209,6 +214,9 @@ class Runtime:
         async def on_trainer(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
             key = key_of(body)
             if event.get("type") == "DELETED":
+                current = self.trainers.get(key)
+                if current is not None and current["metadata"].get("uid") != body["metadata"].get("uid"):
+                    return  # an older Trainer of the same name; the new one stays
                 self.trainers.pop(key, None)
                 self._locks.pop(key, None)
                 self._reported.pop(key, None)

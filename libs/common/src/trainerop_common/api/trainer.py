@@ -184,7 +184,6 @@ class ProgressStatus(K8sModel):
     epoch: int = Field(default=0, ge=0)
     step: int = Field(default=0, ge=0)
     last_heartbeat_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
-    restarts: int = Field(default=0, ge=0)
 
 
 class ProfileStatus(K8sModel):
