@@ -57,6 +57,7 @@ def test_seed_trainer_gets_four_workers_and_a_parameter_server(cluster: Cluster,
         "succeeded": 0,
         "failed": 0,
         "restarts": 0,
+        "recentFailures": 0,
     }
     assert status["progress"]["startTime"]
     assert condition(obj, "Running")["status"] == "True"

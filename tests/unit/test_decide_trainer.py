@@ -134,6 +134,7 @@ def test_all_pods_running_is_running_with_a_start_time() -> None:
         "succeeded": 0,
         "failed": 0,
         "restarts": 0,
+        "recentFailures": 0,
     }
 
 
@@ -261,15 +262,23 @@ def test_restart_backoff_delays_repeated_replacements_and_requeues() -> None:
     assert [RestartBackoff(1, 8).delay(n) for n in range(1, 7)] == [0, 1, 2, 4, 8, 8]
     s = spec()
     pods = [p for p in running(s) if p.name != "t-worker-3"]
-    # The 3rd worker failure 1 s ago: a 2 s backoff, so the replacement waits 1 s more.
-    status = {"topology": {"replicas": {"worker": {"restarts": 3, "lastFailureTime": "2026-01-01T00:09:59Z"}}}}
+    # The 3rd worker failure in a row 1 s ago: a 2 s backoff, so the replacement waits 1 s more.
+    status = {
+        "topology": {
+            "replicas": {"worker": {"restarts": 3, "recentFailures": 3, "lastFailureTime": "2026-01-01T00:09:59Z"}}
+        }
+    }
     d = observe(s, pods, status=status)
     assert d.create_pods == ()
     assert d.requeue_after == 1.0
     assert d.status["phase"] == "Restarting"
     assert by_type(d)["Restarting"].reason == "RestartBackoff"
     # The first failure of a role is replaced at once.
-    first = {"topology": {"replicas": {"worker": {"restarts": 1, "lastFailureTime": "2026-01-01T00:10:00Z"}}}}
+    first = {
+        "topology": {
+            "replicas": {"worker": {"restarts": 9, "recentFailures": 1, "lastFailureTime": "2026-01-01T00:10:00Z"}}
+        }
+    }
     assert created_names(observe(s, pods, status=first)) == ["t-worker-3"]
 
 
@@ -428,3 +437,22 @@ def test_lost_nodes_are_forced_away_when_the_run_fails() -> None:
     )
     assert d.status["phase"] == "Failed"
     assert d.force_delete == ("t-worker-1",)
+
+
+def test_failures_far_apart_start_the_backoff_over() -> None:
+    s = spec()
+    pods = [*running(s)[:-2], pod("worker", 3, "Failed", 137), pod("ps", 0)]
+    soon = {
+        "topology": {
+            "replicas": {"worker": {"restarts": 4, "recentFailures": 4, "lastFailureTime": "2026-01-01T00:09:00Z"}}
+        }
+    }
+    assert observe(s, pods, status=soon).status["topology"]["replicas"]["worker"]["recentFailures"] == 5
+    # 10 minutes after the last one (more than 5 x the 60 s cap): a fresh start, no delay.
+    late = {
+        "topology": {
+            "replicas": {"worker": {"restarts": 4, "recentFailures": 4, "lastFailureTime": "2026-01-01T00:00:00Z"}}
+        }
+    }
+    worker = observe(s, pods, status=late).status["topology"]["replicas"]["worker"]
+    assert (worker["restarts"], worker["recentFailures"]) == (5, 1)

@@ -119,3 +119,12 @@ async def test_a_sooner_requeue_is_not_pushed_back_by_a_later_one() -> None:
     assert rt._retries[key].when() == first
     rt.requeue([key])
     assert rt._retries[key].when() < first
+
+
+async def test_events_do_not_pre_empt_an_error_backoff() -> None:
+    rt, _ = runtime_with(FailingController(OSError("refused")))
+    key = ("ns", "t")
+    await rt.reconcile(BODY)
+    backoff_due = rt._retries[key].when()
+    rt.requeue([key])
+    assert rt._retries[key].when() == backoff_due

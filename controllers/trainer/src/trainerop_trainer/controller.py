@@ -243,9 +243,13 @@ class TrainerController:
             await create(claim)
         for service in decision.create_services:
             await create(service)
+        created = []
         for pod in decision.create_pods:
             if await create(pod):
                 PODS_CREATED.labels(pod["metadata"]["labels"][TYPE_LABEL]).inc()
+                created.append(pod["metadata"]["name"])
+        if created:
+            self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(created))
         by_name = {v.name: v for v in views}
         for name in decision.delete_pods:
             force = name in decision.force_delete

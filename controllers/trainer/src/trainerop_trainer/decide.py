@@ -41,11 +41,23 @@ class RestartBackoff:
     base: float = 1.0
     cap: float = 60.0
 
-    def delay(self, restarts: int) -> float:
-        return 0.0 if restarts <= 1 else min(self.cap, self.base * 2 ** (restarts - 2))
+    @property
+    def reset_after(self) -> float:
+        """A failure this long after the previous one starts the backoff over."""
+        return 5 * self.cap
+
+    def delay(self, recent_failures: int) -> float:
+        return 0.0 if recent_failures <= 1 else min(self.cap, self.base * 2 ** (recent_failures - 2))
 
 
-History = Mapping[str, tuple[int, str | None]]  # role -> (restarts, last failure time)
+@dataclass(frozen=True)
+class RoleHistory:
+    restarts: int = 0
+    last_failure: str | None = None
+    recent: int = 0  # failures in a row, each within reset_after of the previous
+
+
+History = Mapping[str, RoleHistory]
 
 
 def parse_time(text: str) -> datetime:
@@ -210,8 +222,8 @@ def counts(spec: TrainerSpec, pods: Sequence[PodView], history: History) -> dict
     out: dict[str, ReplicaStatus] = {}
     for role in ROLES:
         mine = [p for p in pods if p.role == role and not p.deleting]
-        restarts, last_failure = history.get(role, (0, None))
-        if not desired[role] and not mine and not restarts:
+        past = history.get(role, RoleHistory())
+        if not desired[role] and not mine and not past.restarts:
             continue
         out[role] = ReplicaStatus(
             desired=desired[role],
@@ -219,8 +231,9 @@ def counts(spec: TrainerSpec, pods: Sequence[PodView], history: History) -> dict
             ready=sum(p.ready and p.phase == "Running" for p in mine),
             succeeded=sum(p.phase == "Succeeded" for p in mine),
             failed=sum(p.phase == "Failed" for p in mine),
-            restarts=restarts,
-            last_failure_time=last_failure,
+            restarts=past.restarts,
+            last_failure_time=past.last_failure,
+            recent_failures=past.recent,
         )
     return out
 
@@ -324,8 +337,10 @@ def decide(obs: Observed) -> Decision:
         )
 
     previous = obs.status.topology.replicas if obs.status.topology and obs.status.topology.replicas else {}
-    history: dict[str, tuple[int, str | None]] = {r: (c.restarts, c.last_failure_time) for r, c in previous.items()}
-    restarts_total = sum(n for n, _ in history.values())
+    history: dict[str, RoleHistory] = {
+        r: RoleHistory(c.restarts, c.last_failure_time, c.recent_failures) for r, c in previous.items()
+    }
+    restarts_total = sum(h.restarts for h in history.values())
     progress = obs.status.progress
     start = progress.start_time if progress else None
     completion = progress.completion_time if progress else None
@@ -439,7 +454,10 @@ def decide(obs: Observed) -> Decision:
         restart.append(pod)
     restart_names = {p.name for p in restart}
     for pod in failed:
-        history[pod.role] = (history.get(pod.role, (0, None))[0] + 1, stamp)
+        past = history.get(pod.role, RoleHistory())
+        quiet = _due(obs, past.last_failure, obs.backoff.reset_after)
+        recent = 1 if quiet is None or quiet <= 0 else past.recent + 1
+        history[pod.role] = RoleHistory(past.restarts + 1, stamp, recent)
         events.append(("Warning", "RestartingPod", f"{describe_failure(pod)}; replacing it (same name and DNS)"))
     if len(restart) > len(failed):
         events.append(("Normal", "GangRestart", f"restartScope is Gang: restarting {len(restart)} pods"))
@@ -452,7 +470,9 @@ def decide(obs: Observed) -> Decision:
     missing = [r for r in desired if r.name(owner.name) not in existing_names]
     # A role's replacements wait out its restart backoff.
     backoff_wait = {
-        role: _due(obs, last, obs.backoff.delay(n)) for role, (n, last) in history.items() if n and last is not None
+        role: _due(obs, h.last_failure, obs.backoff.delay(h.recent))
+        for role, h in history.items()
+        if h.recent and h.last_failure is not None
     }
     held = [r for r in missing if (backoff_wait.get(r.role) or 0) > 0]
     # No new pod (not even a replacement) until every gate is open for this generation.
@@ -523,8 +543,6 @@ def decide(obs: Observed) -> Decision:
         conditions.append(Desired.true("Restarting", reason, why))
     elif find(obs.conditions, "Restarting") is not None:
         conditions.append(Desired.false("Restarting", "Recovered", "every pod is back"))
-    if create:
-        events.append(("Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in create)))
     if surplus:
         events.append(
             (

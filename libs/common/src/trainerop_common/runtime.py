@@ -191,9 +191,11 @@ class Runtime:
         self._schedule(key, seconds)
 
     def requeue(self, keys: Iterator[Key] | Sequence[Key]) -> None:
-        """Reconcile these Trainers soon (e.g. a profile they use changed)."""
+        """Reconcile these Trainers soon (e.g. a profile they use changed). A Trainer waiting out
+        an error backoff keeps waiting: events must not turn a failing call into a hot loop."""
         for key in keys:
-            self._schedule(key, 0)
+            if key not in self._backoff.failures:
+                self._schedule(key, 0)
 
     async def resync_forever(self) -> None:
         while True:

@@ -162,6 +162,9 @@ class ReplicaStatus(K8sModel):
     last_failure_time: str | None = Field(
         default=None, json_schema_extra={"format": "date-time"}, description="Starts the restart backoff."
     )
+    recent_failures: int = Field(
+        default=0, ge=0, description="Failures in a row, each soon after the last: sets the backoff."
+    )
 
 
 class TopologyStatus(K8sModel):
