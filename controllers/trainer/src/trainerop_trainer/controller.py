@@ -124,6 +124,7 @@ class TrainerController:
         # stale event cannot make one failure count twice.
         self._deleted: set[str] = set()
         self._readiness: dict[str, str | None] = {}  # node -> Ready status last seen
+        self._runners: dict[tuple[str, str, str], frozenset[str]] = {}  # Trainer -> Leases its Role covers
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.pods.register(registry, self._child_changed)
@@ -235,8 +236,16 @@ class TrainerController:
                 self.rt.event(body, "Warning", "CreateRefused", f"{kind} {name} was refused: {err.status.message}")
                 return False
 
-        for obj in decision.runner:
-            await kube.apply_core(obj)
+        # The runner identity is applied once per Trainer and again only when its Leases change
+        # (a scale); a replacement pod does not pay three extra requests.
+        runner_key = (owner.namespace, owner.name, owner.uid)
+        leases_named = frozenset(
+            name for obj in decision.runner if obj["kind"] == "Role" for name in obj["rules"][0]["resourceNames"]
+        )
+        if decision.runner and self._runners.get(runner_key) != leases_named:
+            for obj in decision.runner:
+                await kube.apply_core(obj)
+            self._runners[runner_key] = leases_named
         for lease in decision.create_leases:
             await create(lease)
         for claim in decision.create_claims:
