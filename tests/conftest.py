@@ -25,6 +25,8 @@ from tests.harness import Cluster
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     user_kubeconfig = os.environ.get("KUBECONFIG")
+    if user_kubeconfig and not os.path.isfile(user_kubeconfig):
+        pytest.fail(f"KUBECONFIG={user_kubeconfig} does not exist; unset it to test against the local cluster")
     started = False
     if not user_kubeconfig:
         if cluster_tool.main(["up"]) != 0:
