@@ -62,6 +62,7 @@ def observe(
     status: dict[str, Any] | None = None,
     generation: int = 1,
     services: Sequence[str] | None = None,
+    lost_nodes: dict[str, str] | None = None,
 ) -> Decision:
     names = {p.name for p in pods} if services is None else set(services)
     return decide(
@@ -74,6 +75,7 @@ def observe(
             now=NOW,
             pods=pods,
             services=frozenset(names),
+            lost_nodes=lost_nodes or {},
         )
     )
 
@@ -338,38 +340,14 @@ def test_lost_nodes() -> None:
 def test_a_pod_on_a_lost_node_is_force_deleted_and_replaced_as_a_restart() -> None:
     s = spec()
     pods = [PodView(**{**p.__dict__, "node": "n2" if p.name == "t-worker-1" else "n1"}) for p in running(s)]
-    d = decide(
-        Observed(
-            owner=Owner("t", "ns", "uid", 1),
-            spec=s,
-            status=TrainerStatus(),
-            conditions=OPEN,
-            gates=GATES,
-            now=NOW,
-            pods=pods,
-            services=frozenset(p.name for p in pods),
-            lost_nodes={"n2": "node n2 no longer exists"},
-        )
-    )
+    d = observe(s, pods, lost_nodes={"n2": "node n2 no longer exists"})
     assert d.restarted == ("t-worker-1",)
     assert d.force_delete == ("t-worker-1",)
     assert d.status["topology"]["replicas"]["worker"]["restarts"] == 1
     assert "pod t-worker-1 was lost with its node n2" in d.events[0][2]
     # Once it is being deleted it is only forced away, not counted again.
     going = [PodView(**{**p.__dict__, "deleting": p.name == "t-worker-1"}) for p in pods]
-    again = decide(
-        Observed(
-            owner=Owner("t", "ns", "uid", 1),
-            spec=s,
-            status=TrainerStatus(),
-            conditions=OPEN,
-            gates=GATES,
-            now=NOW,
-            pods=going,
-            services=frozenset(p.name for p in pods),
-            lost_nodes={"n2": "gone"},
-        )
-    )
+    again = observe(s, going, services=[p.name for p in pods], lost_nodes={"n2": "gone"})
     assert again.restarted == ()
     assert again.force_delete == ("t-worker-1",)
 
@@ -422,19 +400,7 @@ def test_a_replica_whose_pod_is_terminating_is_still_restarting() -> None:
 def test_lost_nodes_are_forced_away_when_the_run_fails() -> None:
     s = spec(topology={"workers": 2}, runPolicy={"restartPolicy": "Never"})
     pods = [PodView(**{**pod("worker", i).__dict__, "node": f"n{i}"}) for i in range(2)]
-    d = decide(
-        Observed(
-            owner=Owner("t", "ns", "uid", 1),
-            spec=s,
-            status=TrainerStatus(),
-            conditions=OPEN,
-            gates=GATES,
-            now=NOW,
-            pods=pods,
-            services=frozenset(),
-            lost_nodes={"n1": "gone"},
-        )
-    )
+    d = observe(s, pods, services=[], lost_nodes={"n1": "gone"})
     assert d.status["phase"] == "Failed"
     assert d.force_delete == ("t-worker-1",)
 

@@ -94,28 +94,18 @@ class TrainerController:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, CONDITIONS)
-        selector = f"{TYPE_LABEL}"
-        self.pods = ObjectCache(
-            lambda: runtime.kube.list_core("Pod", selector), "", "v1", "pods", {TYPE_LABEL: kopf.PRESENT}
-        )
-        self.services = ObjectCache(
-            lambda: runtime.kube.list_core("Service", selector), "", "v1", "services", {TYPE_LABEL: kopf.PRESENT}
-        )
+
+        def children(kind: str, group: str, plural: str) -> ObjectCache:
+            """Objects of ``kind`` the controller created (they carry the replica-type label)."""
+            return ObjectCache(
+                lambda: runtime.kube.list_core(kind, TYPE_LABEL), group, "v1", plural, {TYPE_LABEL: kopf.PRESENT}
+            )
+
+        self.pods = children("Pod", "", "pods")
+        self.services = children("Service", "", "services")
+        self.claims = children("PersistentVolumeClaim", "", "persistentvolumeclaims")
+        self.leases = children("Lease", "coordination.k8s.io", "leases")
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
-        self.claims = ObjectCache(
-            lambda: runtime.kube.list_core("PersistentVolumeClaim", selector),
-            "",
-            "v1",
-            "persistentvolumeclaims",
-            {TYPE_LABEL: kopf.PRESENT},
-        )
-        self.leases = ObjectCache(
-            lambda: runtime.kube.list_core("Lease", selector),
-            "coordination.k8s.io",
-            "v1",
-            "leases",
-            {TYPE_LABEL: kopf.PRESENT},
-        )
         self.settings = PodSettings(init_image=runtime.config.init_image)
         self.backoff = RestartBackoff(
             runtime.config.restart_backoff_seconds, runtime.config.restart_backoff_cap_seconds
