@@ -1,6 +1,6 @@
 """Error classes in the runtime: permanent errors become one Event, temporary ones a backoff retry."""
 
-from typing import cast
+from typing import Any, cast
 
 import httpx2
 import kopf
@@ -128,3 +128,20 @@ async def test_events_do_not_pre_empt_an_error_backoff() -> None:
     backoff_due = rt._retries[key].when()
     rt.requeue([key])
     assert rt._retries[key].when() == backoff_due
+
+
+async def test_cache_groups_by_index_and_drops_deleted_objects() -> None:
+    from trainerop_common.cache import ObjectCache
+
+    def pod(name: str, trainer: str, uid: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": name, "uid": uid, "labels": {"trainer-name": trainer}}}
+
+    async def lister() -> list[dict[str, Any]]:
+        return [pod("a-0", "a", "1"), pod("b-0", "b", "2"), pod("gone", "a", "3")]
+
+    cache = ObjectCache(lister, "", "v1", "pods", index=lambda o: o["metadata"]["labels"]["trainer-name"])
+    cache._gone.add((("ns", "gone"), "3"))
+    assert [o["metadata"]["name"] for o in await cache.grouped("a")] == ["a-0"]
+    cache._drop(("ns", "a-0"))
+    assert await cache.grouped("a") == []
+    assert [o["metadata"]["name"] for o in await cache.grouped("b")] == ["b-0"]

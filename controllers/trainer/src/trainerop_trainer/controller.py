@@ -1,6 +1,7 @@
 """kopf adapter of the trainer controller: observe the Trainer and its pods and Services, call
 decide(), carry out the decision (Services, then pods, then deletions), write status."""
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -67,6 +68,12 @@ def pod_view(body: dict[str, Any], container: str) -> PodView | None:
     )
 
 
+def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """The (namespace, Trainer name) a child belongs to, from its trainer-name label."""
+    meta = obj.get("metadata", {})
+    return (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(NAME_LABEL, "")))
+
+
 def lease_view(body: dict[str, Any]) -> LeaseView:
     annotations = body["metadata"].get("annotations") or {}
 
@@ -98,7 +105,12 @@ class TrainerController:
         def children(kind: str, group: str, plural: str) -> ObjectCache:
             """Objects of ``kind`` the controller created (they carry the replica-type label)."""
             return ObjectCache(
-                lambda: runtime.kube.list_core(kind, TYPE_LABEL), group, "v1", plural, {TYPE_LABEL: kopf.PRESENT}
+                lambda: runtime.kube.list_core(kind, TYPE_LABEL),
+                group,
+                "v1",
+                plural,
+                {TYPE_LABEL: kopf.PRESENT},
+                index=owner_of,
             )
 
         self.pods = children("Pod", "", "pods")
@@ -134,11 +146,7 @@ class TrainerController:
             self._readiness.pop(node, None)
         else:
             self._readiness[node] = readiness
-        owners = {
-            (p["metadata"].get("namespace", ""), (p["metadata"].get("labels") or {}).get(NAME_LABEL, ""))
-            for p in self.pods.items.values()
-            if (p.get("spec") or {}).get("nodeName") == node
-        }
+        owners = {owner_of(p) for p in self.pods.items.values() if (p.get("spec") or {}).get("nodeName") == node}
         self.rt.requeue([k for k in owners if k in self.rt.trainers])
 
     def _child_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
@@ -150,10 +158,8 @@ class TrainerController:
     async def _children(self, cache: ObjectCache, namespace: str, trainer: str, uid: str) -> list[dict[str, Any]]:
         return [
             o
-            for o in await cache.values()
-            if o["metadata"].get("namespace") == namespace
-            and (o["metadata"].get("labels") or {}).get(NAME_LABEL) == trainer
-            and any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or ())
+            for o in await cache.grouped((namespace, trainer))
+            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or ())
         ]
 
     async def reconcile(self, body: Body) -> None:

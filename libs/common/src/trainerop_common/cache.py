@@ -2,7 +2,7 @@
 a reconcile never decides on a cache that has not seen the cluster yet."""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import kopf
@@ -16,7 +16,8 @@ Key = tuple[str, str]
 
 
 class ObjectCache:
-    """Objects of one resource (optionally only those with ``labels``), keyed by namespace/name."""
+    """Objects of one resource (optionally only those with ``labels``), keyed by namespace/name,
+    optionally also grouped by ``index(obj)`` so a reconcile need not scan every object."""
 
     def __init__(
         self,
@@ -25,8 +26,11 @@ class ObjectCache:
         version: str,
         plural: str,
         labels: Mapping[str, Any] | None = None,
+        index: Callable[[Mapping[str, Any]], Hashable] | None = None,
     ) -> None:
         self._lister = lister
+        self._index = index
+        self._groups: dict[Hashable, dict[Key, dict[str, Any]]] = {}
         self._resource = (group, version, plural)
         self._labels = labels
         self.items: dict[Key, dict[str, Any]] = {}
@@ -59,11 +63,11 @@ class ObjectCache:
             if deleted:
                 current = self.items.get(key)
                 if current is None or current["metadata"].get("uid") == body["metadata"].get("uid"):
-                    self.items.pop(key, None)
+                    self._drop(key)
                 if not self._listed:
                     self._gone.add((key, body["metadata"].get("uid", "")))
             else:
-                self.items[key] = dict(body)
+                self._put(key, dict(body))
             if on_change is not None:
                 on_change(key, dict(body), deleted)
 
@@ -75,10 +79,31 @@ class ObjectCache:
                 return
             for obj in await self._lister():
                 # Skip what the watch saw deleted while the list was in flight (no resurrection).
-                if (self.key(obj), obj["metadata"].get("uid", "")) not in self._gone:
-                    self.items.setdefault(self.key(obj), obj)
+                if (self.key(obj), obj["metadata"].get("uid", "")) not in self._gone and self.key(
+                    obj
+                ) not in self.items:
+                    self._put(self.key(obj), obj)
             self._gone.clear()
             self._listed = True
+
+    def _put(self, key: Key, obj: dict[str, Any]) -> None:
+        self._drop(key)
+        self.items[key] = obj
+        if self._index is not None:
+            self._groups.setdefault(self._index(obj), {})[key] = obj
+
+    def _drop(self, key: Key) -> None:
+        old = self.items.pop(key, None)
+        if old is not None and self._index is not None:
+            group = self._groups.get(self._index(old), {})
+            group.pop(key, None)
+            if not group:
+                self._groups.pop(self._index(old), None)
+
+    async def grouped(self, value: Hashable) -> list[dict[str, Any]]:
+        """The objects whose ``index`` is ``value``."""
+        await self.ensure_listed()
+        return list(self._groups.get(value, {}).values())
 
     async def values(self) -> list[dict[str, Any]]:
         await self.ensure_listed()

@@ -1,14 +1,15 @@
 """Controller configuration from flags, with TRAINEROP_* environment variables as defaults.
 
-Every flag is documented in docs/configuration.md; a Kustomize component sets the
-environment of its Deployment.
+Every flag is documented in docs/controllers.md and docs/trainer.md; a Kustomize component sets
+the environment of its Deployment. The defaults live in one place: ControllerConfig.
 """
 
 import argparse
 import os
 import secrets
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 CONCERNS = ("profile", "quota", "checkpoint", "audit")
 # The condition each gating concern owns; audit records but never gates.
@@ -57,27 +58,28 @@ class ControllerConfig:
 
 
 def parse_args(controller: str, argv: Sequence[str] | None = None) -> ControllerConfig:
+    defaults = ControllerConfig(controller)
     p = argparse.ArgumentParser(prog=f"trainerop-{controller}", description=f"Trainer Operator {controller} controller")
+
+    def flag(name: str, help_: str, kind: Callable[[str], Any] = str, **extra: Any) -> None:
+        """--name, defaulting to $TRAINEROP_NAME, else to ControllerConfig's default."""
+        attr = name.replace("-", "_")
+        default = kind(_env(attr.upper(), str(getattr(defaults, attr))))
+        p.add_argument(f"--{name}", type=kind, default=default, help=help_, **extra)
+
     p.add_argument(
         "--namespace",
         action="append",
         default=None,
         help="namespace to watch (repeatable); default: all (env TRAINEROP_NAMESPACES, comma-separated)",
     )
-    p.add_argument("--metrics-address", default=_env("METRICS_ADDRESS", "0.0.0.0"))
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=int(_env("METRICS_PORT", "8080")),
-        help="port of /metrics, /healthz and /readyz (0 picks a free port)",
-    )
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--qps", type=float, default=float(_env("QPS", "20")), help="client-side API rate limit")
-    p.add_argument("--burst", type=int, default=int(_env("BURST", "40")))
-    p.add_argument(
-        "--workers", type=int, default=int(_env("WORKERS", "0")), help="objects reconciled concurrently (0: no limit)"
-    )
-    p.add_argument("--resync-seconds", type=float, default=float(_env("RESYNC_SECONDS", "300")))
+    flag("metrics-address", "address of /metrics, /healthz and /readyz")
+    flag("metrics-port", "port of /metrics, /healthz and /readyz (0 picks a free port)", int)
+    flag("log-level", "log level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    flag("qps", "client-side API rate limit (requests a second)", float)
+    flag("burst", "client-side API rate limit burst", int)
+    flag("workers", "objects reconciled concurrently (0: no limit)", int)
+    flag("resync-seconds", "every Trainer is reconciled at least this often", float)
     p.add_argument(
         "--peering",
         action=argparse.BooleanOptionalAction,
@@ -90,41 +92,17 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         default=int(_env("PEERING_PRIORITY", "0")) or secrets.randbelow(1_000_000) + 1,
         help="the live replica with the highest priority works, the others pause (default: random)",
     )
-    p.add_argument(
-        "--peering-lifetime",
-        type=int,
-        default=int(_env("PEERING_LIFETIME", "60")),
-        help="seconds without a heartbeat after which a replica is presumed dead",
-    )
+    flag("peering-lifetime", "seconds without a heartbeat after which a replica is presumed dead", int)
     if controller == "trainer":
         p.add_argument(
             "--gates",
             default=env_gates(os.environ),
             help=f"deployed concerns whose condition gates pod creation, comma-separated: {','.join(CONCERNS)}",
         )
-        p.add_argument(
-            "--init-image",
-            default=_env("INIT_IMAGE", "busybox:1.36"),
-            help="image of the init container that waits for the rendezvous address (needs sh and nslookup)",
-        )
-        p.add_argument(
-            "--restart-backoff-seconds",
-            type=float,
-            default=float(_env("RESTART_BACKOFF_SECONDS", "1")),
-            help="a role's first replacement is immediate, the next ones wait this, then twice as long...",
-        )
-        p.add_argument(
-            "--restart-backoff-cap-seconds",
-            type=float,
-            default=float(_env("RESTART_BACKOFF_CAP_SECONDS", "60")),
-            help="the longest wait before a replacement",
-        )
-        p.add_argument(
-            "--node-lost-seconds",
-            type=float,
-            default=float(_env("NODE_LOST_SECONDS", "40")),
-            help="a pod whose node has not been Ready this long is replaced elsewhere (a deleted node: at once)",
-        )
+        flag("init-image", "image of the init container that waits for the rendezvous address (sh, nslookup)")
+        flag("restart-backoff-seconds", "wait before a role's 2nd replacement in a row, doubling after", float)
+        flag("restart-backoff-cap-seconds", "the longest wait before a replacement", float)
+        flag("node-lost-seconds", "replace pods of a node not Ready this long (a deleted node: at once)", float)
     a = p.parse_args(argv)
     gates = _csv(getattr(a, "gates", ""))
     unknown = set(gates) - set(CONCERNS)
@@ -132,23 +110,12 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         p.error(f"unknown gate(s) {sorted(unknown)}; choose from {', '.join(CONCERNS)}")
     if a.qps <= 0 or a.burst < 1 or a.workers < 0:
         p.error("--qps must be > 0, --burst at least 1, --workers at least 0 (0: no limit)")
-    return ControllerConfig(
-        controller=controller,
+    derived = {"controller", "namespaces", "pod_name", "gates"}
+    parsed = {k: v for k, v in vars(a).items() if k in {f.name for f in fields(ControllerConfig)} - derived}
+    return replace(
+        defaults,
+        **parsed,
         namespaces=tuple(a.namespace) if a.namespace else _csv(_env("NAMESPACES", "")),
-        metrics_address=a.metrics_address,
-        metrics_port=a.metrics_port,
-        log_level=a.log_level,
-        qps=a.qps,
-        burst=a.burst,
-        workers=a.workers,
-        resync_seconds=a.resync_seconds,
-        peering=a.peering,
-        peering_priority=a.peering_priority,
-        peering_lifetime=a.peering_lifetime,
         pod_name=os.environ.get("POD_NAME", os.uname().nodename),
         gates=gates,
-        init_image=getattr(a, "init_image", "busybox:1.36"),
-        restart_backoff_seconds=getattr(a, "restart_backoff_seconds", 1.0),
-        restart_backoff_cap_seconds=getattr(a, "restart_backoff_cap_seconds", 60.0),
-        node_lost_seconds=getattr(a, "node_lost_seconds", 40.0),
     )
