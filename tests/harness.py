@@ -43,6 +43,11 @@ class Cluster:
         out: dict[str, Any] = json.loads(self.kubectl("get", kind, name, *ns, "-o", "json", *flags))
         return out
 
+    def names(self, kind: str, namespace: str | None = None) -> set[str]:
+        """Names of the objects of ``kind`` that exist now (exact names, never a substring match)."""
+        ns = ["-n", namespace] if namespace else []
+        return {line.rpartition("/")[2] for line in self.kubectl("get", kind, *ns, "-o", "name").split()}
+
     def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None) -> None:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         ns = ["-n", namespace] if namespace else []

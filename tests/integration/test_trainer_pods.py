@@ -174,7 +174,7 @@ def test_a_pod_on_a_deleted_node_is_replaced_elsewhere(cluster: Cluster, namespa
         assert any(e["reason"] == "RestartingPod" and f"lost with its node {node}" in e["message"] for e in events)
     finally:
         (spec,) = [n for n in cluster_tool.fake_nodes(cluster_tool.FAKE_NODES) if n["metadata"]["name"] == node]
-        eventually(lambda: node not in cluster.kubectl("get", "nodes", "-o", "name"), what="the node to be gone")
+        eventually(lambda: node not in cluster.names("nodes"), what="the node to be gone")
         cluster.apply(spec)
         cluster.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=60s")
 
@@ -296,6 +296,6 @@ def test_ttl_after_finished_deletes_the_trainer(cluster: Cluster, namespace: str
     cluster.apply({**SEED_TRAINER, "spec": spec}, namespace)
     eventually(lambda: trainer(cluster, namespace)["status"].get("phase") == "Succeeded", what="success")
     eventually(
-        lambda: NAME not in cluster.kubectl("get", "trainers", "-n", namespace, "-o", "name"),
+        lambda: NAME not in cluster.names("trainers", namespace),
         what="the Trainer to be deleted after its TTL",
     )

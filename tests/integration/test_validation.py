@@ -128,7 +128,7 @@ def test_bad_input_is_rejected_with_a_useful_message(
     for fragment in expected:
         assert fragment in rejected.value.stderr
     kind = obj["kind"].lower()
-    assert obj["metadata"]["name"] not in cluster.kubectl("get", kind, "-n", namespace, "-o", "name")
+    assert obj["metadata"]["name"] not in cluster.names(kind, namespace)
 
 
 def test_framework_is_immutable(cluster: Cluster, namespace: str) -> None:
