@@ -40,6 +40,23 @@ done
 kubectl wait --for=jsonpath='{.status.audit.records}'=1 trainer/llama-7b-finetune --timeout=60s
 kubectl wait --for=jsonpath='{.status.phase}'=Running trainer/llama-7b-finetune --timeout=120s
 
+step "A Trainer that only names the profile (examples/profiles/trainer.yaml) and the profile's Secret"
+kubectl create secret generic mistral-vault --from-literal=api-key=demo-only --dry-run=client -o yaml | kubectl apply -f -
+kubectl apply -f examples/profiles/trainer.yaml
+kubectl wait --for=condition=ProfileResolved trainer/llama-7b-profiled --timeout=60s
+kubectl wait --for=jsonpath='{.status.phase}'=Running trainer/llama-7b-profiled --timeout=120s
+echo "status.profile:"
+kubectl get trainer llama-7b-profiled -o jsonpath='{.status.profile}' | python3 -m json.tool
+echo "what the profile put into pod llama-7b-profiled-worker-0:"
+kubectl get pod llama-7b-profiled-worker-0 -o json | python3 -c '
+import json, sys
+pod = json.load(sys.stdin)["spec"]
+container = pod["containers"][0]
+print("  nodeSelector:", pod.get("nodeSelector"))
+print("  tolerations: ", [t for t in pod.get("tolerations", []) if t.get("key") == "usage"])
+print("  env:         ", [e for e in container["env"] if e["name"] == "NCCL_IB_TIMEOUT"])
+print("  mounts:      ", [m for m in container.get("volumeMounts", []) if m["name"] == "profile-runtime-secret"])'
+
 step "kubectl get pods -l trainer-name=llama-7b-finetune (the seed README's query; kwok GPU nodes run them)"
 kubectl get pods -l trainer-name=llama-7b-finetune -o wide
 

@@ -51,8 +51,7 @@ def cluster() -> Iterator[Cluster]:
         os.environ.pop("KUBECONFIG", None)
 
 
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
+def _scratch_namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     cluster.kubectl("label", "namespace", name, "trainer-operator-test=true")
@@ -60,3 +59,15 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl("annotate", "namespace", name, *tolerations)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace for one test (a team's namespace)."""
+    yield from _scratch_namespace(cluster)
+
+
+@pytest.fixture
+def other_namespace(cluster: Cluster) -> Iterator[str]:
+    """A second fresh namespace (another team's), for isolation tests."""
+    yield from _scratch_namespace(cluster)

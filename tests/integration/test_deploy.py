@@ -29,7 +29,7 @@ def gate_env(deployment: dict[str, Any]) -> set[str]:
 def test_overlay_builds_and_the_api_server_accepts_it(cluster: Cluster, overlay: str) -> None:
     objects = build(cluster, overlay)
     crds = by_kind(objects, "CustomResourceDefinition")
-    assert sum(name.endswith(".trainer.operator.kubeflow.org") for name in crds) == 5
+    assert sum(name.endswith(".trainer.operator.kubeflow.org") for name in crds) == 6
     assert "clusterkopfpeerings.kopf.dev" in crds
     assert "trainer-operator-system" in by_kind(objects, "Namespace")
     # Server-side dry run: schema, RBAC objects and Deployments are validated by the real server.
@@ -68,4 +68,13 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
     objects = build(cluster, "local")
     assert by_kind(objects, "Deployment") == {}
     assert set(by_kind(objects, "ServiceAccount")) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
-    assert set(by_kind(objects, "ClusterRoleBinding")) == set(by_kind(objects, "ClusterRole"))
+    controllers = {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
+    assert controllers <= set(by_kind(objects, "ClusterRoleBinding"))
+    # Users' roles aggregate into the built-in edit/admin/view roles instead of being bound.
+    users = set(by_kind(objects, "ClusterRole")) - controllers
+    assert users == {"trainer-operator-edit", "trainer-operator-view", "trainer-operator-cluster-profile-reader"}
+    for name in ("trainer-operator-edit", "trainer-operator-view"):
+        assert any(
+            k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+            for k in by_kind(objects, "ClusterRole")[name]["metadata"]["labels"]
+        )

@@ -163,7 +163,7 @@ def test_a_missing_profile_closes_the_gate_until_it_exists(cluster: Cluster, nam
     obj = eventually(waiting, what="the gate to close on the missing profile")
     message = condition(obj, "Created")["message"]
     assert "ProfileResolved (ProfileNotFound" in message
-    assert "create it or change spec.profile" in condition(obj, "ProfileResolved")["message"]
+    assert "create one or change spec.profile" in condition(obj, "ProfileResolved")["message"]
     events = eventually(
         lambda: [
             e
@@ -175,6 +175,7 @@ def test_a_missing_profile_closes_the_gate_until_it_exists(cluster: Cluster, nam
     assert events[0]["type"] == "Warning"
     assert events[0]["involvedObject"]["name"] == NAME
 
+    cluster.kubectl("create", "secret", "generic", "mistral-vault", "-n", namespace, "--from-literal=a=b")
     cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "examples" / "seed" / "trainingprofile.yaml"))
     obj = eventually(lambda: converged(cluster, namespace, NAME), what="the gate to open once the profile exists")
     contribution = obj["status"]["profile"]["contribution"]

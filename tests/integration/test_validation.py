@@ -106,6 +106,18 @@ CASES = [
         ["spec.retryPolicy.restartPolicy", 'Unsupported value: "Sometimes"'],
     ),
     (
+        "secret-looking literal in a profile",
+        SEED_PROFILE,
+        set_path("spec.envVars", [{"name": "HF_TOKEN", "value": "hf_abc"}]),
+        ["must not have a literal value", "use valueFrom.secretKeyRef"],
+    ),
+    (
+        "profile in another namespace",
+        SEED_TRAINER,
+        set_path("spec.profile", "team-b/gpu"),
+        ["spec.profile"],
+    ),
+    (
         "relative secret mount",
         SEED_PROFILE,
         set_path("spec.runtimeConfig.mountPath", "etc/secrets"),

@@ -1,37 +1,61 @@
-from trainerop_common.api.profile import TrainingProfileSpec
-from trainerop_profile.decide import decide
+from typing import Any
 
-SEED_SPEC = TrainingProfileSpec.model_validate(
-    {
-        "nodeSelector": {"gpu-type": "nvidia-tesla-a100"},
-        "tolerations": [{"key": "usage", "operator": "Equal", "value": "training", "effect": "NoSchedule"}],
-        "runtimeConfig": {"secret": "mistral-vault", "mountPath": "/etc/secrets"},
-        "envVars": [{"name": "NCCL_IB_TIMEOUT", "value": "22"}],
-        "retryPolicy": {"backoffLimit": 5, "restartPolicy": "OnFailure"},
-    }
-)
+import pytest
+
+from trainerop_common.api import TrainerSpec
+from trainerop_common.api.profile import TrainingProfileSpec
+from trainerop_profile.decide import FoundProfile, decide, needed_secrets, overrides, spec_hash
+
+SEED_PROFILE: dict[str, Any] = {
+    "nodeSelector": {"gpu-type": "nvidia-tesla-a100"},
+    "tolerations": [{"key": "usage", "operator": "Equal", "value": "training", "effect": "NoSchedule"}],
+    "runtimeConfig": {"secret": "mistral-vault", "mountPath": "/etc/secrets"},
+    "envVars": [{"name": "NCCL_IB_TIMEOUT", "value": "22"}],
+    "retryPolicy": {"backoffLimit": 5, "restartPolicy": "OnFailure"},
+}
+SEED_SPEC = TrainingProfileSpec.model_validate(SEED_PROFILE)
+TRAINER: dict[str, Any] = {"epochs": 10, "image": "img", "profile": "cost-optimized-32gpu"}
+ALL_SECRETS = {"mistral-vault": True}
+
+
+def trainer(**fields: Any) -> TrainerSpec:
+    return TrainerSpec.model_validate({**TRAINER, **fields})
+
+
+def found(spec: TrainingProfileSpec = SEED_SPEC, kind: Any = "TrainingProfile") -> FoundProfile:
+    return FoundProfile(kind, "cost-optimized-32gpu", 4, spec)
+
+
+def profile(**fields: Any) -> TrainingProfileSpec:
+    return TrainingProfileSpec.model_validate({**SEED_PROFILE, **fields})
 
 
 def test_no_profile_passes_the_gate() -> None:
-    d = decide("ns", None, None, 3)
+    d = decide("ns", trainer(profile=None), 3, None)
     assert d.status == {}
     (c,) = d.conditions
     assert (c.type, c.status, c.reason) == ("ProfileResolved", "True", "NoProfile")
     assert d.problem is None
 
 
-def test_missing_profile_says_what_to_fix() -> None:
-    d = decide("team-a", "gpu", None, 3)
+def test_missing_profile_says_what_to_fix_and_names_both_kinds() -> None:
+    d = decide("team-a", trainer(profile="gpu"), 3, None)
     (c,) = d.conditions
     assert (c.status, c.reason) == ("False", "ProfileNotFound")
-    assert "TrainingProfile 'gpu' does not exist in namespace 'team-a'" in c.message
+    assert "no TrainingProfile 'gpu' in namespace 'team-a' and no ClusterTrainingProfile 'gpu'" in c.message
     assert d.problem == c
+    assert d.status == {"profile": {"name": "gpu"}}
 
 
 def test_profile_becomes_a_pod_contribution_for_the_generation() -> None:
-    d = decide("ns", "cost-optimized-32gpu", SEED_SPEC, 7)
+    d = decide("ns", trainer(), 7, found(), ALL_SECRETS)
     section = d.status["profile"]
-    assert section["name"] == "cost-optimized-32gpu"
+    assert (section["name"], section["kind"], section["generation"]) == (
+        "cost-optimized-32gpu",
+        "TrainingProfile",
+        4,
+    )
+    assert section["hash"] == spec_hash(SEED_SPEC)
     contribution = section["contribution"]
     assert contribution["generation"] == 7
     pod = contribution["pod"]
@@ -40,4 +64,149 @@ def test_profile_becomes_a_pod_contribution_for_the_generation() -> None:
     assert pod["env"] == [{"name": "NCCL_IB_TIMEOUT", "value": "22"}]
     assert pod["volumes"] == [{"name": "profile-runtime-secret", "secret": {"secretName": "mistral-vault"}}]
     assert pod["volumeMounts"] == [{"name": "profile-runtime-secret", "mountPath": "/etc/secrets", "readOnly": True}]
+    assert contribution["runPolicy"] == {"backoffLimit": 5, "restartPolicy": "OnFailure"}
+    (c,) = d.conditions
+    assert (c.status, c.reason, c.message) == ("True", "Resolved", "TrainingProfile 'cost-optimized-32gpu' applied")
+    assert "overrides" not in section
+
+
+def test_a_cluster_profile_is_named_as_such() -> None:
+    d = decide("ns", trainer(), 1, found(kind="ClusterTrainingProfile"), ALL_SECRETS)
+    assert d.status["profile"]["kind"] == "ClusterTrainingProfile"
+    assert "ClusterTrainingProfile 'cost-optimized-32gpu' applied" in d.conditions[0].message
+
+
+def test_the_hash_follows_the_content() -> None:
+    assert spec_hash(SEED_SPEC) == spec_hash(TrainingProfileSpec.model_validate(SEED_PROFILE))
+    assert spec_hash(SEED_SPEC) != spec_hash(profile(envVars=[{"name": "NCCL_IB_TIMEOUT", "value": "23"}]))
+
+
+@pytest.mark.parametrize(
+    ("secrets", "missing"),
+    [
+        ({}, ("mistral-vault",)),
+        ({"mistral-vault": False}, ("mistral-vault",)),
+        ({"mistral-vault": True}, ()),
+    ],
+)
+def test_a_missing_secret_is_named_and_holds_the_trainer(secrets: dict[str, bool], missing: tuple[str, ...]) -> None:
+    d = decide("team-a", trainer(), 2, found(), secrets)
+    assert d.missing_secrets == missing
+    (c,) = d.conditions
+    if missing:
+        assert (c.status, c.reason) == ("False", "SecretNotFound")
+        assert "Secret 'mistral-vault' (runtimeConfig.secret) in namespace 'team-a'" in c.message
+        assert "contribution" not in d.status["profile"]
+        assert d.problem == c
+    else:
+        assert c.status == "True"
+
+
+def test_secrets_referenced_by_env_are_needed_unless_optional() -> None:
+    spec = profile(
+        envVars=[
+            {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "k"}}},
+            {"name": "EXTRA_TOKEN", "valueFrom": {"secretKeyRef": {"name": "extra", "key": "k", "optional": True}}},
+            {"name": "PLAIN", "value": "x"},
+        ]
+    )
+    assert needed_secrets(spec) == {
+        "mistral-vault": "runtimeConfig.secret",
+        "wandb": "envVars[WANDB_API_KEY].valueFrom.secretKeyRef",
+    }
+
+
+@pytest.mark.parametrize(
+    ("trainer_fields", "profile_fields", "expected"),
+    [
+        ({}, {}, []),
+        # Same value on both sides: nothing is lost.
+        ({"env": [{"name": "NCCL_IB_TIMEOUT", "value": "22"}]}, {}, []),
+        ({"env": [{"name": "NCCL_IB_TIMEOUT", "value": "30"}]}, {}, ["env NCCL_IB_TIMEOUT (spec.env)"]),
+        ({}, {"envVars": [{"name": "WORLD_SIZE", "value": "8"}]}, ["env WORLD_SIZE (set by the operator)"]),
+        ({}, {"envVars": [{"name": "PET_NNODES", "value": "8"}]}, ["env PET_NNODES (set by the operator)"]),
+        (
+            {"resources": {"limits": {"nvidia.com/gpu": 4}}},
+            {"resources": {"limits": {"nvidia.com/gpu": 8, "cpu": 4}}},
+            ["resources.limits[nvidia.com/gpu] (spec.resources)"],
+        ),
+        ({"resources": {"limits": {"nvidia.com/gpu": "8"}}}, {"resources": {"limits": {"nvidia.com/gpu": 8}}}, []),
+        (
+            {"runPolicy": {"backoffLimit": 2, "restartPolicy": "OnFailure"}},
+            {},
+            ["retryPolicy.backoffLimit (spec.runPolicy.backoffLimit)"],
+        ),
+        (
+            {"podTemplateOverrides": {"worker": {"spec": {"nodeSelector": {"gpu-type": "h100", "zone": "a"}}}}},
+            {},
+            ["nodeSelector[gpu-type] (podTemplateOverrides.worker)"],
+        ),
+        (
+            {
+                "podTemplateOverrides": {
+                    "master": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "pytorch",
+                                    "env": [{"name": "NCCL_IB_TIMEOUT", "value": "1"}],
+                                    "volumeMounts": [{"name": "mine", "mountPath": "/etc/secrets"}],
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            {},
+            [
+                "env NCCL_IB_TIMEOUT (podTemplateOverrides.master)",
+                "runtimeConfig.mountPath /etc/secrets (podTemplateOverrides.master)",
+            ],
+        ),
+    ],
+)
+def test_what_the_trainer_overrides_is_listed(
+    trainer_fields: dict[str, Any], profile_fields: dict[str, Any], expected: list[str]
+) -> None:
+    spec, prof = trainer(**trainer_fields), profile(**profile_fields)
+    assert overrides(spec, prof) == expected
+    d = decide("ns", spec, 1, found(prof), ALL_SECRETS)
+    (c,) = d.conditions
+    assert c.status == "True"
+    if expected:
+        assert c.reason == "ResolvedWithOverrides"
+        assert d.status["profile"]["overrides"] == expected
+        for item in expected:
+            assert item in c.message
+    else:
+        assert c.reason == "Resolved"
+
+
+def test_values_never_reach_the_condition() -> None:
+    spec = trainer(env=[{"name": "NCCL_IB_TIMEOUT", "value": "very-private-value"}])
+    d = decide("ns", spec, 1, found(), ALL_SECRETS)
+    assert "very-private-value" not in d.conditions[0].message
+    assert "very-private-value" not in str(d.status)
+
+
+def test_operator_variables_are_left_out_of_the_contribution() -> None:
+    prof = profile(envVars=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "NCCL_DEBUG", "value": "INFO"}])
+    d = decide("ns", trainer(), 1, found(prof), ALL_SECRETS)
+    assert d.status["profile"]["contribution"]["pod"]["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
+
+
+def test_a_secret_mounted_over_the_replica_volume_stops_the_trainer() -> None:
+    spec = trainer(storage={"size": "1Gi", "mountPath": "/etc/secrets/"})
+    d = decide("ns", spec, 1, found(), ALL_SECRETS)
+    (c,) = d.conditions
+    assert (c.status, c.reason) == ("False", "ProfileConflict")
+    assert "runtimeConfig.mountPath /etc/secrets is also spec.storage.mountPath" in c.message
+    assert "contribution" not in d.status["profile"]
+    assert d.problem == c
+
+
+def test_a_profile_without_retry_policy_proposes_no_run_policy() -> None:
+    prof = TrainingProfileSpec.model_validate({"nodeSelector": {"a": "b"}})
+    d = decide("ns", trainer(), 1, found(prof), {})
+    assert "runPolicy" not in d.status["profile"]["contribution"]
     assert d.conditions[0].reason == "Resolved"

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from trainerop_common.api.base import Condition
+from trainerop_common.api.base import Condition, Contribution
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
-from trainerop_trainer.decide import Decision, Observed, PodView, RestartBackoff, decide
+from trainerop_trainer.decide import Decision, Observed, PodView, RestartBackoff, decide, effective_run_policy
 from trainerop_trainer.pods import Owner
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
@@ -63,6 +63,7 @@ def observe(
     generation: int = 1,
     services: Sequence[str] | None = None,
     lost_nodes: dict[str, str] | None = None,
+    contributions: dict[str, Any] | None = None,
 ) -> Decision:
     names = {p.name for p in pods} if services is None else set(services)
     return decide(
@@ -76,6 +77,7 @@ def observe(
             pods=pods,
             services=frozenset(names),
             lost_nodes=lost_nodes or {},
+            contributions={k: Contribution.model_validate(v) for k, v in (contributions or {}).items()},
         )
     )
 
@@ -194,6 +196,54 @@ def test_backoff_limit_fails_the_run() -> None:
     failed = by_type(d)["Failed"]
     assert failed.reason == "BackoffLimitExceeded"
     assert "backoffLimit is 2" in failed.message
+
+
+PROFILE_RETRY = {"profile": {"generation": 1, "runPolicy": {"backoffLimit": 5, "restartPolicy": "Never"}}}
+
+
+@pytest.mark.parametrize(
+    ("run_policy", "contributions", "restart_policy", "backoff_limit", "limit_from"),
+    [
+        ({}, {}, None, None, "the default backoffLimit"),
+        ({}, PROFILE_RETRY, "Never", 5, "the profile's backoffLimit"),
+        ({"backoffLimit": 1}, PROFILE_RETRY, "Never", 1, "spec.runPolicy.backoffLimit"),
+        ({"restartPolicy": "ExitCode"}, PROFILE_RETRY, "ExitCode", 5, "the profile's backoffLimit"),
+        # A later concern's default wins over an earlier one's; the Trainer's own value over both.
+        (
+            {},
+            {**PROFILE_RETRY, "checkpoint": {"generation": 1, "runPolicy": {"backoffLimit": 9}}},
+            "Never",
+            9,
+            "the checkpoint's backoffLimit",
+        ),
+    ],
+)
+def test_a_profile_fills_the_run_policy_the_trainer_leaves_unset(
+    run_policy: dict[str, Any],
+    contributions: dict[str, Any],
+    restart_policy: str | None,
+    backoff_limit: int | None,
+    limit_from: str,
+) -> None:
+    effective, source = effective_run_policy(
+        spec(runPolicy=run_policy), {k: Contribution.model_validate(v) for k, v in contributions.items()}
+    )
+    assert (effective.run_policy.restart_policy, effective.run_policy.backoff_limit) == (restart_policy, backoff_limit)
+    assert source == limit_from
+
+
+def test_the_profile_retry_policy_decides_failures() -> None:
+    s = spec()
+    status = {"topology": {"replicas": {"worker": {"restarts": 5}}}}
+    pods = [*running(s)[1:], pod("worker", 0, "Failed", 137)]
+    retry = {"profile": {"generation": 1, "runPolicy": {"backoffLimit": 5}}}
+    failed = by_type(observe(s, pods, status=status, contributions=retry))["Failed"]
+    assert failed.reason == "BackoffLimitExceeded"
+    assert "the profile's backoffLimit is 5" in failed.message
+    never = {"profile": {"generation": 1, "runPolicy": {"restartPolicy": "Never"}}}
+    failed = by_type(observe(s, pods, contributions=never))["Failed"]
+    assert (failed.reason, "restartPolicy Never does not retry" in failed.message) == ("PodFailed", True)
+    assert observe(s, pods).restarted == ("t-worker-0",)  # without the profile: OnFailure, limit 6
 
 
 def test_gang_scope_restarts_every_worker_but_not_the_parameter_server() -> None:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from trainerop_common.api import Trainer, TrainingProfile
+from trainerop_common.api import Trainer, TrainingProfile, kind_info
 from trainerop_common.api.base import ResourceRequirements
 from trainerop_common.quantity import parse_quantity
 
@@ -22,7 +22,7 @@ def test_seed_trainer_parses_with_defaults() -> None:
     assert trainer.spec.topology.workers == 4
     assert trainer.spec.topology.parameter_servers == 1
     assert trainer.spec.framework == "generic"
-    assert trainer.spec.run_policy.restart_policy == "OnFailure"
+    assert trainer.spec.run_policy.restart_policy is None  # OnFailure unless a profile says otherwise
     assert trainer.spec.checkpoint is not None
     assert trainer.spec.checkpoint.max_retention == 3
 
@@ -33,6 +33,13 @@ def test_seed_profile_parses() -> None:
     assert profile.spec.runtime_config.mount_path == "/etc/secrets"
     assert profile.spec.env_vars is not None
     assert profile.spec.env_vars[0].value == "22"
+
+
+@pytest.mark.parametrize("path", sorted((SEED.parent).glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_example_parses_with_its_model(path: Path) -> None:
+    for doc in yaml.safe_load_all(path.read_text()):
+        model = kind_info(doc["kind"]).model
+        assert model.model_validate(doc).to_k8s()["spec"], path
 
 
 def test_to_k8s_round_trips_camel_case() -> None:

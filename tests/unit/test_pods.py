@@ -149,3 +149,77 @@ def test_per_replica_claim_is_mounted_and_named_after_the_replica() -> None:
         "storageClassName": "fast",
     }
     assert claim["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+PROFILE = contribution(
+    nodeSelector={"gpu-type": "a100"},
+    tolerations=[{"key": "usage", "operator": "Equal", "value": "training", "effect": "NoSchedule"}],
+    env=[{"name": "NCCL_IB_TIMEOUT", "value": "22"}],
+    volumes=[{"name": "profile-runtime-secret", "secret": {"secretName": "vault"}}],
+    volumeMounts=[{"name": "profile-runtime-secret", "mountPath": "/etc/secrets", "readOnly": True}],
+)
+
+
+def test_a_role_override_merges_with_what_a_profile_contributed() -> None:
+    spec = TrainerSpec.model_validate(
+        {
+            **SPEC.to_k8s(),
+            "podTemplateOverrides": {
+                "worker": {
+                    "spec": {
+                        "nodeSelector": {"zone": "a", "gpu-type": "h100"},
+                        "tolerations": [{"key": "spot", "operator": "Exists"}],
+                        "volumes": [{"name": "scratch", "emptyDir": {}}],
+                        "containers": [
+                            {
+                                "name": "pytorch",
+                                "env": [{"name": "NCCL_IB_TIMEOUT", "value": "30"}, {"name": "EXTRA", "value": "1"}],
+                                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                                "resources": {"limits": {"memory": "80Gi"}},
+                            }
+                        ],
+                    }
+                }
+            },
+        }
+    )
+    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, "", PodSettings())
+    pod_spec = pod["spec"]
+    (container,) = pod_spec["containers"]
+    # Maps merge key by key and the Trainer wins; lists merge by key; tolerations add up.
+    assert pod_spec["nodeSelector"] == {"gpu-type": "h100", "zone": "a"}
+    assert pod_spec["tolerations"] == [
+        {"key": "usage", "operator": "Equal", "value": "training", "effect": "NoSchedule"},
+        {"key": "spot", "operator": "Exists"},
+    ]
+    assert [v["name"] for v in pod_spec["volumes"]] == ["profile-runtime-secret", "scratch"]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/etc/secrets", "/scratch"]
+    assert env_of(pod)["NCCL_IB_TIMEOUT"] == "30"
+    assert env_of(pod)["EXTRA"] == "1"
+    assert env_of(pod)["WORLD_SIZE"] == "3"  # generated variables stay (a master and 2 workers)
+    assert container["resources"] == {
+        "requests": {"cpu": 20, "memory": "40Gi"},
+        "limits": {"nvidia.com/gpu": 8, "memory": "80Gi"},
+    }
+    assert container["image"] == "finetuner:1"
+
+
+def test_every_variable_the_trainer_sets_is_known_to_the_other_concerns() -> None:
+    """trainerop_common.contracts lists them so the profile controller can report a clash."""
+    from trainerop_common.contracts import set_by_operator
+
+    for framework in ("pytorch", "tensorflow", "jax", "xgboost", "generic"):
+        for elastic in (None, {"minWorkers": 1, "maxWorkers": 4}):
+            spec = TrainerSpec.model_validate(
+                {
+                    **SPEC.to_k8s(),
+                    "framework": framework,
+                    "topology": {"workers": 2, "elastic": elastic} if framework == "pytorch" else {"workers": 2},
+                }
+            )
+            for replica in (Replica("master", 0), Replica("worker", 1)):
+                generated = {
+                    e["name"]
+                    for e in pod_manifest(OWNER, spec, replica, {}, "", PodSettings())["spec"]["containers"][0]["env"]
+                } - {e.name for e in spec.env or ()}
+                assert {n for n in generated if not set_by_operator(n)} == set(), (framework, replica)

@@ -8,7 +8,7 @@ import kopf
 from lightkube import ApiError
 from prometheus_client import Counter
 
-from trainerop_common.api import PodContribution, Trainer, kind_info
+from trainerop_common.api import Contribution, Trainer, kind_info
 from trainerop_common.api.trainer import TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
@@ -187,14 +187,14 @@ class TrainerController:
         now = self.rt.clock.now()
         nodes = [node_view(n) for n in await self.nodes.values()]
         loss = lost_nodes(nodes, {v.node for v in views if v.node}, now, self.rt.config.node_lost_seconds)
-        contributions: dict[str, PodContribution] = {}
+        contributions: dict[str, Contribution] = {}
         for concern, section in (
             ("profile", status.profile),
             ("quota", status.quota),
             ("checkpoint", status.checkpoint),
         ):
             if section is not None and section.contribution is not None:
-                contributions[concern] = section.contribution.pod
+                contributions[concern] = section.contribution
         decision = decide(
             Observed(
                 owner=owner,

@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from trainerop_common.api import GROUP, PodContribution
+from trainerop_common.api import GROUP, Contribution, RunPolicyDefaults
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import Phase, ProgressStatus, ReplicaStatus, TrainerSpec, TrainerStatus
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired, find
 
 from .pods import (
+    CONTRIBUTION_ORDER,
     Owner,
     PodSettings,
     claim_manifest,
@@ -137,7 +138,7 @@ class Observed:
     now: datetime
     pods: Sequence[PodView] = ()
     services: Set[str] = frozenset()
-    contributions: Mapping[str, PodContribution] = field(default_factory=dict)
+    contributions: Mapping[str, Contribution] = field(default_factory=dict)  # by concern
     settings: PodSettings = field(default_factory=PodSettings)
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     lost_nodes: Mapping[str, str] = field(default_factory=dict)  # node name -> why it counts as lost
@@ -178,6 +179,29 @@ def gate_wait(conditions: Sequence[Condition], gates: Sequence[str], generation:
         elif cond.status != "True":
             waiting.append(f"{gate} ({cond.reason}: {cond.message})" if cond.message else f"{gate} ({cond.reason})")
     return waiting
+
+
+def effective_run_policy(spec: TrainerSpec, contributions: Mapping[str, Contribution]) -> tuple[TrainerSpec, str]:
+    """The spec with runPolicy fields the Trainer leaves unset taken from the concerns' defaults
+    (in contribution order, a later concern winning), and a note on where the backoff limit
+    comes from for messages."""
+    defaults: dict[str, tuple[str, object]] = {}
+    for concern in CONTRIBUTION_ORDER:
+        proposed = contributions[concern].run_policy if concern in contributions else None
+        for name, value in (proposed or RunPolicyDefaults()).model_dump(exclude_none=True).items():
+            defaults[name] = (concern, value)
+    own = spec.run_policy.model_dump(exclude_unset=False)
+    fill = {name: value for name, (_, value) in defaults.items() if own.get(name) is None}
+    limit_from = (
+        "spec.runPolicy.backoffLimit"
+        if spec.run_policy.backoff_limit is not None
+        else f"the {defaults['backoff_limit'][0]}'s backoffLimit"
+        if "backoff_limit" in fill
+        else "the default backoffLimit"
+    )
+    if not fill:
+        return spec, limit_from
+    return spec.model_copy(update={"run_policy": spec.run_policy.model_copy(update=fill)}), limit_from
 
 
 def retryable(spec: TrainerSpec, pod: PodView) -> bool:
@@ -306,7 +330,8 @@ def _soonest(*delays: float | None) -> float | None:
 
 
 def decide(obs: Observed) -> Decision:
-    spec, owner = obs.spec, obs.owner
+    spec, limit_from = effective_run_policy(obs.spec, obs.contributions)
+    owner = obs.owner
     stamp = rfc3339(obs.now)
     # A pod on a lost node is a failure without exit code (retryable, as an eviction is).
     # One already being deleted is only waiting for a kubelet that will never answer.
@@ -425,7 +450,7 @@ def decide(obs: Observed) -> Decision:
     if failed and restarts_total + len(failed) > limit:
         return fail(
             "BackoffLimitExceeded",
-            f"{describe_failure(failed[0])} after {restarts_total} restarts; spec.runPolicy.backoffLimit is {limit}",
+            f"{describe_failure(failed[0])} after {restarts_total} restarts; {limit_from} is {limit}",
         )
 
     if succeeded(spec, by_replica):
@@ -476,11 +501,12 @@ def decide(obs: Observed) -> Decision:
     }
     held = [r for r in missing if (backoff_wait.get(r.role) or 0) > 0]
     # No new pod (not even a replacement) until every gate is open for this generation.
+    pod_contributions = {concern: c.pod for concern, c in obs.contributions.items()}
     create = (
         []
         if waiting
         else [
-            pod_manifest(owner, spec, r, obs.contributions, _resume_from(obs), obs.settings)
+            pod_manifest(owner, spec, r, pod_contributions, _resume_from(obs), obs.settings)
             for r in missing
             if r not in held
         ]

@@ -108,20 +108,50 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
     )
 
 
+# How an override merges into a generated field (kubectl's strategic-merge keys): maps merge
+# key by key, lists of objects merge by their key field, tolerations add up; anything else is
+# replaced. So a role override never silently drops what a profile contributed.
+_MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+}
+_MAPS = ("nodeSelector", "resources", "requests", "limits")
+
+
+def _merge_keyed(base: Sequence[Any], extra: Sequence[Any], key: str) -> list[Any]:
+    merged = {item.get(key): dict(item) for item in base}
+    for item in extra:
+        current = merged.get(item.get(key))
+        merged[item.get(key)] = _merge_fields(current, item) if current is not None else dict(item)
+    return list(merged.values())
+
+
+def _merge_fields(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        current = out.get(key)
+        if key in _MERGE_KEYS and isinstance(current, list) and isinstance(value, list):
+            out[key] = _merge_keyed(current, value, _MERGE_KEYS[key])
+        elif key in _MAPS and isinstance(current, dict) and isinstance(value, dict):
+            out[key] = _merge_fields(current, value)
+        elif key == "tolerations" and isinstance(current, list) and isinstance(value, list):
+            out[key] = current + [t for t in value if t not in current]
+        else:
+            out[key] = value
+    return out
+
+
 def _apply_override(pod: dict[str, Any], override: Mapping[str, Any]) -> None:
-    """Merge a PodTemplateSpec fragment: metadata maps merge, spec fields replace, containers
-    merge by name (their fields replace)."""
+    """Merge a PodTemplateSpec fragment: metadata maps merge (identity labels stay ours); spec
+    fields merge as kubectl's strategic merge does (see ``_MERGE_KEYS``), the override winning."""
     meta = override.get("metadata", {})
     for key in ("labels", "annotations"):
         pod["metadata"][key] = {**meta.get(key, {}), **pod["metadata"].get(key, {})}  # ours win
-    for key, value in override.get("spec", {}).items():
-        if key == "containers":
-            existing = _by_name(pod["spec"]["containers"])
-            for container in value:
-                existing[container["name"]] = {**existing.get(container["name"], {}), **container}
-            pod["spec"]["containers"] = list(existing.values())
-        else:
-            pod["spec"][key] = value
+    pod["spec"] = _merge_fields(pod["spec"], override.get("spec", {}))
 
 
 def pod_manifest(

@@ -51,6 +51,7 @@ class ControllerConfig:
     restart_backoff_seconds: float = 1.0
     restart_backoff_cap_seconds: float = 60.0
     node_lost_seconds: float = 40.0
+    secret_recheck_seconds: float = 10.0
 
     @property
     def gate_conditions(self) -> tuple[str, ...]:
@@ -103,6 +104,12 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         flag("restart-backoff-seconds", "wait before a role's 2nd replacement in a row, doubling after", float)
         flag("restart-backoff-cap-seconds", "the longest wait before a replacement", float)
         flag("node-lost-seconds", "replace pods of a node not Ready this long (a deleted node: at once)", float)
+    if controller == "profile":
+        flag(
+            "secret-recheck-seconds",
+            "how long a Secret's existence is trusted; a missing one is looked for again after this long",
+            float,
+        )
     a = p.parse_args(argv)
     gates = _csv(getattr(a, "gates", ""))
     unknown = set(gates) - set(CONCERNS)

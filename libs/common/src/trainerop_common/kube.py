@@ -14,7 +14,7 @@ from lightkube.generic_resource import (
     create_namespaced_resource,
 )
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Node, PersistentVolumeClaim, Pod, Service, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, Node, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
@@ -43,6 +43,10 @@ CORE: dict[str, Any] = {
     "Role": Role,
     "RoleBinding": RoleBinding,
 }
+
+
+# Ask the API server for an object's metadata only (as `kubectl get --raw` with this Accept does).
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
 def _selector(text: str) -> dict[str, Any]:
@@ -123,6 +127,20 @@ class Kube:
 
         result: list[dict[str, Any]] = await self._call("list", collect())
         return result
+
+    async def secret_exists(self, namespace: str, name: str) -> bool:
+        """Whether a Secret exists. Only its metadata is requested: the values never reach the
+        operator, so they cannot leak into its logs, Events or status."""
+        generic = self._client._client  # lightkube's own request path, with a metadata-only Accept
+        try:
+            await self._call(
+                "get", generic.request("get", Secret, name=name, namespace=namespace, headers={"Accept": METADATA_ONLY})
+            )
+        except ApiError as err:
+            if is_not_found(err):
+                return False
+            raise
+        return True
 
     async def get_namespace_labels(self, name: str) -> dict[str, str] | None:
         try:

@@ -4,9 +4,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .audit import AuditLog
-from .base import API_VERSION, CATEGORY, GROUP, VERSION, Condition, Contribution, K8sModel, PodContribution
+from .base import (
+    API_VERSION,
+    CATEGORY,
+    GROUP,
+    VERSION,
+    Condition,
+    Contribution,
+    K8sModel,
+    PodContribution,
+    RunPolicyDefaults,
+)
 from .checkpoint import Checkpoint
-from .profile import TrainingProfile
+from .profile import ClusterTrainingProfile, TrainingProfile
 from .quota import QuotaPolicy
 from .trainer import MAX_TRAINER_NAME, Trainer, TrainerSpec, TrainerStatus
 
@@ -18,12 +28,14 @@ __all__ = [
     "VERSION",
     "AuditLog",
     "Checkpoint",
+    "ClusterTrainingProfile",
     "Condition",
     "Contribution",
     "K8sModel",
     "KindInfo",
     "PodContribution",
     "QuotaPolicy",
+    "RunPolicyDefaults",
     "Trainer",
     "TrainerSpec",
     "TrainerStatus",
@@ -71,6 +83,13 @@ def _cond(type_: str, field_: str) -> str:
 
 
 AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
+PROFILE_COLUMNS = (
+    PrinterColumn("Restart-Policy", ".spec.retryPolicy.restartPolicy"),
+    PrinterColumn("Backoff-Limit", ".spec.retryPolicy.backoffLimit", "integer"),
+    PrinterColumn("Secret", ".spec.runtimeConfig.secret"),
+    PrinterColumn("Valid", _cond("Valid", "status")),
+    AGE,
+)
 
 KINDS: tuple[KindInfo, ...] = (
     KindInfo(
@@ -115,13 +134,15 @@ KINDS: tuple[KindInfo, ...] = (
         plural="trainingprofiles",
         model=TrainingProfile,
         short_names=("tp", "tprof"),
-        columns=(
-            PrinterColumn("Restart-Policy", ".spec.retryPolicy.restartPolicy"),
-            PrinterColumn("Backoff-Limit", ".spec.retryPolicy.backoffLimit", "integer"),
-            PrinterColumn("Secret", ".spec.runtimeConfig.secret"),
-            PrinterColumn("Valid", _cond("Valid", "status")),
-            AGE,
-        ),
+        columns=PROFILE_COLUMNS,
+    ),
+    KindInfo(
+        kind="ClusterTrainingProfile",
+        plural="clustertrainingprofiles",
+        model=ClusterTrainingProfile,
+        scope="Cluster",
+        short_names=("ctp", "ctprof"),
+        columns=PROFILE_COLUMNS,
     ),
     KindInfo(
         kind="Checkpoint",

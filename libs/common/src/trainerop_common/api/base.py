@@ -83,6 +83,7 @@ FreeForm = Annotated[
 ]
 
 ConditionStatus = Literal["True", "False", "Unknown"]
+RestartPolicy = Literal["Never", "OnFailure", "Always", "ExitCode"]
 
 
 class Condition(K8sModel):
@@ -167,8 +168,18 @@ class PodContribution(K8sModel):
     labels: dict[str, str] | None = None
 
 
+class RunPolicyDefaults(K8sModel):
+    """Run-policy fields a concern proposes for a Trainer that leaves them unset."""
+
+    restart_policy: RestartPolicy | None = None
+    backoff_limit: int | None = Field(default=None, ge=0, le=1000)
+
+
 class Contribution(K8sModel):
     """A concern's pod contribution and the Trainer generation it was computed for."""
 
     generation: int = Field(ge=0)
     pod: PodContribution = Field(default_factory=PodContribution)
+    run_policy: RunPolicyDefaults | None = Field(
+        default=None, description="Defaults for spec.runPolicy fields the Trainer leaves unset."
+    )

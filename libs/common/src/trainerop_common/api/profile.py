@@ -1,33 +1,44 @@
-"""The ``TrainingProfile`` kind: reusable infrastructure settings a Trainer points to."""
-
-from typing import Literal
+"""The ``TrainingProfile`` kind and its cluster-scoped twin ``ClusterTrainingProfile``: reusable
+infrastructure settings (the "where") that a Trainer (the "what") points to by name."""
 
 from pydantic import Field
 
-from .base import Conditions, EnvList, K8sModel, ObjectName, ResourceRequirements, Toleration
+from .base import Conditions, EnvList, K8sModel, ObjectName, ResourceRequirements, RunPolicyDefaults, Toleration, cel
+
+# DESIGN §4's rule for secret-looking variable names, as RE2 for CEL (see trainerop_common.redaction).
+SECRET_NAME_RE2 = "(?i)(token|key|secret|password|passwd)"
 
 
 class RuntimeConfig(K8sModel):
-    """A Secret mounted into every training container."""
+    """A Secret from the Trainer's own namespace, mounted read-only into every training container."""
 
     secret: ObjectName
     mount_path: str = Field(min_length=2, max_length=1024, pattern=r"^/.*", description="Absolute path.")
 
 
-class RetryPolicy(K8sModel):
-    """Restart defaults for Trainers that use the profile (their own runPolicy wins)."""
-
-    backoff_limit: int | None = Field(default=None, ge=0, le=1000)
-    restart_policy: Literal["Never", "OnFailure", "Always", "ExitCode"] | None = None
+class RetryPolicy(RunPolicyDefaults):
+    """Restart defaults for Trainers that use the profile (fields set in their own runPolicy win)."""
 
 
 class TrainingProfileSpec(K8sModel):
     """Where and how a Trainer runs, separated from what it trains."""
 
-    node_selector: dict[str, str] | None = None
-    tolerations: list[Toleration] | None = None
+    node_selector: dict[str, str] | None = Field(default=None, json_schema_extra={"maxProperties": 64})
+    tolerations: list[Toleration] | None = Field(default=None, json_schema_extra={"maxItems": 64})
     runtime_config: RuntimeConfig | None = None
-    env_vars: EnvList | None = None
+    env_vars: EnvList | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.all(e, !has(e.value) || !e.name.matches('{SECRET_NAME_RE2}'))",
+                    "envVars: a variable whose name contains token, key, secret or password must not have a "
+                    "literal value (the operator copies profile values into Trainer status); use "
+                    "valueFrom.secretKeyRef, or set it in the Trainer's own spec.env",
+                )
+            ]
+        },
+    )
     resources: ResourceRequirements | None = None
     retry_policy: RetryPolicy | None = None
 
@@ -39,5 +50,12 @@ class TrainingProfileStatus(K8sModel):
 
 
 class TrainingProfile(K8sModel):
+    """A namespaced profile: usable by Trainers in its own namespace only."""
+
     spec: TrainingProfileSpec = Field(default_factory=TrainingProfileSpec)
     status: TrainingProfileStatus | None = None
+
+
+class ClusterTrainingProfile(TrainingProfile):
+    """A platform-wide profile: usable by Trainers in every namespace; the Secrets it names are
+    always taken from the Trainer's own namespace."""

@@ -13,11 +13,11 @@ from .base import (
     ObjectName,
     Quantity,
     ResourceRequirements,
+    RestartPolicy,
     cel,
 )
 
 Framework = Literal["pytorch", "tensorflow", "jax", "xgboost", "generic"]
-RestartPolicy = Literal["Never", "OnFailure", "Always", "ExitCode"]
 Phase = Literal["Pending", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended"]
 
 # Pods are named <trainer>-<role>-<index> and each gets a headless Service of the same name,
@@ -64,14 +64,17 @@ class CheckpointSpec(K8sModel):
 class RunPolicy(K8sModel):
     """Restart, deadline and clean-up behaviour (Kubeflow's RunPolicy and more)."""
 
-    restart_policy: RestartPolicy = Field(
-        default="OnFailure",
-        description="ExitCode: exit codes 1-127 are permanent, 128-255 retryable (Kubeflow's rule).",
+    restart_policy: RestartPolicy | None = Field(
+        default=None,
+        description="Unset: the profile's retryPolicy.restartPolicy, else OnFailure. ExitCode: exit codes "
+        "1-127 are permanent, 128-255 retryable (Kubeflow's rule).",
     )
     restart_scope: Literal["Pod", "Gang"] = Field(
         default="Pod", description="Restart only the failed pod, or every pod of the run."
     )
-    backoff_limit: int | None = Field(default=None, ge=0, le=1000)
+    backoff_limit: int | None = Field(
+        default=None, ge=0, le=1000, description="Unset: the profile's retryPolicy.backoffLimit, else 6."
+    )
     active_deadline_seconds: int | None = Field(default=None, ge=1)
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
     clean_pod_policy: Literal["All", "Running", "None"] = "Running"
@@ -137,7 +140,10 @@ class TrainerSpec(K8sModel):
     resources: ResourceRequirements | None = None
     topology: Topology = Field(default_factory=Topology, json_schema_extra={"default": {}})
     checkpoint: CheckpointSpec | None = None
-    profile: ObjectName | None = Field(default=None, description="A TrainingProfile in the same namespace.")
+    profile: ObjectName | None = Field(
+        default=None,
+        description="A TrainingProfile in the Trainer's namespace, else the ClusterTrainingProfile of that name.",
+    )
     pod_template_overrides: PodTemplateOverrides | None = None
     storage: ReplicaStorage | None = Field(
         default=None,
@@ -190,9 +196,17 @@ class ProgressStatus(K8sModel):
 
 
 class ProfileStatus(K8sModel):
-    """Written by the profile controller."""
+    """Written by the profile controller: which profile was resolved and what it contributes."""
 
     name: str | None = None
+    kind: Literal["TrainingProfile", "ClusterTrainingProfile"] | None = None
+    generation: int | None = Field(default=None, ge=0, description="The profile's metadata.generation used.")
+    hash: str | None = Field(default=None, description="Hash of the profile spec used (changes with its content).")
+    overrides: list[str] | None = Field(
+        default=None,
+        json_schema_extra={"maxItems": 256},
+        description="Profile settings the Trainer's own spec (or the operator) overrides.",
+    )
     contribution: Contribution | None = None
 
 
