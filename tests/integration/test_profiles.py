@@ -69,7 +69,8 @@ def events(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
 def test_the_seed_profile_shapes_the_pods(cluster: Cluster, namespace: str) -> None:
     create_secret(cluster, namespace)
     cluster.kubectl("apply", "-n", namespace, "-f", str(SEED / "trainingprofile.yaml"))  # as written
-    cluster.apply(profiled_trainer(), namespace)
+    # The user's own token, in the Trainer's spec: it goes to the pods and nowhere else.
+    cluster.apply(profiled_trainer(env=[{"name": "HF_TOKEN", "value": SECRET_VALUE}]), namespace)
     obj = eventually(lambda: running(cluster, namespace, 2), what="the profiled run to be Running")
 
     section = obj["status"]["profile"]
@@ -88,7 +89,7 @@ def test_the_seed_profile_shapes_the_pods(cluster: Cluster, namespace: str) -> N
         (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
         assert (mount["mountPath"], mount["readOnly"]) == ("/etc/secrets", True)
     # Secret values reach neither the status, the Events nor the controllers' logs.
-    assert SECRET_VALUE not in json.dumps(obj)
+    assert SECRET_VALUE not in json.dumps(obj["status"])
     assert SECRET_VALUE not in json.dumps(events(cluster, namespace))
     for log in (localdev.state_dir() / "logs").glob("controller-*.log"):
         assert SECRET_VALUE not in log.read_text(errors="replace"), log
@@ -300,3 +301,21 @@ def test_rbac_keeps_teams_to_their_own_namespace(cluster: Cluster, namespace: st
 def test_the_profile_examples_are_accepted_by_the_api_server(cluster: Cluster, namespace: str) -> None:
     for path in sorted((REPO / "examples" / "profiles").glob("*.yaml")):
         cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+
+
+def test_where_it_may_not_look_for_secrets_it_says_so(cluster: Cluster, namespace: str) -> None:
+    """The Secret check's ClusterRoleBinding removed (a platform that binds it per namespace)."""
+    binding = "trainer-operator-profile-secret-check"
+    saved = cluster.get("clusterrolebinding", binding)
+    cluster.kubectl("delete", "clusterrolebinding", binding)
+    try:
+        cluster.apply(SEED_PROFILE, namespace)
+        cluster.apply(profiled_trainer(), namespace)
+        obj = eventually(lambda: running(cluster, namespace, 2), what="the run to start without the Secret check")
+        message = condition(obj, "ProfileResolved")["message"]
+        assert "not checked that Secret 'mistral-vault' exists" in message
+        assert f"namespace '{namespace}'" in message
+    finally:
+        for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            saved["metadata"].pop(key, None)
+        cluster.apply(saved)

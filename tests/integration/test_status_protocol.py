@@ -85,6 +85,11 @@ def test_the_api_server_refuses_a_controller_writing_another_section(cluster: Cl
         ("audit", "delete", "auditlogs", False),
         ("trainer", "list", "trainingprofiles", False),
         ("checkpoint", "list", "secrets", False),
+        ("profile", "get", "secrets", True),  # by name, metadata only: does the profile's Secret exist
+        ("profile", "list", "secrets", False),
+        ("profile", "watch", "secrets", False),
+        ("profile", "list", "clustertrainingprofiles", True),
+        ("profile", "create", "clustertrainingprofiles", False),
     ],
 )
 def test_controllers_have_least_privilege(

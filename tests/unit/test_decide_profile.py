@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 
 from trainerop_common.api import TrainerSpec
+from trainerop_common.api.base import EnvVar
 from trainerop_common.api.profile import TrainingProfileSpec
 from trainerop_profile.decide import FoundProfile, decide, needed_secrets, overrides, spec_hash
 
@@ -143,6 +144,7 @@ def test_secrets_referenced_by_env_are_needed_unless_optional() -> None:
         ),
         (
             {
+                "framework": "pytorch",
                 "podTemplateOverrides": {
                     "master": {
                         "spec": {
@@ -155,7 +157,7 @@ def test_secrets_referenced_by_env_are_needed_unless_optional() -> None:
                             ]
                         }
                     }
-                }
+                },
             },
             {},
             [
@@ -182,11 +184,95 @@ def test_what_the_trainer_overrides_is_listed(
         assert c.reason == "Resolved"
 
 
-def test_values_never_reach_the_condition() -> None:
-    spec = trainer(env=[{"name": "NCCL_IB_TIMEOUT", "value": "very-private-value"}])
-    d = decide("ns", spec, 1, found(), ALL_SECRETS)
-    assert "very-private-value" not in d.conditions[0].message
-    assert "very-private-value" not in str(d.status)
+@pytest.mark.parametrize(
+    ("trainer_fields", "expected"),
+    [
+        # Only the training container counts: a sidecar's env does not override the profile's.
+        (
+            {
+                "framework": "pytorch",
+                "podTemplateOverrides": {
+                    "worker": {"spec": {"containers": [{"name": "sidecar", "env": [{"name": "NCCL_IB_TIMEOUT"}]}]}}
+                },
+            },
+            [],
+        ),
+        # A role the run does not have (no master for generic, no parameter server) changes nothing.
+        (
+            {
+                "podTemplateOverrides": {
+                    "master": {"spec": {"nodeSelector": {"gpu-type": "h100"}}},
+                    "parameterServer": {"spec": {"nodeSelector": {"gpu-type": "h100"}}},
+                }
+            },
+            [],
+        ),
+        (
+            {"podTemplateOverrides": {"worker": {"spec": {"volumes": [{"name": "profile-runtime-secret"}]}}}},
+            ["runtimeConfig volume profile-runtime-secret (podTemplateOverrides.worker)"],
+        ),
+        # Nulls and odd shapes in the free-form overrides are tolerated, not a crash.
+        (
+            {
+                "podTemplateOverrides": {
+                    "worker": {
+                        "spec": {
+                            "nodeSelector": None,
+                            "volumes": None,
+                            "containers": [
+                                {"name": "trainer", "env": None, "resources": None, "volumeMounts": ["x"]},
+                                "not-an-object",
+                            ],
+                        }
+                    },
+                    "master": {"spec": None},
+                }
+            },
+            [],
+        ),
+    ],
+)
+def test_overrides_look_at_what_really_reaches_the_training_container(
+    trainer_fields: dict[str, Any], expected: list[str]
+) -> None:
+    assert overrides(trainer(**trainer_fields), SEED_SPEC) == expected
+
+
+def test_a_long_override_list_is_capped() -> None:
+    many = [{"name": f"V{i}", "value": "p"} for i in range(80)]
+    spec = trainer(env=[{"name": f"V{i}", "value": "t"} for i in range(80)])
+    d = decide("ns", spec, 1, found(profile(envVars=many)), ALL_SECRETS)
+    listed = d.status["profile"]["overrides"]
+    assert len(listed) == 50
+    assert listed[-1] == "and 31 more"
+
+
+def test_a_stored_secret_literal_is_refused_not_copied_into_status() -> None:
+    # Stored before the CEL rule existed: the API server kept it, the model (lenient) parses it.
+    leaky = profile()
+    leaky.env_vars = [EnvVar(name="HF_TOKEN", value="hf_very_private")]
+    d = decide("ns", trainer(), 1, found(leaky), ALL_SECRETS)
+    (c,) = d.conditions
+    assert (c.status, c.reason) == ("False", "InvalidProfile")
+    assert "envVars HF_TOKEN" in c.message
+    assert "hf_very_private" not in c.message
+    assert "hf_very_private" not in str(d.status)
+
+
+def test_a_secret_the_trainer_does_not_use_is_not_needed() -> None:
+    prof = profile(envVars=[{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "team", "key": "k"}}}])
+    own = trainer(env=[{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "k"}}}])
+    assert needed_secrets(prof, own) == {"mistral-vault": "runtimeConfig.secret"}
+    assert "team" in needed_secrets(prof, trainer())
+    assert decide("ns", own, 1, found(prof), ALL_SECRETS).conditions[0].status == "True"
+
+
+def test_a_secret_that_may_not_be_checked_is_assumed_and_said_so() -> None:
+    d = decide("team-a", trainer(), 1, found(), {"mistral-vault": None})
+    (c,) = d.conditions
+    assert (c.status, c.reason) == ("True", "Resolved")
+    assert "not checked that Secret 'mistral-vault' exists" in c.message
+    assert d.missing_secrets == ()
 
 
 def test_operator_variables_are_left_out_of_the_contribution() -> None:

@@ -223,3 +223,37 @@ def test_every_variable_the_trainer_sets_is_known_to_the_other_concerns() -> Non
                     for e in pod_manifest(OWNER, spec, replica, {}, "", PodSettings())["spec"]["containers"][0]["env"]
                 } - {e.name for e in spec.env or ()}
                 assert {n for n in generated if not set_by_operator(n)} == set(), (framework, replica)
+
+
+def test_an_override_entry_replaces_the_contributed_one_whole_and_nulls_count_as_unset() -> None:
+    spec = TrainerSpec.model_validate(
+        {
+            **SPEC.to_k8s(),
+            "podTemplateOverrides": {
+                "worker": {
+                    "metadata": {"labels": None},
+                    "spec": {
+                        "nodeSelector": None,
+                        "volumes": [{"name": "profile-runtime-secret", "emptyDir": {}}, "junk"],
+                        "containers": [
+                            {
+                                "name": "pytorch",
+                                "env": [{"name": "NCCL_IB_TIMEOUT", "valueFrom": {"configMapKeyRef": {"name": "c"}}}],
+                                "volumeMounts": [{"name": "other", "mountPath": "/etc/secrets"}],
+                                "command": None,
+                            }
+                        ],
+                    },
+                }
+            },
+        }
+    )
+    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, "", PodSettings())
+    (container,) = pod["spec"]["containers"]
+    (timeout,) = [e for e in container["env"] if e["name"] == "NCCL_IB_TIMEOUT"]
+    assert timeout == {"name": "NCCL_IB_TIMEOUT", "valueFrom": {"configMapKeyRef": {"name": "c"}}}  # no "value"
+    assert pod["spec"]["volumes"] == [{"name": "profile-runtime-secret", "emptyDir": {}}]  # no "secret"
+    assert container["volumeMounts"] == [{"name": "other", "mountPath": "/etc/secrets"}]  # not read-only
+    assert pod["spec"]["nodeSelector"] == {"gpu-type": "a100"}  # null: the profile's selector stays
+    assert container["command"] == ["python", "train.py"]
+    assert env_of(pod)["WORLD_SIZE"] == "3"

@@ -19,14 +19,16 @@ CLUSTER = ""  # the namespace key of cluster-scoped objects in a cache
 
 
 class SecretCheck:
-    """Which Secrets exist, asked of the API server metadata-only and trusted for ``ttl`` seconds,
-    so a burst of reconciles costs one request per Secret (not one per Trainer)."""
+    """Which Secrets exist, asked of the API server metadata-only and trusted for
+    ``--secret-recheck-seconds``, so a burst of reconciles costs one request per Secret (not one
+    per Trainer). None: the controller may not get Secrets in that namespace (RBAC is opt-in per
+    namespace where a platform wants it so; docs/profile.md)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self._seen: dict[Key, tuple[bool, float]] = {}
+        self._seen: dict[Key, tuple[bool | None, float]] = {}
 
-    async def exists(self, namespace: str, name: str) -> bool:
+    async def exists(self, namespace: str, name: str) -> bool | None:
         now = self.rt.clock.now().timestamp()
         known = self._seen.get((namespace, name))
         if known is not None and now - known[1] < self.rt.config.secret_recheck_seconds:
@@ -93,7 +95,8 @@ class ProfileController:
         meta = body["metadata"]
         namespace = meta["namespace"]
         found = await self._find(namespace, trainer.spec.profile) if trainer.spec.profile else None
-        secrets = {s: await self.secrets.exists(namespace, s) for s in needed_secrets(found.spec)} if found else {}
+        needed = needed_secrets(found.spec, trainer.spec) if found else {}
+        secrets = {s: await self.secrets.exists(namespace, s) for s in needed}
         decision = decide(namespace, trainer.spec, int(meta.get("generation", 0)), found, secrets)
         written = await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))
         if written and decision.problem is not None:

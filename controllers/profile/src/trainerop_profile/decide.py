@@ -23,12 +23,13 @@ from trainerop_common.api import Contribution, PodContribution, TrainerSpec
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.profile import TrainingProfileSpec
 from trainerop_common.conditions import Desired
-from trainerop_common.contracts import set_by_operator
+from trainerop_common.contracts import TRAINING_CONTAINER, has_master, set_by_operator
+from trainerop_common.redaction import is_secret_name
 
 CONDITION = "ProfileResolved"
 OWNED_FIELDS = ("profile",)
 SECRET_VOLUME = "profile-runtime-secret"
-ROLES = (("master", "master"), ("worker", "worker"), ("parameter_server", "parameterServer"))
+MAX_OVERRIDES = 50  # listed in status and the message; more are counted
 
 ProfileKind = Literal["TrainingProfile", "ClusterTrainingProfile"]
 
@@ -61,12 +62,19 @@ def spec_hash(spec: TrainingProfileSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def needed_secrets(spec: TrainingProfileSpec) -> dict[str, str]:
-    """Secrets the profile makes pods depend on (name -> which field), all from the Trainer's namespace."""
+def _contributed_env(spec: TrainingProfileSpec, trainer: TrainerSpec | None = None) -> list[EnvVar]:
+    """The profile's variables that can reach a pod: not the operator's own, not the Trainer's."""
+    own = {e.name for e in (trainer.env if trainer else None) or ()}
+    return [e for e in spec.env_vars or () if not set_by_operator(e.name) and e.name not in own]
+
+
+def needed_secrets(spec: TrainingProfileSpec, trainer: TrainerSpec | None = None) -> dict[str, str]:
+    """Secrets the profile makes the Trainer's pods depend on (name -> which field), all from the
+    Trainer's namespace; a variable the Trainer sets itself needs none of the profile's."""
     out: dict[str, str] = {}
     if spec.runtime_config is not None:
         out[spec.runtime_config.secret] = "runtimeConfig.secret"
-    for env in spec.env_vars or ():
+    for env in _contributed_env(spec, trainer):
         ref = (env.value_from or {}).get("secretKeyRef")
         if isinstance(ref, dict) and ref.get("name") and not ref.get("optional"):
             out.setdefault(str(ref["name"]), f"envVars[{env.name}].valueFrom.secretKeyRef")
@@ -75,7 +83,7 @@ def needed_secrets(spec: TrainingProfileSpec) -> dict[str, str]:
 
 def contribution(spec: TrainingProfileSpec, generation: int) -> Contribution:
     pod = PodContribution(
-        env=[e for e in spec.env_vars or () if not set_by_operator(e.name)] or None,
+        env=_contributed_env(spec) or None,
         node_selector=dict(spec.node_selector) if spec.node_selector else None,
         tolerations=list(spec.tolerations) if spec.tolerations else None,
         resources=spec.resources,
@@ -87,15 +95,34 @@ def contribution(spec: TrainingProfileSpec, generation: int) -> Contribution:
     return Contribution(generation=generation, pod=pod, run_policy=run_policy)
 
 
-def _role_fragments(trainer: TrainerSpec) -> list[tuple[str, Mapping[str, Any]]]:
+def _role_fragments(trainer: TrainerSpec) -> list[tuple[str, Mapping[str, Any], list[Mapping[str, Any]]]]:
+    """(role, pod spec override, override of the training container) for the roles the run has."""
     overrides = trainer.pod_template_overrides
     if overrides is None:
         return []
-    return [(wire, frag.get("spec", {})) for attr, wire in ROLES if (frag := getattr(overrides, attr))]
+    roles = [
+        ("master", overrides.master, has_master(trainer)),
+        ("worker", overrides.worker, True),
+        ("parameterServer", overrides.parameter_server, trainer.topology.parameter_servers > 0),
+    ]
+    out = []
+    for role, fragment, present in roles:
+        spec = (fragment or {}).get("spec")
+        if not present or not isinstance(spec, Mapping):
+            continue
+        name = TRAINING_CONTAINER[trainer.framework]
+        containers = [c for c in _items(spec.get("containers")) if c.get("name") == name]
+        out.append((role, spec, containers))
+    return out
 
 
-def _containers(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [c for c in pod_spec.get("containers", ()) if isinstance(c, Mapping)]
+def _items(value: Any) -> list[Mapping[str, Any]]:
+    """The objects of a list field of a free-form override (null, or a non-list: none)."""
+    return [i for i in value if isinstance(i, Mapping)] if isinstance(value, list) else []
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _env_key(e: EnvVar | Mapping[str, Any]) -> Any:
@@ -114,11 +141,11 @@ def overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
             out.append(f"env {env.name} (set by the operator)")
         elif env.name in own_env and _env_key(own_env[env.name]) != _env_key(env):
             out.append(f"env {env.name} (spec.env)")
-        for role, pod_spec in fragments:
+        for role, _, containers in fragments:
             if any(
                 e.get("name") == env.name and _env_key(e) != _env_key(env)
-                for c in _containers(pod_spec)
-                for e in c.get("env", ())
+                for c in containers
+                for e in _items(c.get("env"))
             ):
                 out.append(f"env {env.name} (podTemplateOverrides.{role})")
     theirs = profile.resources
@@ -127,22 +154,22 @@ def overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
         for name, value in (getattr(theirs, section, None) or {}).items():
             if name in mine and str(mine[name]) != str(value):
                 out.append(f"resources.{section}[{name}] (spec.resources)")
-            for role, pod_spec in fragments:
-                if any(
-                    name in (c.get("resources", {}).get(section) or {})
-                    and str(c["resources"][section][name]) != str(value)
-                    for c in _containers(pod_spec)
-                ):
+            for role, _, containers in fragments:
+                overridden = [_map(_map(c.get("resources")).get(section)) for c in containers]
+                if any(name in o and str(o[name]) != str(value) for o in overridden):
                     out.append(f"resources.{section}[{name}] (podTemplateOverrides.{role})")
     for key, value in (profile.node_selector or {}).items():
-        for role, pod_spec in fragments:
-            if key in (pod_spec.get("nodeSelector") or {}) and pod_spec["nodeSelector"][key] != value:
+        for role, pod_spec, _ in fragments:
+            selector = _map(pod_spec.get("nodeSelector"))
+            if key in selector and selector[key] != value:
                 out.append(f"nodeSelector[{key}] (podTemplateOverrides.{role})")
     if profile.runtime_config is not None:
         path = profile.runtime_config.mount_path
-        for role, pod_spec in fragments:
-            if any(m.get("mountPath") == path for c in _containers(pod_spec) for m in c.get("volumeMounts", ())):
+        for role, pod_spec, containers in fragments:
+            if any(m.get("mountPath") == path for c in containers for m in _items(c.get("volumeMounts"))):
                 out.append(f"runtimeConfig.mountPath {path} (podTemplateOverrides.{role})")
+            if any(v.get("name") == SECRET_VOLUME for v in _items(pod_spec.get("volumes"))):
+                out.append(f"runtimeConfig volume {SECRET_VOLUME} (podTemplateOverrides.{role})")
     retry = profile.retry_policy
     if retry is not None:
         own = trainer.run_policy
@@ -164,14 +191,22 @@ def clashes(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
     return out
 
 
+def secret_literals(profile: TrainingProfileSpec) -> list[str]:
+    """Variables with a secret-looking name and a literal value. The API server refuses them
+    (CEL) since that rule exists; a profile stored before it may still hold one, and copying it
+    into the contribution would put a secret into the Trainer's status."""
+    return [e.name for e in profile.env_vars or () if e.value is not None and is_secret_name(e.name)]
+
+
 def decide(
     namespace: str,
     trainer: TrainerSpec,
     generation: int,
     found: FoundProfile | None,
-    secrets: Mapping[str, bool] | None = None,
+    secrets: Mapping[str, bool | None] | None = None,
 ) -> Decision:
-    """``secrets`` says which of ``needed_secrets(found.spec)`` exist in ``namespace``."""
+    """``secrets`` says which of ``needed_secrets(found.spec, trainer)`` exist in ``namespace``
+    (None: could not be checked — the controller may not get Secrets there)."""
     name = trainer.profile
     if not name:
         return Decision(status={}, conditions=(Desired.true(CONDITION, "NoProfile", "spec.profile is not set"),))
@@ -188,6 +223,15 @@ def decide(
         "generation": found.generation,
         "hash": spec_hash(found.spec),
     }
+    literals = secret_literals(found.spec)
+    if literals:
+        return _problem(
+            section,
+            "InvalidProfile",
+            f"{found.describe()} has a literal value in envVars {', '.join(literals)}, whose names look like "
+            "secrets; move the values into a Secret and use valueFrom.secretKeyRef (the operator never copies "
+            "secret values into status)",
+        )
     blocking = clashes(trainer, found.spec)
     if blocking:
         return _problem(
@@ -195,8 +239,10 @@ def decide(
             "ProfileConflict",
             f"{found.describe()} cannot be applied: " + "; ".join(blocking) + "; change one of them",
         )
-    needed = needed_secrets(found.spec)
-    missing = tuple(s for s in needed if not (secrets or {}).get(s, False))
+    needed = needed_secrets(found.spec, trainer)
+    known = secrets or {}
+    missing = tuple(s for s in needed if known.get(s, False) is False)
+    unchecked = [s for s in needed if known.get(s, False) is None]
     if missing:
         what = ", ".join(f"Secret {s!r} ({needed[s]})" for s in missing)
         return _problem(
@@ -207,16 +253,24 @@ def decide(
             missing,
         )
     lost = overrides(trainer, found.spec)
+    if len(lost) > MAX_OVERRIDES:
+        lost = [*lost[: MAX_OVERRIDES - 1], f"and {len(lost) - MAX_OVERRIDES + 1} more"]
     section["contribution"] = contribution(found.spec, generation).to_k8s()
+    note = (
+        f" (not checked that Secret {', '.join(map(repr, unchecked))} exists: the controller may not get "
+        f"Secrets in namespace {namespace!r})"
+        if unchecked
+        else ""
+    )
     if lost:
         section["overrides"] = lost
         condition = Desired.true(
             CONDITION,
             "ResolvedWithOverrides",
-            f"{found.describe()} applied; the Trainer's own settings override its " + ", ".join(lost),
+            f"{found.describe()} applied; the Trainer's own settings override its " + ", ".join(lost) + note,
         )
     else:
-        condition = Desired.true(CONDITION, "Resolved", f"{found.describe()} applied")
+        condition = Desired.true(CONDITION, "Resolved", f"{found.describe()} applied" + note)
     return Decision(status={"profile": section}, conditions=(condition,), overrides=tuple(lost))
 
 

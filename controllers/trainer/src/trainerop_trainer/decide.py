@@ -15,6 +15,7 @@ from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import Phase, ProgressStatus, ReplicaStatus, TrainerSpec, TrainerStatus
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired, find
+from trainerop_common.contracts import has_master
 
 from .pods import (
     CONTRIBUTION_ORDER,
@@ -27,7 +28,7 @@ from .pods import (
     runner_manifests,
     service_manifest,
 )
-from .topology import ROLES, Replica, Role, desired_counts, has_master, replicas
+from .topology import ROLES, Replica, Role, desired_counts, replicas
 
 CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended")
 OWNED_FIELDS = ("phase", "topology", "progress")

@@ -109,8 +109,10 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
 
 
 # How an override merges into a generated field (kubectl's strategic-merge keys): maps merge
-# key by key, lists of objects merge by their key field, tolerations add up; anything else is
-# replaced. So a role override never silently drops what a profile contributed.
+# key by key; lists of objects merge by their key field — a container is merged field by field,
+# any other entry (an env variable, a volume, a mount, a port) is replaced whole; tolerations
+# add up; anything else is replaced. A null in an override counts as not set. So a role override
+# never silently drops what a profile contributed.
 _MERGE_KEYS = {
     "containers": "name",
     "initContainers": "name",
@@ -119,14 +121,17 @@ _MERGE_KEYS = {
     "volumeMounts": "mountPath",
     "ports": "containerPort",
 }
+_DEEP = ("containers", "initContainers")
 _MAPS = ("nodeSelector", "resources", "requests", "limits")
 
 
-def _merge_keyed(base: Sequence[Any], extra: Sequence[Any], key: str) -> list[Any]:
-    merged = {item.get(key): dict(item) for item in base}
-    for item in extra:
+def _merge_keyed(base: Sequence[Any], extra: Sequence[Any], key: str, deep: bool) -> list[Any]:
+    merged: dict[Any, Any] = {}
+    for item in [*base, *extra]:
+        if not isinstance(item, Mapping):
+            continue  # not an object: the API server will say what is wrong with the override
         current = merged.get(item.get(key))
-        merged[item.get(key)] = _merge_fields(current, item) if current is not None else dict(item)
+        merged[item.get(key)] = _merge_fields(current, item) if deep and current is not None else dict(item)
     return list(merged.values())
 
 
@@ -134,8 +139,10 @@ def _merge_fields(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[
     out = dict(base)
     for key, value in override.items():
         current = out.get(key)
+        if value is None:
+            continue
         if key in _MERGE_KEYS and isinstance(current, list) and isinstance(value, list):
-            out[key] = _merge_keyed(current, value, _MERGE_KEYS[key])
+            out[key] = _merge_keyed(current, value, _MERGE_KEYS[key], key in _DEEP)
         elif key in _MAPS and isinstance(current, dict) and isinstance(value, dict):
             out[key] = _merge_fields(current, value)
         elif key == "tolerations" and isinstance(current, list) and isinstance(value, list):
@@ -148,10 +155,12 @@ def _merge_fields(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[
 def _apply_override(pod: dict[str, Any], override: Mapping[str, Any]) -> None:
     """Merge a PodTemplateSpec fragment: metadata maps merge (identity labels stay ours); spec
     fields merge as kubectl's strategic merge does (see ``_MERGE_KEYS``), the override winning."""
-    meta = override.get("metadata", {})
+    meta = override.get("metadata") or {}
     for key in ("labels", "annotations"):
-        pod["metadata"][key] = {**meta.get(key, {}), **pod["metadata"].get(key, {})}  # ours win
-    pod["spec"] = _merge_fields(pod["spec"], override.get("spec", {}))
+        pod["metadata"][key] = {**(meta.get(key) or {}), **pod["metadata"].get(key, {})}  # ours win
+    spec = override.get("spec")
+    if isinstance(spec, Mapping):
+        pod["spec"] = _merge_fields(pod["spec"], spec)
 
 
 def pod_manifest(

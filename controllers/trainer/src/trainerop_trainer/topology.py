@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trainerop_common.api.trainer import Framework, TrainerSpec
+from trainerop_common.contracts import TRAINING_CONTAINER, has_master
 
 Role = Literal["master", "worker", "ps"]
 ROLES: tuple[Role, ...] = ("master", "worker", "ps")
@@ -27,17 +28,17 @@ ROLES: tuple[Role, ...] = ("master", "worker", "ps")
 
 @dataclass(frozen=True)
 class FrameworkContract:
-    container: str  # Kubeflow's default container name (TF_CONFIG only goes to "tensorflow")
+    container: str
     port_name: str
     port: int
 
 
 CONTRACTS: dict[Framework, FrameworkContract] = {
-    "pytorch": FrameworkContract("pytorch", "pytorchjob-port", 23456),
-    "tensorflow": FrameworkContract("tensorflow", "tfjob-port", 2222),
-    "jax": FrameworkContract("jax", "jaxjob-port", 6666),
-    "xgboost": FrameworkContract("xgboost", "xgboostjob-port", 9999),
-    "generic": FrameworkContract("trainer", "trainer-port", 29500),
+    "pytorch": FrameworkContract(TRAINING_CONTAINER["pytorch"], "pytorchjob-port", 23456),
+    "tensorflow": FrameworkContract(TRAINING_CONTAINER["tensorflow"], "tfjob-port", 2222),
+    "jax": FrameworkContract(TRAINING_CONTAINER["jax"], "jaxjob-port", 6666),
+    "xgboost": FrameworkContract(TRAINING_CONTAINER["xgboost"], "xgboostjob-port", 9999),
+    "generic": FrameworkContract(TRAINING_CONTAINER["generic"], "trainer-port", 29500),
 }
 
 
@@ -49,10 +50,6 @@ class Replica:
     def name(self, trainer: str) -> str:
         """Pod and headless Service name: <trainer>-<role>-<index>, as Kubeflow names them."""
         return f"{trainer}-{self.role}-{self.index}"
-
-
-def has_master(spec: TrainerSpec) -> bool:
-    return spec.framework in ("pytorch", "xgboost") and not (spec.framework == "pytorch" and spec.topology.elastic)
 
 
 def desired_counts(spec: TrainerSpec) -> dict[Role, int]:

@@ -1,8 +1,25 @@
-"""Environment variables the trainer controller itself sets in training containers (DESIGN §5).
-
-Another concern's contribution cannot set them: the operator's value wins. The profile
-controller reports such a clash; a trainer unit test keeps this list complete.
+"""What the trainer controller puts into training pods (DESIGN §5) that other concerns must know:
+the variables it sets itself (a contribution cannot set them: the operator's value wins; the
+profile controller reports such a clash; a trainer unit test keeps the list complete), the
+training container's name and which roles a run has.
 """
+
+from .api.trainer import TrainerSpec
+
+# Kubeflow's default container names (TF_CONFIG only goes to "tensorflow").
+TRAINING_CONTAINER = {
+    "pytorch": "pytorch",
+    "tensorflow": "tensorflow",
+    "jax": "jax",
+    "xgboost": "xgboost",
+    "generic": "trainer",
+}
+
+
+def has_master(spec: TrainerSpec) -> bool:
+    """pytorch and xgboost runs have a master, except elastic pytorch (rendezvous on worker 0)."""
+    return spec.framework in ("pytorch", "xgboost") and not (spec.framework == "pytorch" and spec.topology.elastic)
+
 
 OPERATOR_ENV = frozenset(
     {

@@ -128,9 +128,10 @@ class Kube:
         result: list[dict[str, Any]] = await self._call("list", collect())
         return result
 
-    async def secret_exists(self, namespace: str, name: str) -> bool:
-        """Whether a Secret exists. Only its metadata is requested: the values never reach the
-        operator, so they cannot leak into its logs, Events or status."""
+    async def secret_exists(self, namespace: str, name: str) -> bool | None:
+        """Whether a Secret exists (None: not allowed to look in that namespace). Only its metadata
+        is requested: the values never reach the operator, so they cannot leak into its logs,
+        Events or status."""
         generic = self._client._client  # lightkube's own request path, with a metadata-only Accept
         try:
             await self._call(
@@ -139,6 +140,8 @@ class Kube:
         except ApiError as err:
             if is_not_found(err):
                 return False
+            if err.status.code == 403:
+                return None
             raise
         return True
 
