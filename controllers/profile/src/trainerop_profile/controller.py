@@ -1,5 +1,6 @@
 """kopf adapter of the profile controller."""
 
+import asyncio
 from typing import Any
 
 import kopf
@@ -27,17 +28,26 @@ class SecretCheck:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self._seen: dict[Key, tuple[bool | None, float]] = {}
+        self._asking: dict[Key, asyncio.Future[bool | None]] = {}  # lookups in flight, shared
 
     async def exists(self, namespace: str, name: str) -> bool | None:
-        now = self.rt.clock.now().timestamp()
-        known = self._seen.get((namespace, name))
-        if known is not None and now - known[1] < self.rt.config.secret_recheck_seconds:
+        key = (namespace, name)
+        known = self._seen.get(key)
+        if known is not None and self.rt.clock.now().timestamp() - known[1] < self.rt.config.secret_recheck_seconds:
             return known[0]
-        found = await self.rt.kube.secret_exists(namespace, name)
+        if key not in self._asking:
+            # Reconciles of many Trainers run at once: the first asks, the others wait for its answer.
+            self._asking[key] = asyncio.ensure_future(self._ask(key))
+            self._asking[key].add_done_callback(lambda _: self._asking.pop(key, None))
+        return await asyncio.shield(self._asking[key])
+
+    async def _ask(self, key: Key) -> bool | None:
+        found = await self.rt.kube.secret_exists(*key)
+        now = self.rt.clock.now().timestamp()
         if len(self._seen) > 4096:  # forget what is stale anyway, so the map cannot grow without bound
             ttl = self.rt.config.secret_recheck_seconds
             self._seen = {k: v for k, v in self._seen.items() if now - v[1] < ttl}
-        self._seen[(namespace, name)] = (found, now)
+        self._seen[key] = (found, now)
         return found
 
 
