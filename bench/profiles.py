@@ -12,7 +12,6 @@ Uses the cluster in $KUBECONFIG, else brings the local cluster up and takes it d
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.harness import REPO, Cluster, eventually
 
-from bench.setup import operator_running, scratch_namespace
+from bench.setup import run_with_trainers
 
 PROFILE: dict[str, Any] = yaml.safe_load((REPO / "examples" / "seed" / "trainingprofile.yaml").read_text())
 TRAINER: dict[str, Any] = yaml.safe_load((REPO / "examples" / "profiles" / "trainer.yaml").read_text())
@@ -51,15 +50,6 @@ def secret_gets(c: Cluster) -> float:
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--trainers", type=int, default=20)
-    args = parser.parse_args()
-    with operator_running() as c, scratch_namespace(c) as namespace:
-        run(c, namespace, args.trainers)
-    return 0
-
-
 def run(c: Cluster, namespace: str, count: int) -> None:
     items = []
     for i in range(count):
@@ -69,8 +59,7 @@ def run(c: Cluster, namespace: str, count: int) -> None:
         items.append(body)
     c.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), namespace)
     eventually(
-        lambda: len(listed := trainers(c, namespace)) == count
-        and all(reason(t) == "ProfileNotFound" for t in listed),
+        lambda: len(listed := trainers(c, namespace)) == count and all(reason(t) == "ProfileNotFound" for t in listed),
         timeout=300,
         what="every Trainer to wait for its profile",
     )
@@ -102,4 +91,4 @@ def run(c: Cluster, namespace: str, count: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_with_trainers(__doc__, run, 20))

@@ -3,10 +3,11 @@ stopped here) with the operator installed and its five controllers running."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from hack import cluster as cluster_tool
@@ -58,3 +59,13 @@ def scratch_namespace(c: Cluster, prefix: str = "bench") -> Iterator[str]:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def run_with_trainers(doc: str | None, run: Callable[[Cluster, str, int], None], default: int) -> int:
+    """The main of a benchmark that takes ``--trainers N`` and runs in a scratch namespace."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--trainers", type=int, default=default)
+    args = parser.parse_args()
+    with operator_running() as c, scratch_namespace(c) as namespace:
+        run(c, namespace, args.trainers)
+    return 0

@@ -11,7 +11,6 @@ controller), and the writes a no-op event causes (should be 0).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -25,7 +24,7 @@ from hack import localdev
 from tests.harness import REPO, Cluster, eventually
 from tests.integration.test_seed_examples import is_converged
 
-from bench.setup import operator_running, scratch_namespace
+from bench.setup import run_with_trainers
 
 
 def writes(c: Cluster, outcome: str) -> float:
@@ -33,16 +32,6 @@ def writes(c: Cluster, outcome: str) -> float:
         c.metric(ctl, "operator_status_writes_total", {"controller": ctl, "kind": "Trainer", "outcome": outcome})
         for ctl in localdev.CONTROLLERS
     )
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--trainers", type=int, default=10)
-    args = parser.parse_args()
-
-    with operator_running() as c, scratch_namespace(c) as namespace:
-        run(c, namespace, args.trainers)
-    return 0
 
 
 def run(c: Cluster, namespace: str, trainers: int) -> None:
@@ -74,4 +63,4 @@ def run(c: Cluster, namespace: str, trainers: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_with_trainers(__doc__, run, 10))
