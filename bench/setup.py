@@ -50,10 +50,12 @@ def scratch_namespace(c: Cluster, prefix: str = "bench") -> Iterator[str]:
     c.kubectl("create", "namespace", name)
     tolerations = [f"{k}={v}" for k, v in cluster_tool.DEFAULT_TOLERATIONS.items()]
     c.kubectl("annotate", "namespace", name, *tolerations)
+    c.apply({"apiVersion": "v1", "kind": "List", "items": cluster_tool.checkpoint_volume(name)})
     try:
         yield name
     finally:
         c.kubectl("delete", "namespace", name, "--wait=false")
+        c.kubectl("delete", "persistentvolume", f"{name}-pvc-backups", "--wait=false")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,11 +1,34 @@
 #!/usr/bin/env bash
 # Build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd and
-# kwok from the Go module proxy at pinned versions, into a cache outside the repository.
-# A warm cache makes this a no-op. Usage: hack/build-k8s.sh [--print-bin-dir]
+# kwok, and SeaweedFS's weed (the S3 server of the checkpoint tests), from the Go module proxy at
+# pinned versions, into a cache outside the repository. A warm cache makes this a no-op.
+# Usage: hack/build-k8s.sh [--print-bin-dir | --print-s3-bin-dir]
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$BIN_DIR"; exit 0; fi
+if [[ "${1:-}" == "--print-s3-bin-dir" ]]; then echo "$S3_BIN_DIR"; exit 0; fi
+
+build_weed() {
+  # seaweedfs's go.mod has replace directives, so `go install pkg@version` is refused: build
+  # from a copy of the module as the main module.
+  [[ -x "$S3_BIN_DIR/weed" ]] && return 0
+  command -v go >/dev/null || die "go is not installed; install Go >= 1.24 and run again"
+  local t0 dir work
+  t0=$(date +%s)
+  log "building SeaweedFS weed $SEAWEEDFS_VERSION into $S3_BIN_DIR (about 10 minutes the first time)"
+  work=$(mktemp -d)
+  dir=$(cd "$work" && GOFLAGS=-mod=mod GOTOOLCHAIN=local go mod download -json "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  cp -r "$dir/." "$work/"
+  chmod -R u+w "$work"
+  mkdir -p "$S3_BIN_DIR"
+  (cd "$work" && GOTOOLCHAIN=local CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$S3_BIN_DIR/weed.tmp" ./weed)
+  mv "$S3_BIN_DIR/weed.tmp" "$S3_BIN_DIR/weed"
+  rm -rf "$work"
+  log "built weed in $(( $(date +%s) - t0 ))s"
+}
+build_weed
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 ALL_BINS=("${K8S_BINS[@]}" etcd kwok)

@@ -21,6 +21,7 @@ import datetime as dt
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import signal
 import ssl
@@ -72,6 +73,7 @@ class Ports:
     controller_manager: int = PORT_BASE + 3
     scheduler: int = PORT_BASE + 4
     kwok: int = PORT_BASE + 5
+    s3: int = PORT_BASE + 10  # SeaweedFS: S3, then its master, volume, filer, admin and metrics ports
 
 
 PORTS = Ports()
@@ -88,14 +90,47 @@ class ClusterError(Exception):
 # --- binaries ------------------------------------------------------------------------------------
 
 
-def bin_dir() -> Path:
-    override = os.environ.get("TRAINER_OPERATOR_BIN")
+def bin_dir(which: str = "--print-bin-dir") -> Path:
+    override = os.environ.get("TRAINER_OPERATOR_BIN" if which == "--print-bin-dir" else "TRAINER_OPERATOR_S3_BIN")
     if override:
         return Path(override)
-    out = subprocess.run(
-        [str(HACK / "build-k8s.sh"), "--print-bin-dir"], check=True, capture_output=True, text=True
-    ).stdout
+    out = subprocess.run([str(HACK / "build-k8s.sh"), which], check=True, capture_output=True, text=True).stdout
     return Path(out.strip())
+
+
+S3_ACCESS_KEY = "trainer-operator"
+
+
+def s3_endpoint() -> str:
+    return f"http://127.0.0.1:{PORTS.s3}"
+
+
+def s3_credentials(run: Path | None = None) -> dict[str, str]:
+    """The local S3 server's credentials, as the variables a checkpoint credentials Secret holds."""
+    secret = ((run or RUN_DIR) / "s3-secret-key").read_text().strip()
+    return {
+        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_ENDPOINT_URL": s3_endpoint(),
+        "AWS_REGION": "us-east-1",
+    }
+
+
+def s3_config(run: Path) -> Path:
+    """SeaweedFS's identities: one access key with a secret made for this cluster."""
+    key_file = run / "s3-secret-key"
+    if not key_file.is_file():
+        key_file.write_text(secrets.token_hex(20) + "\n")
+        key_file.chmod(0o600)
+    config = run / "s3-identities.json"
+    identity = {
+        "name": "trainer-operator",
+        "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": key_file.read_text().strip()}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    config.write_text(json.dumps({"identities": [identity]}))
+    config.chmod(0o600)
+    return config
 
 
 def ensure_binaries() -> Path:
@@ -244,6 +279,17 @@ def http_ok(url: str, client: tuple[Path, Path] | None = None, ca: Path | None =
     try:
         with urllib.request.urlopen(url, timeout=2, context=ctx) as response:
             return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def s3_ready() -> bool:
+    """SeaweedFS answers S3 (an unsigned request is refused with 403 once it is up)."""
+    try:
+        with urllib.request.urlopen(f"{s3_endpoint()}/", timeout=2):
+            return True
+    except urllib.error.HTTPError as err:
+        return err.code in (403, 401)
     except (urllib.error.URLError, OSError):
         return False
 
@@ -425,6 +471,29 @@ def components(run: Path, bins: Path) -> list[Component]:
             ],
             lambda: http_ok(f"http://127.0.0.1:{PORTS.kwok}/healthz"),
         ),
+        Component(
+            "seaweedfs",
+            [
+                str(bin_dir("--print-s3-bin-dir") / "weed"),
+                "mini",
+                f"-dir={run / 'seaweedfs'}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                f"-s3.port={PORTS.s3}",
+                f"-master.port={PORTS.s3 + 1}",
+                f"-volume.port={PORTS.s3 + 2}",
+                f"-filer.port={PORTS.s3 + 3}",
+                f"-admin.port={PORTS.s3 + 4}",
+                f"-metricsPort={PORTS.s3 + 5}",
+                "-admin.port.legacy=0",
+                "-admin.ui=false",
+                "-webdav=false",
+                "-s3.port.iceberg=0",
+                f"-s3.config={s3_config(run)}",
+            ],
+            lambda: s3_ready(),
+            timeout=120,
+        ),
     ]
 
 
@@ -459,6 +528,44 @@ def fake_nodes(count: int) -> list[dict[str, Any]]:
             }
         )
     return nodes
+
+
+def checkpoint_volume(namespace: str, claim: str = "pvc-backups") -> list[dict[str, Any]]:
+    """A PersistentVolumeClaim for checkpoints (the seed Trainer's checkpoint.bucket is pvc-backups)
+    and a static volume pre-bound to it: the local cluster has no provisioner."""
+    volume = f"{namespace}-{claim}"
+    modes = ["ReadWriteMany"]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume, "labels": {f"{LABEL_PREFIX}/for-namespace": namespace}},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": modes,
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": f"/tmp/trainer-operator-volumes/{volume}"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": modes,
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+    ]
+
+
+def print_checkpoint_volume(args: argparse.Namespace) -> int:
+    print(yaml.safe_dump_all(checkpoint_volume(args.namespace, args.claim)), end="")
+    return 0
 
 
 def up(args: argparse.Namespace) -> int:
@@ -555,7 +662,7 @@ def down(args: argparse.Namespace) -> int:
     if controllers.is_dir():
         for name in stop_processes(controllers, [p.stem for p in (controllers / "pids").glob("*.pid")]):
             say(f"stopped {name}")
-    for name in ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]:
+    for name in ["seaweedfs", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]:
         for stopped in stop_processes(run, [name]):
             say(f"stopped {stopped}")
     shutil.rmtree(run)
@@ -570,12 +677,18 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="show what runs and whether it is healthy")
     sub.add_parser("down", help="stop what `up` started and remove its state")
     sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    volume = sub.add_parser(
+        "checkpoint-volume", help="print a checkpoint PVC and its static volume (for kubectl apply)"
+    )
+    volume.add_argument("--namespace", default="default")
+    volume.add_argument("--claim", default="pvc-backups")
     args = parser.parse_args(argv)
     try:
         if args.command == "kubeconfig":
             print(RUN_DIR / "admin.kubeconfig")
             return 0
-        return {"up": up, "status": status, "down": down}[args.command](args)
+        commands = {"up": up, "status": status, "down": down, "checkpoint-volume": print_checkpoint_volume}
+        return commands[args.command](args)
     except ClusterError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

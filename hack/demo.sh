@@ -30,6 +30,9 @@ step "Operator: CRDs, namespace, ServiceAccounts, RBAC; controllers as their Ser
 .venv/bin/python hack/localdev.py install
 .venv/bin/python hack/localdev.py start
 
+step "The PVC the seed Trainer checkpoints to (checkpoint.bucket: pvc-backups), on a static local volume"
+.venv/bin/python hack/cluster.py checkpoint-volume --namespace default | kubectl apply -f -
+
 step "Applying the seed README's TrainingProfile and Trainer (unmodified)"
 kubectl apply -f examples/seed/trainingprofile.yaml -f examples/seed/trainer.yaml
 

@@ -57,8 +57,11 @@ def _scratch_namespace(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl("label", "namespace", name, "trainer-operator-test=true")
     tolerations = [f"{k}={v}" for k, v in cluster_tool.DEFAULT_TOLERATIONS.items()]
     cluster.kubectl("annotate", "namespace", name, *tolerations)
+    # The seed Trainer checkpoints to the PVC pvc-backups: every test namespace has one.
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": cluster_tool.checkpoint_volume(name)})
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
+    cluster.kubectl("delete", "persistentvolume", f"{name}-pvc-backups", "--wait=false")
 
 
 @pytest.fixture

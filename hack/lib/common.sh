@@ -7,6 +7,9 @@ REPO_ROOT=$(cd "$HACK_DIR/.." && pwd)
 K8S_VERSION=v1.34.4
 ETCD_VERSION=v3.6.4
 KWOK_VERSION=v0.7.0
+# SeaweedFS: the S3-compatible server checkpoint tests write to (a pseudo-version: it has no tags
+# on the module proxy).
+SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 
 # Binaries live outside the repository, keyed by what they were built from.
 CACHE_ROOT=${TRAINER_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainer-operator}
@@ -16,6 +19,7 @@ k8s_cache_key() {
   echo "k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$sum"
 }
 BIN_DIR=${TRAINER_OPERATOR_BIN:-$CACHE_ROOT/$(k8s_cache_key)/bin}
+S3_BIN_DIR=${TRAINER_OPERATOR_S3_BIN:-$CACHE_ROOT/seaweedfs-$SEAWEEDFS_VERSION/bin}
 
 # Where a local cluster keeps its state (certificates, etcd data, logs, pids).
 RUN_DIR=${TRAINER_OPERATOR_RUN_DIR:-$CACHE_ROOT/cluster}

@@ -68,7 +68,10 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
     objects = build(cluster, "local")
     assert by_kind(objects, "Deployment") == {}
     assert set(by_kind(objects, "ServiceAccount")) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
-    controllers = {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)} | {"trainer-operator-profile-secret-check"}
+    controllers = {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)} | {
+        "trainer-operator-profile-secret-check",
+        "trainer-operator-checkpoint-credentials",
+    }
     assert controllers <= set(by_kind(objects, "ClusterRoleBinding"))
     # Users' roles aggregate into the built-in edit/admin/view roles instead of being bound.
     users = set(by_kind(objects, "ClusterRole")) - controllers

@@ -20,7 +20,7 @@ OWNERSHIP = {
     ),
     "profile": ({"profile"}, {"ProfileResolved"}),
     "quota": ({"quota"}, {"QuotaAdmitted"}),
-    "checkpoint": ({"checkpoint"}, {"CheckpointReady"}),
+    "checkpoint": ({"checkpoint"}, {"CheckpointReady", "CheckpointOverdue"}),
     "audit": ({"audit"}, set()),
 }
 

@@ -39,7 +39,46 @@ def drop(path: str) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+CHECKPOINT: dict[str, Any] = {
+    "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+    "kind": "Checkpoint",
+    "metadata": {"name": "t-step-1"},
+    "spec": {
+        "trainer": "t",
+        "epoch": 0,
+        "step": 1,
+        "path": "s3://b/ns/t/step-0000000001",
+        "shardCount": 1,
+        "replicationFactor": 1,
+        "shards": [{"index": 0, "sha256": "a" * 64, "size": 1, "copies": ["shard-00000/copy-0"]}],
+    },
+}
+
 CASES = [
+    (
+        "s3 bucket without credentials",
+        SEED_TRAINER,
+        set_path("spec.checkpoint.bucket", "s3://ckpt/runs"),
+        ["checkpoint.credentialsSecret is required for an s3:// bucket"],
+    ),
+    (
+        "bucket neither PVC nor s3",
+        SEED_TRAINER,
+        set_path("spec.checkpoint.bucket", "gs://ckpt/runs"),
+        ["bucket must be a PersistentVolumeClaim name or s3://bucket/prefix"],
+    ),
+    (
+        "checkpoint copy outside its path",
+        CHECKPOINT,
+        set_path("spec.shards", [{"index": 0, "sha256": "a" * 64, "size": 1, "copies": ["../other/copy-0"]}]),
+        ["spec.shards[0].copies[0]", "should match"],
+    ),
+    (
+        "checkpoint shard beyond its count",
+        CHECKPOINT,
+        set_path("spec.shards", [{"index": 3, "sha256": "a" * 64, "size": 1, "copies": ["shard-00003/copy-0"]}]),
+        ["a shard's index must be below shardCount"],
+    ),
     (
         "zero workers",
         SEED_TRAINER,

@@ -1,39 +1,264 @@
-from trainerop_checkpoint.decide import Named, decide
+"""The checkpoint state machine: quorum, timeouts, retention and resume (tables and properties)."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainerop_checkpoint.decide import CheckpointView, Observed, Storage, Verdict, decide, quorum
 from trainerop_common.api import Checkpoint
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_sdk.layout import checkpoint_path, copy_key
 
-WITH_CKPT = TrainerSpec.model_validate({"epochs": 3, "image": "i", "checkpoint": {"bucket": "b"}})
-WITHOUT = TrainerSpec.model_validate({"epochs": 3, "image": "i"})
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+S3 = "s3://ckpt/runs"
+DIR = f"{S3}/ns/t"
 
 
-def ckpt(name: str, trainer: str, epoch: int, phase: str | None, step: int = 0) -> Named:
-    body = {"spec": {"trainer": trainer, "epoch": epoch, "step": step, "path": f"/ckpt/{name}"}}
-    if phase:
-        body["status"] = {"phase": phase}
-    return Named(name, Checkpoint.model_validate(body))
+def spec(**checkpoint: Any) -> TrainerSpec:
+    ckpt = {"bucket": S3, "credentialsSecret": "creds", "maxRetention": 2, "intervalMinutes": 10, **checkpoint}
+    return TrainerSpec.model_validate({"epochs": 3, "image": "i", "topology": {"workers": 2}, "checkpoint": ckpt})
+
+
+def view(
+    step: int,
+    shards: int = 2,
+    replication: int = 3,
+    reported: int | None = None,
+    phase: str | None = None,
+    age: float = 5,
+    path: str | None = None,
+    trainer: str = "t",
+) -> CheckpointView:
+    reported = shards if reported is None else reported
+    body = {
+        "spec": {
+            "trainer": trainer,
+            "epoch": 1,
+            "step": step,
+            "path": path or checkpoint_path(DIR, step),
+            "shardCount": shards,
+            "replicationFactor": replication,
+            "shards": [
+                {"index": i, "sha256": "a" * 64, "size": 10, "copies": [copy_key(i, r) for r in range(replication)]}
+                for i in range(reported)
+            ],
+        },
+        "status": {"phase": phase, "commitTime": "2026-01-01T11:00:00Z"} if phase else None,
+    }
+    created = (NOW - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return CheckpointView(f"t-step-{step}", f"uid-{step}", created, Checkpoint.model_validate(body))
+
+
+def good(v: CheckpointView, bad: dict[str, Verdict] | None = None) -> dict[tuple[str, str], Verdict]:
+    """Every copy of ``v`` verified, except the copies in ``bad``."""
+    out: dict[tuple[str, str], Verdict] = {}
+    for shard in v.checkpoint.spec.shards or ():
+        for key in shard.copies:
+            out[(v.uid, key)] = (bad or {}).get(key, "ok")
+    return out
+
+
+def observe(views: list[CheckpointView], verdicts: dict[tuple[str, str], Verdict] | None = None, **kw: Any) -> Any:
+    return decide(
+        Observed(
+            namespace="ns",
+            trainer="t",
+            spec=kw.pop("trainer_spec", spec()),
+            generation=4,
+            now=NOW,
+            checkpoints=views,
+            verdicts=verdicts or {},
+            **kw,
+        )
+    )
 
 
 def test_without_checkpointing_the_gate_is_open() -> None:
-    d = decide("t", WITHOUT, [])
+    d = observe([], trainer_spec=TrainerSpec.model_validate({"epochs": 1, "image": "i"}))
     assert d.status == {}
     assert d.conditions[0].reason == "NoCheckpointing"
 
 
-def test_first_run_starts_from_scratch() -> None:
-    d = decide("t", WITH_CKPT, [ckpt("a", "t", 1, "Staging")])
-    assert d.status == {"checkpoint": {}}
+def test_before_any_commit_pods_start_from_scratch_with_the_storage_settings() -> None:
+    d = observe([])
+    section = d.status["checkpoint"]
     assert d.conditions[0].reason == "NoCheckpointYet"
+    env = {e["name"]: e for e in section["contribution"]["pod"]["env"]}
+    assert env["CHECKPOINT_DIR"]["value"] == DIR
+    assert env["RESUME_FROM"]["value"] == ""
+    assert env["CHECKPOINT_REPLICATION_FACTOR"]["value"] == "1"
+    assert env["CHECKPOINT_SHARDS"]["value"] == "2"
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "creds", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+    assert env["AWS_REGION"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    assert section["contribution"]["generation"] == 4
 
 
-def test_resumes_from_the_latest_committed_checkpoint_of_this_trainer() -> None:
-    checkpoints = [
-        ckpt("e1", "t", 1, "Committed"),
-        ckpt("e2s5", "t", 2, "Committed", step=5),
-        ckpt("e2s9", "t", 2, "Committed", step=9),
-        ckpt("e3", "t", 3, "Staging"),
-        ckpt("other", "u", 9, "Committed"),
-    ]
-    d = decide("t", WITH_CKPT, checkpoints)
-    assert d.status == {"checkpoint": {"latest": "e2s9", "resumeFrom": "/ckpt/e2s9"}}
+def test_a_pvc_bucket_is_mounted_at_checkpoints() -> None:
+    d = observe([], trainer_spec=spec(bucket="pvc-backups", credentialsSecret=None))
+    pod = d.status["checkpoint"]["contribution"]["pod"]
+    assert pod["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "pvc-backups"}}]
+    assert pod["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/checkpoints"}]
+    assert {e["name"]: e.get("value") for e in pod["env"]}["CHECKPOINT_DIR"] == "/checkpoints/t"
+
+
+def test_missing_storage_closes_the_gate_and_says_what_to_do() -> None:
+    d = observe([], storage=Storage(False, "StorageNotFound", "PersistentVolumeClaim 'pvc-backups' does not exist"))
+    (c,) = d.conditions
+    assert (c.status, c.reason) == ("False", "StorageNotFound")
+    assert d.problem == c
+
+
+@pytest.mark.parametrize(
+    ("reported", "bad", "phase", "message"),
+    [
+        (1, {}, "Pending", "1 of 2 shards reported"),
+        (2, {copy_key(1, 0): "missing", copy_key(1, 1): "mismatch"}, "Staging", "1 of 2 shards have 2 verified"),
+        (2, {copy_key(0, 2): "mismatch", copy_key(1, 0): "missing"}, "Committed", "at least 2 of 3"),
+        (2, {}, "Committed", "every shard"),
+    ],
+)
+def test_quorum_needs_a_majority_of_verified_copies_of_every_shard(
+    reported: int, bad: dict[str, Verdict], phase: str, message: str
+) -> None:
+    v = view(10, reported=reported)
+    d = observe([v], good(v, bad))
+    status = d.checkpoints[v.name]
+    assert status["phase"] == phase
+    assert message in status["message"]
+    if phase == "Staging":
+        assert "shard 1 shard-00001/copy-0: missing" in status["message"]
+        assert {c.key for c in d.verify} == {copy_key(1, 0), copy_key(1, 1)}  # read again later
+        assert d.requeue_after == 10.0
+
+
+def test_a_commit_becomes_the_resume_point_and_is_announced() -> None:
+    v = view(10)
+    d = observe([v], good(v))
+    section = d.status["checkpoint"]
+    assert (section["latest"], section["latestStep"], section["resumeFrom"]) == (v.name, 10, checkpoint_path(DIR, 10))
+    env = {e["name"]: e.get("value") for e in section["contribution"]["pod"]["env"]}
+    assert env["RESUME_FROM"] == checkpoint_path(DIR, 10)
     assert d.conditions[0].reason == "Resumable"
-    assert "epoch 2, step 9" in d.conditions[0].message
+    assert d.events[0][:2] == ("Normal", "CheckpointCommitted")
+
+
+def test_no_quorum_within_the_timeout_fails_and_is_never_resumed_from() -> None:
+    old = view(10, reported=1, age=601)
+    d = observe([old])
+    assert d.checkpoints[old.name]["phase"] == "Failed"
+    assert d.checkpoints[old.name]["reason"] == "QuorumTimeout"
+    assert "latest" not in d.status["checkpoint"]
+    assert d.events[0][:2] == ("Warning", "CheckpointFailed")
+
+
+def test_the_timeout_is_waited_for() -> None:
+    young = view(10, reported=1, age=100)
+    d = observe([young])
+    assert d.requeue_after == pytest.approx(500)
+
+
+def test_a_path_outside_the_trainers_directory_fails_and_its_data_is_never_touched() -> None:
+    rogue = view(10, path="s3://ckpt/runs/ns/other/step-0000000010")
+    newer = view(20, phase="Committed")
+    d = observe([rogue, newer], good(rogue))
+    assert d.checkpoints[rogue.name]["reason"] == "InvalidPath"
+    assert not d.verify
+    assert all(c.checkpoint != rogue.name for c in d.collect)
+
+
+def test_only_this_trainers_checkpoints_count() -> None:
+    other = view(10, phase="Committed", trainer="u")
+    d = observe([other])
+    assert "latest" not in d.status["checkpoint"]
+
+
+def test_retention_keeps_the_newest_and_collects_older_commits_and_stale_failures() -> None:
+    views = [
+        view(10, phase="Committed"),
+        view(15, phase="Failed"),
+        view(20, phase="Committed"),
+        view(30, phase="Committed"),
+        view(40, reported=1),  # still being written: neither kept nor collected
+    ]
+    d = observe(views)
+    collected = {c.checkpoint: c.status for c in d.collect}
+    assert set(collected) == {"t-step-10", "t-step-15"}
+    assert collected["t-step-10"]["phase"] == "GarbageCollected"
+    assert collected["t-step-10"]["collectTime"]
+    assert collected["t-step-15"]["phase"] == "Failed"  # a failure stays a failure; its data goes
+    assert d.status["checkpoint"]["latest"] == "t-step-30"
+    assert d.status["checkpoint"]["committed"] == 2
+
+
+@pytest.mark.parametrize(
+    ("trainer_phase", "start_age_minutes", "overdue", "reason"),
+    [
+        ("Pending", 60, "False", "NotRunning"),
+        ("Running", 5, "False", "OnSchedule"),
+        ("Running", 21, "True", "NoRecentCommit"),
+    ],
+)
+def test_no_commit_for_twice_the_interval_is_overdue(
+    trainer_phase: str, start_age_minutes: int, overdue: str, reason: str
+) -> None:
+    start = (NOW - timedelta(minutes=start_age_minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    d = observe([], trainer_phase=trainer_phase, start_time=start)
+    c = d.conditions[1]
+    assert (c.type, c.status, c.reason) == ("CheckpointOverdue", overdue, reason)
+    if reason == "OnSchedule":
+        assert d.requeue_after == pytest.approx(15 * 60)
+
+
+def test_unreadable_storage_is_not_verified_and_says_so() -> None:
+    v = view(10)
+    d = observe([v], storage=Storage(verifiable=False, message="a PVC cannot be read by the controller"))
+    assert not d.verify
+    assert d.checkpoints[v.name]["phase"] == "Staging"
+    assert d.events[0][:2] == ("Warning", "CannotVerify")
+
+
+VERDICTS: list[Verdict] = ["ok", "missing", "mismatch"]
+verdicts = st.sampled_from(VERDICTS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shards=st.integers(1, 4),
+    replication=st.integers(1, 5),
+    data=st.data(),
+)
+def test_property_commit_iff_every_shard_has_a_majority(shards: int, replication: int, data: st.DataObject) -> None:
+    v = view(10, shards=shards, replication=replication)
+    grid = {(s, r): data.draw(verdicts) for s in range(shards) for r in range(replication)}
+    given_verdicts = {(v.uid, copy_key(s, r)): verdict for (s, r), verdict in grid.items()}
+    d = observe([v], given_verdicts)
+    majority = all(sum(grid[(s, r)] == "ok" for r in range(replication)) >= quorum(replication) for s in range(shards))
+    assert (d.checkpoints[v.name]["phase"] == "Committed") == majority
+    weakest = min(sum(grid[(s, r)] == "ok" for r in range(replication)) for s in range(shards))
+    assert d.checkpoints[v.name]["committedReplicas"] == weakest
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    phases=st.lists(st.sampled_from(["Committed", "Failed", "GarbageCollected", None]), min_size=0, max_size=8),
+    retention=st.integers(1, 4),
+)
+def test_property_retention_never_collects_what_it_keeps(phases: list[str | None], retention: int) -> None:
+    views = [view(10 * (i + 1), phase=p, reported=1 if p is None else 2) for i, p in enumerate(phases)]
+    d = observe(views, trainer_spec=spec(maxRetention=retention))
+    committed = [v.name for v, p in zip(views, phases, strict=True) if p == "Committed"]
+    kept, older = committed[-retention:], committed[:-retention]
+    collected = {c.checkpoint for c in d.collect if c.status["phase"] == "GarbageCollected"}
+    assert collected == set(older)
+    assert not collected & set(kept)
+    assert d.status["checkpoint"].get("latest") == (committed[-1] if committed else None)
+    assert d.status["checkpoint"]["committed"] == len(kept)
+
+
+def test_quorum_is_a_majority() -> None:
+    assert [quorum(r) for r in range(1, 8)] == [1, 2, 2, 3, 3, 4, 4]

@@ -27,18 +27,24 @@ def test_the_sdk_renews_the_lease_and_records_epoch_and_step() -> None:
 def test_pods_run_as_the_runner_which_may_renew_only_its_trainers_leases() -> None:
     owner = Owner("llama", "ns", "uid", 1)
     spec = TrainerSpec.model_validate({"epochs": 1, "image": "i", "topology": {"workers": 2}})
-    pod = pod_manifest(owner, spec, Replica("worker", 0), {}, "", PodSettings())
+    pod = pod_manifest(owner, spec, Replica("worker", 0), {}, PodSettings())
     assert pod["spec"]["serviceAccountName"] == "llama-runner"
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     sa, role, binding = runner_manifests(owner, ["llama-worker-1", "llama-worker-0"])
     assert sa["metadata"]["name"] == role["metadata"]["name"] == binding["metadata"]["name"] == "llama-runner"
-    (rule,) = role["rules"]
-    assert rule == {
+    leases, checkpoints = role["rules"]
+    assert leases == {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
         "verbs": ["get", "patch"],
         "resourceNames": ["llama-worker-0", "llama-worker-1"],
+    }
+    # Any Checkpoint name (they are per step); an admission policy holds it to its own Trainer's.
+    assert checkpoints == {
+        "apiGroups": ["trainer.operator.kubeflow.org"],
+        "resources": ["checkpoints"],
+        "verbs": ["get", "create", "patch"],
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llama-runner", "namespace": "ns"}]
 

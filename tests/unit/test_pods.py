@@ -31,7 +31,7 @@ def contribution(**fields: Any) -> PodContribution:
 
 
 def test_pod_identity_labels_owner_and_restart_policy() -> None:
-    pod = pod_manifest(OWNER, SPEC, Replica("worker", 1), {}, "", PodSettings())
+    pod = pod_manifest(OWNER, SPEC, Replica("worker", 1), {}, PodSettings())
     meta = pod["metadata"]
     assert meta["name"] == "llama-worker-1"
     assert meta["labels"]["trainer-name"] == "llama"
@@ -49,20 +49,19 @@ def test_pod_identity_labels_owner_and_restart_policy() -> None:
 
 
 def test_env_has_framework_operator_and_user_variables() -> None:
-    env = env_of(pod_manifest(OWNER, SPEC, Replica("worker", 1), {}, "/ckpt/e3", PodSettings()))
+    env = env_of(pod_manifest(OWNER, SPEC, Replica("worker", 1), {}, PodSettings()))
     assert env["RANK"] == "2"
     assert env["EPOCHS"] == "10"
-    assert env["CHECKPOINT_DIR"] == "/checkpoints/llama"
-    assert env["RESUME_FROM"] == "/ckpt/e3"
+    assert env["TRAINER_UID"] == "uid-1"
     assert env["NCCL_DEBUG"] == "INFO"
 
 
 def test_workers_wait_for_the_master_in_an_init_container() -> None:
-    worker = pod_manifest(OWNER, SPEC, Replica("worker", 0), {}, "", PodSettings(init_image="busybox:x"))
+    worker = pod_manifest(OWNER, SPEC, Replica("worker", 0), {}, PodSettings(init_image="busybox:x"))
     (init,) = worker["spec"]["initContainers"]
     assert init["image"] == "busybox:x"
     assert "until nslookup llama-master-0" in init["command"][2]
-    master = pod_manifest(OWNER, SPEC, Replica("master", 0), {}, "", PodSettings())
+    master = pod_manifest(OWNER, SPEC, Replica("master", 0), {}, PodSettings())
     assert "initContainers" not in master["spec"]
 
 
@@ -83,7 +82,7 @@ def test_contributions_merge_profile_then_quota_then_checkpoint_and_the_spec_win
             nodeSelector={"zone": "b"}, tolerations=[{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]
         ),
     }
-    pod = pod_manifest(OWNER, SPEC, Replica("worker", 0), contributions, "", PodSettings())
+    pod = pod_manifest(OWNER, SPEC, Replica("worker", 0), contributions, PodSettings())
     env = env_of(pod)
     assert env["SHARED"] == "user"  # the Trainer's own spec wins
     assert env["NCCL_IB_TIMEOUT"] == "22"
@@ -111,13 +110,13 @@ def test_role_override_applies_to_that_role_only() -> None:
             },
         }
     )
-    master = pod_manifest(OWNER, spec, Replica("master", 0), {}, "", PodSettings())
+    master = pod_manifest(OWNER, spec, Replica("master", 0), {}, PodSettings())
     assert master["spec"]["priorityClassName"] == "high"
     assert master["spec"]["containers"][0]["workingDir"] == "/w"
     assert master["spec"]["containers"][0]["image"] == "finetuner:1"
     assert master["metadata"]["labels"]["team"] == "x"
     assert master["metadata"]["labels"]["trainer-name"] == "llama"  # identity labels cannot be overridden
-    worker = pod_manifest(OWNER, spec, Replica("worker", 0), {}, "", PodSettings())
+    worker = pod_manifest(OWNER, spec, Replica("worker", 0), {}, PodSettings())
     assert "priorityClassName" not in worker["spec"]
 
 
@@ -137,7 +136,7 @@ def test_per_replica_claim_is_mounted_and_named_after_the_replica() -> None:
     spec = TrainerSpec.model_validate({**SPEC.to_k8s(), "storage": {"size": "10Gi", "storageClassName": "fast"}})
     from trainerop_trainer.pods import claim_manifest
 
-    pod = pod_manifest(OWNER, spec, Replica("worker", 1), {}, "", PodSettings())
+    pod = pod_manifest(OWNER, spec, Replica("worker", 1), {}, PodSettings())
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "replica-data")
     assert volume["persistentVolumeClaim"]["claimName"] == "llama-worker-1-data"
     assert {"name": "replica-data", "mountPath": "/data"} in pod["spec"]["containers"][0]["volumeMounts"]
@@ -183,7 +182,7 @@ def test_a_role_override_merges_with_what_a_profile_contributed() -> None:
             },
         }
     )
-    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, "", PodSettings())
+    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, PodSettings())
     pod_spec = pod["spec"]
     (container,) = pod_spec["containers"]
     # Maps merge key by key and the Trainer wins; lists merge by key; tolerations add up.
@@ -220,7 +219,7 @@ def test_every_variable_the_trainer_sets_is_known_to_the_other_concerns() -> Non
             for replica in (Replica("master", 0), Replica("worker", 1)):
                 generated = {
                     e["name"]
-                    for e in pod_manifest(OWNER, spec, replica, {}, "", PodSettings())["spec"]["containers"][0]["env"]
+                    for e in pod_manifest(OWNER, spec, replica, {}, PodSettings())["spec"]["containers"][0]["env"]
                 } - {e.name for e in spec.env or ()}
                 assert {n for n in generated if not set_by_operator(n)} == set(), (framework, replica)
 
@@ -248,7 +247,7 @@ def test_an_override_entry_replaces_the_contributed_one_whole_and_nulls_count_as
             },
         }
     )
-    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, "", PodSettings())
+    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, PodSettings())
     (container,) = pod["spec"]["containers"]
     (timeout,) = [e for e in container["env"] if e["name"] == "NCCL_IB_TIMEOUT"]
     assert timeout == {"name": "NCCL_IB_TIMEOUT", "valueFrom": {"configMapKeyRef": {"name": "c"}}}  # no "value"

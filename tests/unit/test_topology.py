@@ -118,13 +118,12 @@ def test_xgboost() -> None:
 def test_generic_gets_only_the_operator_contract() -> None:
     s = TrainerSpec.model_validate({"epochs": 10, "image": "i", "checkpoint": {"bucket": "b"}})
     assert framework_env("j", "ns", s, Replica("worker", 0)) == {}
-    assert operator_env("j", s, Replica("ps", 0), "/ckpt/7") == {
+    assert operator_env("j", "uid-7", s, Replica("ps", 0)) == {
         "TRAINER_NAME": "j",
+        "TRAINER_UID": "uid-7",
         "REPLICA_TYPE": "ps",
         "REPLICA_INDEX": "0",
         "EPOCHS": "10",
-        "CHECKPOINT_DIR": "/checkpoints/j",
-        "RESUME_FROM": "/ckpt/7",
     }
 
 

@@ -1,16 +1,65 @@
-"""kopf adapter of the checkpoint controller."""
+"""kopf adapter of the checkpoint controller: reads Checkpoints, PVCs and the Trainer's storage
+credentials, verifies copies and deletes collected data in worker threads (the event loop never
+blocks on storage), and applies the decisions."""
 
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
+from prometheus_client import Counter, Histogram
 
-from trainerop_common.api import Checkpoint, Trainer, kind_info
+from trainerop_common.api import GROUP, VERSION, Checkpoint, Trainer, kind_info
+from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
+from trainerop_sdk.s3 import S3Error
+from trainerop_sdk.storage import Location, open_location
 
-from .decide import CONDITION, OWNED_FIELDS, Named, decide
+from .decide import (
+    CHECKPOINT_FIELDS,
+    CONDITIONS,
+    OWNED_FIELDS,
+    REQUIRED_S3_KEYS,
+    CheckpointView,
+    Copy,
+    Observed,
+    Storage,
+    Verdict,
+    decide,
+    parse_time,
+)
+
+COMMITS = Counter("checkpoint_commits_total", "Checkpoints committed (every shard reached a quorum).")
+FAILURES = Counter("checkpoint_failures_total", "Checkpoints failed.", ["reason"])
+COLLECTED = Counter("checkpoint_collected_total", "Checkpoints whose data was garbage-collected.")
+VERIFIED = Counter("checkpoint_copies_verified_total", "Shard copies read and checked.", ["verdict"])
+WRITE_SECONDS = Histogram(
+    "checkpoint_write_seconds",
+    "Time a training pod took to write all copies of its shard (as it reported).",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600),
+)
+COMMIT_SECONDS = Histogram(
+    "checkpoint_commit_seconds",
+    "From the Checkpoint's creation to its commit.",
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+VERIFY_SECONDS = Histogram("checkpoint_verify_seconds", "Reading and hashing one shard copy.")
+PARALLEL_READS = 4
+
+
+def check_copy(location: Location, copy: Copy) -> Verdict:
+    """Blocking: read the copy and compare with what its writer reported."""
+    t0 = time.monotonic()
+    found = location.sha256(copy.key)
+    VERIFY_SECONDS.observe(time.monotonic() - t0)
+    if found is None:
+        return "missing"
+    return "ok" if found == (copy.sha256, copy.size) else "mismatch"
 
 
 class CheckpointController:
@@ -18,27 +67,161 @@ class CheckpointController:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.checkpoints = ObjectCache.for_kind(runtime.kube, "Checkpoint")
-        self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, (CONDITION,))
+        kube = runtime.kube
+        self.checkpoints = ObjectCache(
+            lambda: kube.list_all("Checkpoint"),
+            GROUP,
+            VERSION,
+            "checkpoints",
+            index=lambda o: (o["metadata"].get("namespace", ""), o.get("spec", {}).get("trainer", "")),
+        )
+        self.claims = ObjectCache(
+            lambda: kube.list_core("PersistentVolumeClaim", ""), "", "v1", "persistentvolumeclaims"
+        )
+        self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, CONDITIONS)
+        self.checkpoint_writer = StatusWriter(kube, kind_info("Checkpoint"), self.name, CHECKPOINT_FIELDS, ())
+        self.verdicts: dict[tuple[str, str], Verdict] = {}  # (checkpoint uid, copy key); "ok" is final
+        self.reported: set[tuple[str, int]] = set()  # shard write times already observed
+        self.reads = asyncio.Semaphore(PARALLEL_READS)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.checkpoints.register(registry, self._checkpoint_changed)
+        self.claims.register(registry, self._claim_changed)
 
     def _checkpoint_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         trainer = body.get("spec", {}).get("trainer")
         if trainer:
             self.rt.requeue([(key[0], trainer)])
+        if deleted:
+            uid = body["metadata"].get("uid", "")
+            self.verdicts = {k: v for k, v in self.verdicts.items() if k[0] != uid}
+
+    def _claim_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        namespace, name = key
+        users = [
+            k
+            for k, t in self.rt.trainers.items()
+            if k[0] == namespace and (t["spec"].get("checkpoint") or {}).get("bucket") == name
+        ]
+        self.rt.requeue(users)
+
+    async def _storage(self, namespace: str, spec: TrainerSpec) -> tuple[Storage, Mapping[str, str]]:
+        """Is the storage there, and the credentials to read it (S3) — never logged."""
+        ckpt = spec.checkpoint
+        assert ckpt is not None
+        if not ckpt.bucket.startswith("s3://"):
+            claim = await self.claims.get(namespace, ckpt.bucket)
+            if claim is None:
+                return Storage(
+                    False,
+                    "StorageNotFound",
+                    f"PersistentVolumeClaim {ckpt.bucket!r} (spec.checkpoint.bucket) does not exist in namespace "
+                    f"{namespace!r}; create it (ReadWriteMany: every replica mounts it) or use an s3:// bucket",
+                ), {}
+            return Storage(
+                verifiable=False,
+                message="checkpoints on a PersistentVolumeClaim cannot be read by the controller; use an s3:// "
+                "bucket for verified commits",
+            ), {}
+        secret = ckpt.credentials_secret or ""
+        data = await self.rt.kube.secret_data(namespace, secret)
+        if data is None:
+            return Storage(
+                False,
+                "CredentialsNotFound",
+                f"Secret {secret!r} (spec.checkpoint.credentialsSecret) does not exist in namespace {namespace!r}",
+            ), {}
+        missing = [k for k in REQUIRED_S3_KEYS if not data.get(k)]
+        if missing or not (data.get("AWS_ENDPOINT_URL") or data.get("AWS_ENDPOINT_URL_S3")):
+            missing += [] if data.get("AWS_ENDPOINT_URL") else ["AWS_ENDPOINT_URL"]
+            return Storage(
+                False,
+                "InvalidCredentials",
+                f"Secret {secret!r} lacks {', '.join(missing)}; it needs AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY "
+                "and AWS_ENDPOINT_URL (optionally AWS_REGION)",
+            ), {}
+        return Storage(), data
+
+    async def _verify(self, copies: tuple[Copy, ...], env: Mapping[str, str]) -> None:
+        async def one(copy: Copy) -> None:
+            async with self.reads:
+                verdict = await asyncio.to_thread(check_copy, open_location(copy.path, env), copy)
+            VERIFIED.labels(verdict).inc()
+            self.verdicts[(copy.uid, copy.key)] = verdict
+
+        await asyncio.gather(*(one(c) for c in copies))
 
     async def reconcile(self, body: Body) -> None:
         trainer = Trainer.model_validate(body)
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        mine = [
-            Named(c["metadata"]["name"], Checkpoint.model_validate(c))
-            for c in await self.checkpoints.values()
-            if c["metadata"].get("namespace") == namespace and c.get("spec", {}).get("trainer") == name
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        raw = {c["metadata"]["name"]: c for c in await self.checkpoints.grouped((namespace, name))}
+        views = [
+            CheckpointView(
+                n,
+                c["metadata"].get("uid", ""),
+                c["metadata"].get("creationTimestamp", ""),
+                Checkpoint.model_validate(c),
+            )
+            for n, c in raw.items()
         ]
-        decision = decide(name, trainer.spec, mine)
-        await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))
+        self._observe_writes(views)
+        status = trainer.status
+        progress = status.progress if status else None
+        storage, env = (await self._storage(namespace, trainer.spec)) if trainer.spec.checkpoint else (Storage(), {})
+        obs = Observed(
+            namespace=namespace,
+            trainer=name,
+            spec=trainer.spec,
+            generation=int(meta.get("generation", 0)),
+            now=self.rt.clock.now(),
+            checkpoints=views,
+            verdicts=self.verdicts,
+            storage=storage,
+            trainer_phase=status.phase if status else None,
+            start_time=progress.start_time if progress else None,
+        )
+        decision = decide(obs)
+        if decision.verify:
+            try:
+                await self._verify(decision.verify, env)
+            except (S3Error, OSError) as err:
+                raise kopf.TemporaryError(f"reading checkpoint copies failed: {err}", delay=10) from err
+            decision = decide(replace(obs, verdicts=self.verdicts, now=self.rt.clock.now()))
+        now = rfc3339(self.rt.clock.now())
+        for checkpoint, wanted in decision.checkpoints.items():
+            if await self.checkpoint_writer.write(raw[checkpoint], wanted, (), now):
+                self._count(raw[checkpoint], wanted)
+        for item in decision.collect:
+            try:
+                await asyncio.to_thread(open_location(item.path, env).delete_all)
+            except (S3Error, OSError) as err:
+                raise kopf.TemporaryError(f"deleting {item.path} failed: {err}", delay=10) from err
+            if await self.checkpoint_writer.write(raw[item.checkpoint], item.status, (), now):
+                COLLECTED.inc()
+        written = await self.writer.write(body, decision.status, decision.conditions, now)
+        if written and decision.problem is not None:
+            self.rt.event(body, "Warning", decision.problem.reason, decision.problem.message)
+        for kind, reason, message in decision.events:
+            self.rt.event(body, kind, reason, message)
+        if decision.requeue_after is not None:
+            self.rt.requeue_after((namespace, name), decision.requeue_after)
+
+    def _count(self, body: Mapping[str, Any], wanted: Mapping[str, Any]) -> None:
+        if wanted.get("phase") == "Committed":
+            COMMITS.inc()
+            created = body["metadata"].get("creationTimestamp")
+            if created and wanted.get("commitTime"):
+                COMMIT_SECONDS.observe((parse_time(wanted["commitTime"]) - parse_time(created)).total_seconds())
+        elif wanted.get("phase") == "Failed":
+            FAILURES.labels(str(wanted.get("reason", ""))).inc()
+
+    def _observe_writes(self, views: list[CheckpointView]) -> None:
+        for view in views:
+            for shard in view.checkpoint.spec.shards or ():
+                if shard.write_seconds is not None and (view.uid, shard.index) not in self.reported:
+                    self.reported.add((view.uid, shard.index))
+                    WRITE_SECONDS.observe(shard.write_seconds)
 
 
 entry = run_entrypoint("checkpoint", CheckpointController)

@@ -1,57 +1,356 @@
-"""The checkpoint controller's decision core: pure, table-tested, no I/O.
+"""The checkpoint controller's decision core: pure, table- and property-tested, no I/O.
 
-It reports the latest committed Checkpoint of a Trainer (what a restarted pod resumes from)
-and opens the gate. The quorum state machine and retention build on this.
+A Checkpoint moves Pending (shards still being reported) -> Staging (every shard reported, copies
+being verified) -> Committed (every shard has a majority of verified copies) -> GarbageCollected
+(older than the newest ``maxRetention`` committed ones: data deleted, object kept as a record).
+One that does not commit within ``commitTimeoutSeconds`` of its creation, or that points outside
+its Trainer's checkpoint directory, is Failed and never resumed from. The Trainer's
+``status.checkpoint`` names the latest committed checkpoint and contributes ``RESUME_FROM`` and
+the storage settings to the pods created from then on (DESIGN §3, §5, §6).
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
 
-from trainerop_common.api import Checkpoint
+from trainerop_common.api import Checkpoint, Contribution, PodContribution
+from trainerop_common.api.base import EnvVar
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
+from trainerop_common.contracts import has_master
+from trainerop_sdk.layout import MOUNT, checkpoint_dir, checkpoint_path
 
 CONDITION = "CheckpointReady"
+OVERDUE = "CheckpointOverdue"
+CONDITIONS = (CONDITION, OVERDUE)
 OWNED_FIELDS = ("checkpoint",)
+CHECKPOINT_FIELDS = ("phase", "committedReplicas", "verifiedShards", "reason", "message", "commitTime", "collectTime")
+VOLUME = "checkpoints"
+S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
+REQUIRED_S3_KEYS = S3_KEYS[:2]
+RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until the timeout
+
+Verdict = Literal["ok", "missing", "mismatch"]
+
+
+def quorum(replication: int) -> int:
+    """A majority of a shard's copies."""
+    return replication // 2 + 1
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)
-class Named:
+class CheckpointView:
     name: str
+    uid: str
+    created: str  # metadata.creationTimestamp
     checkpoint: Checkpoint
+
+    @property
+    def phase(self) -> str | None:
+        return self.checkpoint.status.phase if self.checkpoint.status else None
+
+
+@dataclass(frozen=True)
+class Storage:
+    """What the adapter found out about the Trainer's checkpoint storage."""
+
+    ready: bool = True
+    reason: str = ""
+    message: str = ""
+    verifiable: bool = True  # can the controller read it (S3 with credentials: yes; a PVC: not from here)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A copy to read and check against what its writer reported."""
+
+    checkpoint: str
+    uid: str
+    path: str
+    key: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Collect:
+    """Data to delete, and the checkpoint status to record once it is gone."""
+
+    checkpoint: str
+    path: str
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Observed:
+    namespace: str
+    trainer: str
+    spec: TrainerSpec
+    generation: int
+    now: datetime
+    checkpoints: Sequence[CheckpointView] = ()
+    verdicts: Mapping[tuple[str, str], Verdict] = field(default_factory=dict)  # (checkpoint uid, copy key)
+    storage: Storage = field(default_factory=Storage)
+    trainer_phase: str | None = None
+    start_time: str | None = None  # status.progress.startTime
 
 
 @dataclass(frozen=True)
 class Decision:
     status: dict[str, Any]
     conditions: tuple[Desired, ...]
+    checkpoints: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # name -> status to apply
+    verify: tuple[Copy, ...] = ()
+    collect: tuple[Collect, ...] = ()
+    events: tuple[tuple[str, str, str], ...] = ()
+    requeue_after: float | None = None
+    problem: Desired | None = None
 
 
-def latest_committed(checkpoints: Sequence[Named], trainer: str) -> Named | None:
-    committed = [
-        c
-        for c in checkpoints
-        if c.checkpoint.spec.trainer == trainer and c.checkpoint.status and c.checkpoint.status.phase == "Committed"
-    ]
-    return max(committed, key=lambda c: (c.checkpoint.spec.epoch, c.checkpoint.spec.step, c.name), default=None)
+@dataclass(frozen=True)
+class Judged:
+    """One checkpoint's state as decided now."""
+
+    view: CheckpointView
+    status: dict[str, Any]
+    verify: tuple[Copy, ...] = ()
+    due: float | None = None  # seconds until its commit timeout
+
+    @property
+    def phase(self) -> str:
+        return str(self.status["phase"])
 
 
-def decide(trainer: str, spec: TrainerSpec, checkpoints: Sequence[Named]) -> Decision:
-    if spec.checkpoint is None:
+def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
+    """The phase of one checkpoint from its reports and the verdicts on its copies."""
+    spec, before = view.checkpoint.spec, view.checkpoint.status
+    kept = before.model_dump(by_alias=True, exclude_none=True) if before else {}
+    kept = {k: v for k, v in kept.items() if k in CHECKPOINT_FIELDS}
+    if view.phase in ("Committed", "GarbageCollected", "Failed"):
+        return Judged(view, kept)  # final (collection of a committed one is decided by retention)
+    expected = checkpoint_path(expected_dir, spec.step)
+    if spec.path.rstrip("/") != expected:
+        return Judged(
+            view,
+            {
+                "phase": "Failed",
+                "reason": "InvalidPath",
+                "message": f"spec.path {spec.path!r} is not this Trainer's path for step {spec.step} ({expected!r}); "
+                "the checkpoint is never resumed from and its data is left alone",
+            },
+        )
+    need = quorum(spec.replication_factor)
+    reports = {s.index: s for s in spec.shards or ()}
+    verify: list[Copy] = []
+    verified_shards, weakest, problems = 0, spec.replication_factor, []
+    for index in range(spec.shard_count):
+        report = reports.get(index)
+        if report is None:
+            weakest = 0
+            continue
+        good = 0
+        for key in report.copies:
+            verdict = obs.verdicts.get((view.uid, key))
+            if verdict == "ok":
+                good += 1
+                continue
+            verify.append(Copy(view.name, view.uid, spec.path, key, report.sha256, report.size))
+            if verdict is not None:
+                problems.append(f"shard {index} {key}: {verdict}")
+        weakest = min(weakest, good)
+        verified_shards += good >= need
+    reported = len(reports)
+    status: dict[str, Any] = {"committedReplicas": weakest, "verifiedShards": verified_shards}
+    if reported == spec.shard_count and verified_shards == spec.shard_count:
+        status |= {
+            "phase": "Committed",
+            "reason": "Quorum",
+            "message": f"every shard has at least {need} of {spec.replication_factor} verified copies",
+            "commitTime": rfc3339(obs.now),
+        }
+        return Judged(view, status)
+    if reported < spec.shard_count:
+        phase, reason, message = "Pending", "WaitingForShards", f"{reported} of {spec.shard_count} shards reported"
+    else:
+        phase, reason = "Staging", "Verifying"
+        message = f"{verified_shards} of {spec.shard_count} shards have {need} verified copies"
+    if problems:
+        message += "; " + ", ".join(problems[:10]) + (f" and {len(problems) - 10} more" if len(problems) > 10 else "")
+    timeout = obs.spec.checkpoint.commit_timeout_seconds if obs.spec.checkpoint else 600
+    left = timeout - (obs.now - parse_time(view.created)).total_seconds()
+    if left <= 0:
+        return Judged(
+            view,
+            status
+            | {
+                "phase": "Failed",
+                "reason": "QuorumTimeout",
+                "message": f"no quorum within commitTimeoutSeconds ({timeout}s): {message}; never resumed from",
+            },
+        )
+    return Judged(view, status | {"phase": phase, "reason": reason, "message": message}, tuple(verify), left)
+
+
+def order(view: CheckpointView) -> tuple[int, int, str]:
+    spec = view.checkpoint.spec
+    return (spec.step, spec.epoch, view.created)
+
+
+def contribution(obs: Observed, directory: str, resume_from: str) -> Contribution:
+    spec = obs.spec
+    ckpt = spec.checkpoint
+    assert ckpt is not None
+    values = {
+        "CHECKPOINT_DIR": directory,
+        "RESUME_FROM": resume_from,
+        "CHECKPOINT_REPLICATION_FACTOR": str(spec.topology.replication_factor),
+        "CHECKPOINT_SHARDS": str(spec.topology.workers + (1 if has_master(spec) else 0)),
+        "CHECKPOINT_INTERVAL_MINUTES": str(ckpt.interval_minutes),
+    }
+    env = [EnvVar(name=k, value=v) for k, v in values.items()]
+    pod = PodContribution()
+    if ckpt.bucket.startswith("s3://"):
+        env += [
+            EnvVar.model_validate(
+                {
+                    "name": key,
+                    "valueFrom": {
+                        "secretKeyRef": {
+                            "name": ckpt.credentials_secret,
+                            "key": key,
+                            **({} if key in REQUIRED_S3_KEYS else {"optional": True}),
+                        }
+                    },
+                }
+            )
+            for key in S3_KEYS
+        ]
+    else:
+        pod.volumes = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": ckpt.bucket}}]
+        pod.volume_mounts = [{"name": VOLUME, "mountPath": MOUNT}]
+    pod.env = env
+    return Contribution(generation=obs.generation, pod=pod)
+
+
+def decide(obs: Observed) -> Decision:
+    spec = obs.spec.checkpoint
+    if spec is None:
         return Decision(
             status={}, conditions=(Desired.true(CONDITION, "NoCheckpointing", "spec.checkpoint is not set"),)
         )
-    latest = latest_committed(checkpoints, trainer)
-    if latest is None:
-        return Decision(
-            status={"checkpoint": {}},
-            conditions=(Desired.true(CONDITION, "NoCheckpointYet", "training starts from scratch"),),
+    directory = checkpoint_dir(spec.bucket, obs.namespace, obs.trainer)
+    mine = sorted((v for v in obs.checkpoints if v.checkpoint.spec.trainer == obs.trainer), key=order)
+    if not obs.storage.ready:
+        problem = Desired.false(CONDITION, obs.storage.reason, obs.storage.message)
+        return Decision(status={"checkpoint": {}}, conditions=(problem,), problem=problem)
+
+    judged = [judge(v, directory, obs) for v in mine]
+    events: list[tuple[str, str, str]] = []
+    for j in judged:
+        if j.phase != j.view.phase and j.phase in ("Committed", "Failed"):
+            kind, reason = (
+                ("Normal", "CheckpointCommitted") if j.phase == "Committed" else ("Warning", "CheckpointFailed")
+            )
+            events.append((kind, reason, f"{j.view.name} (step {j.view.checkpoint.spec.step}): {j.status['message']}"))
+
+    committed = [j for j in judged if j.phase == "Committed"]
+    keep = committed[-spec.max_retention :]
+    newest = keep[-1] if keep else None
+    collect: list[Collect] = []
+    stamp = rfc3339(obs.now)
+    for j in committed[: -spec.max_retention]:
+        collect.append(
+            Collect(
+                j.view.name,
+                j.view.checkpoint.spec.path,
+                j.status
+                | {
+                    "phase": "GarbageCollected",
+                    "reason": "Retention",
+                    "message": f"older than the newest {spec.max_retention} committed checkpoints; data deleted",
+                    "collectTime": stamp,
+                },
+            )
         )
-    c = latest.checkpoint.spec
+    for j in judged:
+        # A failed checkpoint's data goes once a newer one has committed (a late writer is done by then).
+        stale = newest is not None and order(j.view) < order(newest.view)
+        if j.phase == "Failed" and j.status.get("reason") != "InvalidPath" and stale and "collectTime" not in j.status:
+            collect.append(Collect(j.view.name, j.view.checkpoint.spec.path, j.status | {"collectTime": stamp}))
+
+    section: dict[str, Any] = {"committed": len(keep)}
+    if newest is not None:
+        c = newest.view.checkpoint.spec
+        section |= {
+            "latest": newest.view.name,
+            "latestStep": c.step,
+            "resumeFrom": c.path,
+            "lastCommitTime": newest.status.get("commitTime"),
+        }
+        ready = Desired.true(
+            CONDITION, "Resumable", f"resumes from {newest.view.name} (epoch {c.epoch}, step {c.step})"
+        )
+    else:
+        ready = Desired.true(CONDITION, "NoCheckpointYet", "training starts from scratch")
+    section["contribution"] = contribution(obs, directory, section.get("resumeFrom", "")).to_k8s()
+
+    overdue, overdue_in = _overdue(obs, section.get("lastCommitTime"), spec.interval_minutes)
+    unverifiable = [j for j in judged if j.verify] if not obs.storage.verifiable else []
+    waiting = [j.due for j in judged if j.due is not None]
+    # A copy found missing or bad is read again a little later, until the commit timeout.
+    bad = any((c.uid, c.key) in obs.verdicts for j in judged for c in j.verify)
+    recheck = RECHECK_SECONDS if bad and obs.storage.verifiable else None
     return Decision(
-        status={"checkpoint": {"latest": latest.name, "resumeFrom": c.path}},
-        conditions=(
-            Desired.true(CONDITION, "Resumable", f"resumes from {latest.name} (epoch {c.epoch}, step {c.step})"),
+        status={"checkpoint": section},
+        conditions=(ready, overdue),
+        checkpoints={j.view.name: j.status for j in judged if j.status != _current(j.view)},
+        verify=tuple(c for j in judged for c in j.verify) if obs.storage.verifiable else (),
+        collect=tuple(collect),
+        events=tuple(events)
+        + tuple(
+            ("Warning", "CannotVerify", f"{j.view.name}: {obs.storage.message}")
+            for j in unverifiable
+            if j.view.phase is None
         ),
+        requeue_after=_soonest(*waiting, overdue_in, recheck),
     )
+
+
+def _current(view: CheckpointView) -> dict[str, Any]:
+    before = view.checkpoint.status
+    dumped = before.model_dump(by_alias=True, exclude_none=True) if before else {}
+    return {k: v for k, v in dumped.items() if k in CHECKPOINT_FIELDS}
+
+
+def _overdue(obs: Observed, last_commit: str | None, interval_minutes: int) -> tuple[Desired, float | None]:
+    """CheckpointOverdue: no commit for twice intervalMinutes while the run is Running."""
+    limit = 2 * interval_minutes * 60
+    if obs.trainer_phase != "Running":
+        return Desired.false(OVERDUE, "NotRunning", "checked while the run is Running"), None
+    since = max((t for t in (last_commit, obs.start_time) if t), key=parse_time, default=None)
+    if since is None:
+        return Desired.false(OVERDUE, "OnSchedule", "the run has not started yet"), None
+    quiet = (obs.now - parse_time(since)).total_seconds()
+    if quiet >= limit:
+        what = "the last commit" if since == last_commit else "the run started"
+        return (
+            Desired.true(
+                OVERDUE,
+                "NoRecentCommit",
+                f"no checkpoint committed for {quiet / 60:.0f} minutes since {what} "
+                f"(intervalMinutes is {interval_minutes}; overdue after twice that)",
+            ),
+            None,
+        )
+    return Desired.false(OVERDUE, "OnSchedule", f"a checkpoint is due every {interval_minutes} minutes"), limit - quiet
+
+
+def _soonest(*delays: float | None) -> float | None:
+    due = [max(d, 0.0) for d in delays if d is not None]
+    return min(due) if due else None

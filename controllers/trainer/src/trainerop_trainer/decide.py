@@ -506,11 +506,7 @@ def decide(obs: Observed) -> Decision:
     create = (
         []
         if waiting
-        else [
-            pod_manifest(owner, spec, r, pod_contributions, _resume_from(obs), obs.settings)
-            for r in missing
-            if r not in held
-        ]
+        else [pod_manifest(owner, spec, r, pod_contributions, obs.settings) for r in missing if r not in held]
     )
     surplus = [p.name for p in remaining if Replica(p.role, p.index) not in wanted]
     wanted_services = {r.name(owner.name) for r in desired}
@@ -606,12 +602,6 @@ def decide(obs: Observed) -> Decision:
             *(_due(obs, _last_sign(obs, p), stall_timeout) for p in remaining if p.phase == "Running"),
         ),
     )
-
-
-def _resume_from(obs: Observed) -> str:
-    # Written by the checkpoint controller into this Trainer's status (the protocol's channel).
-    checkpoint = obs.status.checkpoint
-    return (checkpoint.resume_from or "") if checkpoint else ""
 
 
 def _keep(conditions: Sequence[Condition], types: Sequence[str]) -> list[Desired]:

@@ -168,7 +168,6 @@ def pod_manifest(
     spec: TrainerSpec,
     replica: Replica,
     contributions: Mapping[str, PodContribution],
-    resume_from: str,
     settings: PodSettings,
 ) -> dict[str, Any]:
     contract = CONTRACTS[spec.framework]
@@ -176,7 +175,7 @@ def pod_manifest(
     env = {e.name: e.to_k8s() for e in merged.env or ()}
     for name, value in {
         **framework_env(owner.name, owner.namespace, spec, replica),
-        **operator_env(owner.name, spec, replica, resume_from),
+        **operator_env(owner.name, owner.uid, spec, replica),
     }.items():
         env[name] = {"name": name, "value": value}
     env["POD_NAME"] = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
@@ -275,7 +274,8 @@ def runner_name(trainer: str) -> str:
 
 
 def runner_manifests(owner: Owner, lease_names: Sequence[str]) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding of the training pods (least privilege, DESIGN §5)."""
+    """ServiceAccount, Role and RoleBinding of the training pods (least privilege, DESIGN §5): renew
+    their own Leases, report their own Trainer's checkpoints."""
     name = runner_name(owner.name)
     meta = {
         "name": name,
@@ -295,7 +295,10 @@ def runner_manifests(owner: Owner, lease_names: Sequence[str]) -> list[dict[str,
                     "resources": ["leases"],
                     "verbs": ["get", "patch"],
                     "resourceNames": sorted(lease_names),
-                }
+                },
+                # Checkpoint names are made per step, so no resourceNames: the admission policy
+                # trainer-operator-checkpoint-reporters holds a runner to its own Trainer's checkpoints.
+                {"apiGroups": [GROUP], "resources": ["checkpoints"], "verbs": ["get", "create", "patch"]},
             ],
         },
         {

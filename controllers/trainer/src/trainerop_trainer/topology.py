@@ -11,8 +11,8 @@ Kubeflow runs unchanged:
 - xgboost: a master plus N workers; MASTER_*, WORLD_SIZE, RANK, WORKER_PORT, WORKER_ADDRS; 9999.
 - generic: workers and parameter servers; only the operator's own variables.
 
-Every replica also gets EPOCHS, CHECKPOINT_DIR, RESUME_FROM, TRAINER_NAME, REPLICA_TYPE and
-REPLICA_INDEX.
+Every replica also gets EPOCHS, TRAINER_NAME, TRAINER_UID, REPLICA_TYPE and REPLICA_INDEX
+(CHECKPOINT_DIR and RESUME_FROM come with the checkpoint controller's contribution).
 """
 
 import json
@@ -138,13 +138,12 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
     return {}
 
 
-def operator_env(trainer: str, spec: TrainerSpec, replica: Replica, resume_from: str) -> dict[str, str]:
+def operator_env(trainer: str, uid: str, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
     """The operator's own contract (DESIGN §5), the same for every framework."""
     return {
         "TRAINER_NAME": trainer,
+        "TRAINER_UID": uid,
         "REPLICA_TYPE": replica.role,
         "REPLICA_INDEX": str(replica.index),
         "EPOCHS": str(spec.epochs),
-        "CHECKPOINT_DIR": f"/checkpoints/{trainer}" if spec.checkpoint else "",
-        "RESUME_FROM": resume_from,
     }

@@ -25,11 +25,15 @@ OPERATOR_ENV = frozenset(
     {
         # The operator's own contract, every framework.
         "TRAINER_NAME",
+        "TRAINER_UID",
         "REPLICA_TYPE",
         "REPLICA_INDEX",
         "EPOCHS",
         "CHECKPOINT_DIR",
         "RESUME_FROM",
+        "CHECKPOINT_REPLICATION_FACTOR",
+        "CHECKPOINT_SHARDS",
+        "CHECKPOINT_INTERVAL_MINUTES",
         "POD_NAME",
         # Kubeflow-compatible rendezvous variables.
         "MASTER_ADDR",

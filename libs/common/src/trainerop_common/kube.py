@@ -4,6 +4,7 @@ Wraps lightkube's async client with the project's CRDs as generic resources and 
 rate limit. Only this module talks HTTP; decision code stays pure.
 """
 
+import base64
 from typing import Any
 
 from lightkube import ApiError, AsyncClient, operators
@@ -144,6 +145,18 @@ class Kube:
                 return None
             raise
         return True
+
+    async def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's values, decoded (None: it does not exist). For credentials the controller itself
+        must use; callers keep them out of logs, Events and status."""
+        try:
+            secret = await self._call("get", self._client.get(Secret, name, namespace=namespace))
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        return data | dict(secret.stringData or {})
 
     async def get_namespace_labels(self, name: str) -> dict[str, str] | None:
         try:

@@ -17,19 +17,16 @@ Only the standard library is used, so any training image can carry it.
 
 from __future__ import annotations
 
-import json
 import os
-import ssl
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+
+from .kubeapi import MERGE, ApiClient, ApiError
 
 GROUP = "trainer.operator.kubeflow.org"
 EPOCH_ANNOTATION = f"{GROUP}/epoch"
 STEP_ANNOTATION = f"{GROUP}/step"
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class HeartbeatError(Exception):
@@ -53,16 +50,12 @@ class Heartbeat:
     @classmethod
     def in_cluster(cls) -> Heartbeat:
         """From the pod's environment: the mounted ServiceAccount token and the pod's name."""
-        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host:
-            raise HeartbeatError("not running in a pod: KUBERNETES_SERVICE_HOST is not set")
-        return cls(
-            server=f"https://{host}:{port}",
-            token=(SA_DIR / "token").read_text().strip(),
-            namespace=(SA_DIR / "namespace").read_text().strip(),
-            lease=os.environ.get("POD_NAME") or os.environ["HOSTNAME"],
-            ca_file=str(SA_DIR / "ca.crt"),
-        )
+        try:
+            api = ApiClient.in_cluster()
+        except ApiError as err:
+            raise HeartbeatError(str(err)) from err
+        lease = os.environ.get("POD_NAME") or os.environ["HOSTNAME"]
+        return cls(api.server, api.token, api.namespace, lease, api.ca_file)
 
     def patch_body(self, epoch: int, step: int) -> dict[str, object]:
         return {
@@ -71,18 +64,14 @@ class Heartbeat:
         }
 
     def send(self, epoch: int, step: int = 0, timeout: float = 5.0) -> None:
-        url = f"{self.server}/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.lease}"
-        request = urllib.request.Request(
-            url,
-            data=json.dumps(self.patch_body(epoch, step)).encode(),
-            method="PATCH",
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/merge-patch+json"},
-        )
-        context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
+        api = ApiClient(self.server, self.token, self.namespace, self.ca_file)
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-                response.read()
-        except urllib.error.HTTPError as err:
-            raise HeartbeatError(f"heartbeat to lease {self.lease} refused: {err.code} {err.reason}") from err
-        except OSError as err:
-            raise HeartbeatError(f"heartbeat to lease {self.lease} failed: {err}") from err
+            api.request(
+                "PATCH",
+                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.lease}",
+                self.patch_body(epoch, step),
+                MERGE,
+                timeout,
+            )
+        except ApiError as err:
+            raise HeartbeatError(f"heartbeat to lease {self.lease}: {err}") from err

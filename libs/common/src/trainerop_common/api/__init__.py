@@ -154,7 +154,13 @@ KINDS: tuple[KindInfo, ...] = (
             PrinterColumn("Epoch", ".spec.epoch", "integer"),
             PrinterColumn("Step", ".spec.step", "integer"),
             PrinterColumn("Phase", ".status.phase"),
-            PrinterColumn("Replicas", ".status.committedReplicas", "integer"),
+            PrinterColumn("Shards", ".spec.shardCount", "integer", description="Shards the checkpoint has"),
+            PrinterColumn("Verified", ".status.verifiedShards", "integer", description="Shards with a quorum"),
+            PrinterColumn(
+                "Replicas", ".status.committedReplicas", "integer", description="Copies of the weakest shard"
+            ),
+            PrinterColumn("Reason", ".status.reason", priority=1),
+            PrinterColumn("Message", ".status.message", priority=1),
             AGE,
         ),
     ),

@@ -1,33 +1,111 @@
-"""The ``Checkpoint`` kind: one checkpoint of a Trainer and its state machine."""
+"""The ``Checkpoint`` kind: one checkpoint of a Trainer and its state machine.
 
-from typing import Literal
+Training pods report it (the spec: where it is and, shard by shard, the copies they wrote with
+their sha256); the checkpoint controller verifies the copies in storage and moves it through
+Pending -> Staging -> Committed -> GarbageCollected, or Failed (the status).
+"""
+
+from typing import Annotated, Literal
 
 from pydantic import Field
+from pydantic.config import JsonDict
 
 from .base import Conditions, K8sModel, ObjectName, cel
 
 CheckpointPhase = Literal["Pending", "Staging", "Committed", "GarbageCollected", "Failed"]
+MAX_SHARDS = 1024
+MAX_COPIES = 7
+
+
+def immutable(name: str) -> JsonDict:
+    return {"x-kubernetes-validations": [cel("self == oldSelf", f"{name} is immutable")]}
+
+
+CopyKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        # Relative, and no segment may start with a dot: no ".." can leave the checkpoint's path.
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$",
+    ),
+]
+
+
+class ShardReport(K8sModel):
+    """One shard as its writer reported it: the copies (keys relative to spec.path) and their sha256."""
+
+    model_config = K8sModel.model_config | {
+        "json_schema_extra": {"x-kubernetes-validations": [cel("self == oldSelf", "a reported shard is immutable")]}
+    }
+
+    index: int = Field(ge=0, le=MAX_SHARDS - 1)
+    sha256: str = Field(pattern=r"^[a-f0-9]{64}$")
+    size: int = Field(ge=0)
+    copies: list[CopyKey] = Field(min_length=1, max_length=MAX_COPIES)
+    write_seconds: float | None = Field(default=None, ge=0, description="How long writing every copy took.")
 
 
 class CheckpointSpec(K8sModel):
-    """Reported by the training pods; immutable once written."""
+    """Reported by the training pods, each applying its own shard (server-side apply)."""
 
-    trainer: ObjectName = Field(description="The Trainer this checkpoint belongs to.")
-    epoch: int = Field(ge=0)
-    step: int = Field(default=0, ge=0)
-    path: str = Field(min_length=1, max_length=4096, description="Where the checkpoint is stored.")
+    model_config = K8sModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.shards) || self.shards.all(s, s.index < self.shardCount && "
+                    "size(s.copies) <= self.replicationFactor)",
+                    "a shard's index must be below shardCount and it can have at most replicationFactor copies",
+                )
+            ]
+        }
+    }
+
+    trainer: ObjectName = Field(
+        description="The Trainer this checkpoint belongs to.", json_schema_extra=immutable("trainer")
+    )
+    epoch: int = Field(ge=0, json_schema_extra=immutable("epoch"))
+    step: int = Field(default=0, ge=0, json_schema_extra=immutable("step"))
+    path: str = Field(
+        min_length=1,
+        max_length=1024,
+        description="Where the checkpoint is stored.",
+        json_schema_extra=immutable("path"),
+    )
+    shard_count: int = Field(default=1, ge=1, le=MAX_SHARDS, json_schema_extra=immutable("shardCount"))
+    replication_factor: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_COPIES,
+        description="Copies of each shard.",
+        json_schema_extra=immutable("replicationFactor"),
+    )
+    shards: list[ShardReport] | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["index"],
+            "maxItems": MAX_SHARDS,
+            "x-kubernetes-validations": [cel("size(self) >= size(oldSelf)", "reported shards cannot be removed")],
+        },
+    )
 
 
 class CheckpointStatus(K8sModel):
     """Written by the checkpoint controller."""
 
     phase: CheckpointPhase | None = None
-    committed_replicas: int = Field(default=0, ge=0)
+    committed_replicas: int = Field(
+        default=0, ge=0, description="Verified copies of the weakest shard (a majority commits)."
+    )
+    verified_shards: int = Field(default=0, ge=0, description="Shards with a majority of verified copies.")
+    reason: str | None = Field(default=None, description="CamelCase reason of the phase.")
+    message: str | None = Field(default=None, max_length=4096, description="What is missing, wrong or done.")
+    commit_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    collect_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     conditions: Conditions | None = None
 
 
 class Checkpoint(K8sModel):
-    spec: CheckpointSpec = Field(
-        json_schema_extra={"x-kubernetes-validations": [cel("self == oldSelf", "a Checkpoint's spec is immutable")]}
-    )
+    spec: CheckpointSpec
     status: CheckpointStatus | None = None

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import (
+    DNS_SUBDOMAIN,
     Conditions,
     Contribution,
     EnvList,
@@ -54,11 +55,46 @@ class Topology(K8sModel):
 
 
 class CheckpointSpec(K8sModel):
-    """Where and how often the run checkpoints."""
+    """Where and how often the run checkpoints (docs/checkpoints.md)."""
 
-    bucket: str = Field(min_length=1, max_length=253, description="Bucket or PVC the checkpoints go to.")
+    model_config = K8sModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "!self.bucket.startsWith('s3://') || has(self.credentialsSecret)",
+                    "checkpoint.credentialsSecret is required for an s3:// bucket (a Secret with "
+                    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL)",
+                )
+            ]
+        }
+    }
+
+    bucket: str = Field(
+        min_length=1,
+        max_length=512,
+        description="A PersistentVolumeClaim in the Trainer's namespace (mounted at /checkpoints by every "
+        "replica), or s3://bucket/prefix.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.startsWith('s3://') ? self.matches('^s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9](/[^/]+)*/?$') "
+                    f": self.matches('{DNS_SUBDOMAIN.replace(chr(92) + '.', '[.]')}')",
+                    "bucket must be a PersistentVolumeClaim name or s3://bucket/prefix",
+                )
+            ]
+        },
+    )
+    credentials_secret: ObjectName | None = Field(
+        default=None,
+        description="For s3://: a Secret in the Trainer's namespace with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_ENDPOINT_URL and optionally AWS_REGION. Pods get them as env; the checkpoint controller verifies and "
+        "garbage-collects with the same credentials.",
+    )
     interval_minutes: int = Field(default=15, ge=1, le=10080)
     max_retention: int = Field(default=3, ge=1, le=1000, description="Committed checkpoints to keep.")
+    commit_timeout_seconds: int = Field(
+        default=600, ge=10, le=86400, description="A checkpoint without a quorum of every shard this long fails."
+    )
 
 
 class RunPolicy(K8sModel):
@@ -221,6 +257,9 @@ class CheckpointStatus(K8sModel):
     """Written by the checkpoint controller."""
 
     latest: str | None = Field(default=None, description="Name of the latest committed Checkpoint.")
+    latest_step: int | None = Field(default=None, ge=0, description="Its step.")
+    last_commit_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    committed: int = Field(default=0, ge=0, description="Committed checkpoints kept (at most maxRetention).")
     resume_from: str | None = Field(default=None, description="Path training resumes from.")
     contribution: Contribution | None = None
 

@@ -1,0 +1,176 @@
+"""Checkpoints from training code (DESIGN §5, docs/checkpoints.md), with the pod's own identity.
+
+    from trainerop_sdk.checkpoint import Checkpointer
+    ckpt = Checkpointer.in_cluster()
+    state = ckpt.load()                     # bytes of this replica's shard, or None on a first start
+    ckpt.save_on_sigterm(lambda: (serialize(model), step, epoch))   # eviction, spot reclaim
+    ...
+    ckpt.save(serialize(model), step=step, epoch=epoch)
+
+``save`` writes the replica's shard ``CHECKPOINT_REPLICATION_FACTOR`` times under
+``CHECKPOINT_DIR`` and reports the copies and their sha256 in the step's Checkpoint object
+(server-side apply: every replica applies its own shard). The checkpoint controller verifies
+the copies and commits the checkpoint once every shard has a majority of good ones; a replica
+restarted later gets its path in ``RESUME_FROM``. A pod may only report for its own Trainer (an
+admission policy checks the pod's ServiceAccount against ``spec.trainer``).
+
+Only the standard library is used, so any training image can carry it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from .kubeapi import APPLY, ApiClient, ApiError
+from .layout import checkpoint_name, checkpoint_path, copy_key
+from .storage import open_location
+
+GROUP = "trainer.operator.kubeflow.org"
+API = f"/apis/{GROUP}/v1alpha1"
+
+
+class CheckpointError(Exception):
+    """A checkpoint could not be written, reported or loaded."""
+
+
+def default_shard(env: Mapping[str, str]) -> int:
+    """This replica's shard: its rank where the framework has one, else its replica index."""
+    for name in ("RANK", "PROCESS_ID", "REPLICA_INDEX"):
+        if env.get(name, "").isdigit():
+            return int(env[name])
+    return 0
+
+
+@dataclass
+class Checkpointer:
+    api: ApiClient
+    trainer: str
+    directory: str  # CHECKPOINT_DIR
+    resume_from: str = ""  # RESUME_FROM
+    replication: int = 1
+    shards: int = 1
+    shard: int = 0
+    trainer_uid: str = ""
+    writer: str = "trainer"  # the pod's name: the field manager of its shard report
+    env: Mapping[str, str] = field(default_factory=dict)  # the AWS_* variables for s3:// storage
+
+    @classmethod
+    def in_cluster(cls, api: ApiClient | None = None, env: Mapping[str, str] | None = None) -> Checkpointer:
+        """From the environment the operator gives every training pod."""
+        env = dict(os.environ if env is None else env)
+        if not env.get("CHECKPOINT_DIR"):
+            raise CheckpointError("CHECKPOINT_DIR is not set: the Trainer has no spec.checkpoint")
+        return cls(
+            api=api or ApiClient.in_cluster(),
+            trainer=env["TRAINER_NAME"],
+            directory=env["CHECKPOINT_DIR"],
+            resume_from=env.get("RESUME_FROM", ""),
+            replication=int(env.get("CHECKPOINT_REPLICATION_FACTOR", "1")),
+            shards=int(env.get("CHECKPOINT_SHARDS", "1")),
+            shard=default_shard(env),
+            trainer_uid=env.get("TRAINER_UID", ""),
+            writer=env.get("POD_NAME") or env.get("HOSTNAME", "trainer"),
+            env=env,
+        )
+
+    def save(self, data: bytes, step: int, epoch: int, shard: int | None = None, shards: int | None = None) -> str:
+        """Write this replica's shard of ``step`` and report it; returns the Checkpoint's name."""
+        shard = self.shard if shard is None else shard
+        shards = self.shards if shards is None else shards
+        if not 0 <= shard < shards:
+            raise CheckpointError(f"shard {shard} is not one of {shards} shards")
+        path = checkpoint_path(self.directory, step)
+        location = open_location(path, self.env)
+        keys = [copy_key(shard, r) for r in range(self.replication)]
+        t0 = time.monotonic()
+        for key in keys:
+            location.put(key, data)
+        seconds = time.monotonic() - t0
+        report = {
+            "index": shard,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "copies": keys,
+            "writeSeconds": round(seconds, 3),
+        }
+        return self.report(step, epoch, path, shards, report)
+
+    def report(self, step: int, epoch: int, path: str, shards: int, shard: dict[str, Any]) -> str:
+        """Apply this replica's shard to the step's Checkpoint (creating it if it is the first)."""
+        name = checkpoint_name(self.trainer, step)
+        metadata: dict[str, Any] = {"name": name, "labels": {"trainer-name": self.trainer}}
+        if self.trainer_uid:
+            metadata["ownerReferences"] = [
+                {"apiVersion": f"{GROUP}/v1alpha1", "kind": "Trainer", "name": self.trainer, "uid": self.trainer_uid}
+            ]
+        body = {
+            "apiVersion": f"{GROUP}/v1alpha1",
+            "kind": "Checkpoint",
+            "metadata": metadata,
+            "spec": {
+                "trainer": self.trainer,
+                "epoch": epoch,
+                "step": step,
+                "path": path,
+                "shardCount": shards,
+                "replicationFactor": self.replication,
+                "shards": [shard],
+            },
+        }
+        # One field manager per shard: a later apply of another shard (the same pod may write several)
+        # must not take back this one.
+        manager = f"trainerop-sdk/{self.writer}/shard-{shard['index']}"[-128:]
+        try:
+            self.api.request(
+                "PATCH",
+                f"{API}/namespaces/{self.api.namespace}/checkpoints/{name}?fieldManager={manager}",
+                body,
+                APPLY,
+            )
+        except ApiError as err:
+            raise CheckpointError(f"reporting shard {shard['index']} of {name}: {err}") from err
+        return name
+
+    def load(self, shard: int | None = None) -> bytes | None:
+        """This replica's shard of the checkpoint in RESUME_FROM (None on a first start): the first
+        copy whose sha256 matches what was reported, so one bad copy does not stop a resume."""
+        if not self.resume_from:
+            return None
+        shard = self.shard if shard is None else shard
+        match = re.search(r"/step-(\d+)/?$", self.resume_from)
+        if match is None:
+            raise CheckpointError(f"RESUME_FROM {self.resume_from!r} is not a checkpoint path")
+        name = checkpoint_name(self.trainer, int(match.group(1)))
+        try:
+            obj = self.api.request("GET", f"{API}/namespaces/{self.api.namespace}/checkpoints/{name}")
+        except ApiError as err:
+            raise CheckpointError(f"reading {name}: {err}") from err
+        reports = {s["index"]: s for s in obj.get("spec", {}).get("shards", [])}
+        if shard not in reports:
+            raise CheckpointError(f"{name} has no shard {shard} (it has {sorted(reports)})")
+        report = reports[shard]
+        location = open_location(self.resume_from, self.env)
+        for key in report["copies"]:
+            data = location.get(key)
+            if data is not None and hashlib.sha256(data).hexdigest() == report["sha256"]:
+                return data
+        raise CheckpointError(f"no copy of shard {shard} of {name} matches its sha256")
+
+    def save_on_sigterm(self, state: Callable[[], tuple[bytes, int, int]]) -> None:
+        """On SIGTERM (eviction, spot reclaim, scale-down) save ``state()`` -> (data, step, epoch)
+        and exit 143: the pod's grace period (terminationGracePeriodSeconds) bounds the save."""
+
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            data, step, epoch = state()
+            self.save(data, step, epoch)
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,195 @@
+"""A small S3 client (Signature Version 4, path-style requests), standard library only, so that
+any training image can write and read checkpoints and the operator can verify them with the
+same code. It speaks the real S3 protocol (AWS, SeaweedFS, MinIO, Ceph RGW...).
+
+Credentials and endpoint come from the usual variables: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3), AWS_REGION.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+CHUNK = 1 << 20
+
+
+class S3Error(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"S3 answered {status}: {message}")
+        self.status = status
+
+
+def parse_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> (``bucket``, ``some/prefix``)."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI")
+    return parsed.netloc, parsed.path.strip("/")
+
+
+def _quote(text: str, safe: str = "") -> str:
+    return urllib.parse.quote(text, safe="-_.~" + safe)
+
+
+def _hmac(key: bytes, text: str) -> bytes:
+    return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str
+    secret_key: str
+    endpoint: str
+    region: str = "us-east-1"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
+        env = os.environ if env is None else env
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+        if not endpoint:
+            endpoint = f"https://s3.{region}.amazonaws.com"
+        missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not env.get(k)]
+        if missing:
+            raise ValueError(f"S3 credentials missing: set {', '.join(missing)} (the Trainer's credentialsSecret)")
+        return cls(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], endpoint.rstrip("/"), region)
+
+
+def signature_headers(
+    creds: Credentials,
+    method: str,
+    url: str,
+    payload_sha256: str,
+    now: datetime,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The headers that sign one request with AWS Signature Version 4 (service ``s3``)."""
+    parts = urllib.parse.urlsplit(url)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    headers = {"host": parts.netloc, "x-amz-content-sha256": payload_sha256, "x-amz-date": amz_date}
+    headers |= {k.lower(): v for k, v in (extra or {}).items()}
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    canonical_query = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(query))
+    signed = ";".join(sorted(headers))
+    canonical_headers = "".join(f"{k}:{' '.join(headers[k].split())}\n" for k in sorted(headers))
+    canonical = "\n".join(
+        [method, _quote(parts.path or "/", "/"), canonical_query, canonical_headers, signed, payload_sha256]
+    )
+    scope = f"{day}/{creds.region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = _hmac(_hmac(_hmac(_hmac(f"AWS4{creds.secret_key}".encode(), day), creds.region), "s3"), "aws4_request")
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders={signed}, Signature={signature}"
+    )
+    del headers["host"]  # urllib sets it from the URL
+    return headers
+
+
+class S3Client:
+    """Objects of one bucket, addressed path-style (``<endpoint>/<bucket>/<key>``)."""
+
+    def __init__(self, creds: Credentials, bucket: str, timeout: float = 60.0) -> None:
+        self.creds = creds
+        self.bucket = bucket
+        self.timeout = timeout
+
+    def _url(self, key: str = "", query: Mapping[str, str] | None = None) -> str:
+        path = f"/{_quote(self.bucket)}" + (f"/{_quote(key, '/')}" if key else "")
+        qs = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted((query or {}).items()))
+        return f"{self.creds.endpoint}{path}" + (f"?{qs}" if qs else "")
+
+    def _open(
+        self, method: str, url: str, body: bytes = b"", payload_sha256: str | None = None
+    ) -> urllib.request.Request:
+        digest = payload_sha256 or (hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256)
+        headers = signature_headers(self.creds, method, url, digest, datetime.now(UTC))
+        return urllib.request.Request(
+            url, data=body if method in ("PUT", "POST") else None, method=method, headers=headers
+        )
+
+    def _send(self, request: urllib.request.Request) -> bytes:
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                data: bytes = response.read()
+                return data
+        except urllib.error.HTTPError as err:
+            raise S3Error(err.code, err.read().decode(errors="replace")[:300]) from None
+
+    def create_bucket(self) -> None:
+        try:
+            self._send(self._open("PUT", self._url()))
+        except S3Error as err:
+            if err.status != 409:  # already exists (and ours)
+                raise
+
+    def put(self, key: str, data: bytes) -> str:
+        """Write an object; returns its sha256."""
+        digest = hashlib.sha256(data).hexdigest()
+        self._send(self._open("PUT", self._url(key), data, digest))
+        return digest
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._send(self._open("GET", self._url(key)))
+        except S3Error as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def sha256(self, key: str) -> tuple[str, int] | None:
+        """The sha256 and size of an object, read in chunks (None: it does not exist)."""
+        request = self._open("GET", self._url(key))
+        digest, size = hashlib.sha256(), 0
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                while chunk := response.read(CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise S3Error(err.code, err.read().decode(errors="replace")[:300]) from None
+        return digest.hexdigest(), size
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        """Every key under ``prefix`` (ListObjectsV2, all pages)."""
+        token = ""
+        while True:
+            query = {"list-type": "2", "prefix": prefix}
+            if token:
+                query["continuation-token"] = token
+            root = ET.fromstring(self._send(self._open("GET", self._url(query=query))))
+            ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+            for item in root.iter(f"{ns}Contents"):
+                key = item.findtext(f"{ns}Key")
+                if key:
+                    yield key
+            token = root.findtext(f"{ns}NextContinuationToken") or ""
+            if root.findtext(f"{ns}IsTruncated") != "true" or not token:
+                return
+
+    def delete(self, key: str) -> None:
+        try:
+            self._send(self._open("DELETE", self._url(key)))
+        except S3Error as err:
+            if err.status != 404:
+                raise
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix``; returns how many."""
+        keys = list(self.keys(prefix))
+        for key in keys:
+            self.delete(key)
+        return len(keys)

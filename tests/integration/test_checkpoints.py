@@ -1,0 +1,286 @@
+"""Checkpoints on a real S3 server (SeaweedFS, started with the local cluster): training pods'
+identities report shards, the checkpoint controller verifies and commits them with a quorum,
+keeps maxRetention, fails what never reaches quorum, and hands RESUME_FROM to restarted pods
+(issue 5)."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+import yaml
+from hack import cluster as cluster_tool
+
+from tests.harness import REPO, Cluster, condition, eventually
+from trainerop_sdk.checkpoint import Checkpointer
+from trainerop_sdk.kubeapi import ApiClient
+from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key
+from trainerop_sdk.s3 import Credentials, S3Client, parse_uri
+
+SIM = "sim.trainer.operator.kubeflow.org"
+
+
+@pytest.fixture
+def bucket(cluster: Cluster, namespace: str) -> str:
+    """A bucket of its own for the test, and the namespace's credentials Secret for it."""
+    name = f"ckpt-{uuid.uuid4().hex[:10]}"
+    S3Client(Credentials.from_env(cluster_tool.s3_credentials()), name).create_bucket()
+    create_credentials(cluster, namespace)
+    return f"s3://{name}/runs"
+
+
+def s3(bucket: str) -> S3Client:
+    return S3Client(Credentials.from_env(cluster_tool.s3_credentials()), parse_uri(bucket)[0])
+
+
+def create_credentials(cluster: Cluster, namespace: str, name: str = "ckpt-creds") -> None:
+    literals = [f"--from-literal={k}={v}" for k, v in cluster_tool.s3_credentials().items()]
+    cluster.kubectl("create", "secret", "generic", name, "-n", namespace, *literals)
+
+
+def trainer_body(name: str, bucket: str, workers: int = 2, **checkpoint: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "metadata": {"name": name},
+        "spec": {
+            "epochs": 3,
+            "image": "train:1",
+            "topology": {"workers": workers, "replicationFactor": 3},
+            "checkpoint": {"bucket": bucket, "credentialsSecret": "ckpt-creds", "maxRetention": 2, **checkpoint},
+        },
+    }
+
+
+def start(cluster: Cluster, namespace: str, bucket: str, name: str = "alpha", **checkpoint: Any) -> dict[str, Any]:
+    cluster.apply(trainer_body(name, bucket, **checkpoint), namespace)
+    return eventually(
+        lambda: (t := cluster.get("trainer", name, namespace)).get("status", {}).get("phase") == "Running" and t,
+        what=f"{name} to run",
+    )
+
+
+def as_pod(cluster: Cluster, namespace: str, trainer: dict[str, Any], runner: str | None = None) -> Checkpointer:
+    """The SDK as it runs in the Trainer's pod: the pod's env, a token of the pod's ServiceAccount."""
+    name = trainer["metadata"]["name"]
+    pod = cluster.get("pod", f"{name}-worker-0", namespace)
+    env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    env |= cluster_tool.s3_credentials()  # what the pod gets from the credentials Secret
+    env["POD_NAME"] = pod["metadata"]["name"]
+    config = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
+    token = cluster.kubectl("create", "token", runner or f"{name}-runner", "-n", namespace).strip()
+    api = ApiClient(config["server"], token, namespace, config["certificate-authority"])
+    return Checkpointer.in_cluster(api, env)
+
+
+def pod_of(cluster: Cluster, namespace: str, bucket: str, **checkpoint: Any) -> Checkpointer:
+    """The SDK in the first worker of a new running Trainer alpha."""
+    return as_pod(cluster, namespace, start(cluster, namespace, bucket, **checkpoint))
+
+
+def checkpoint(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return cluster.get("checkpoint", name, namespace)
+
+
+def phase_is(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any] | None:
+    obj = checkpoint(cluster, namespace, name)
+    return obj if obj.get("status", {}).get("phase") == phase else None
+
+
+def test_shards_reported_with_the_pods_identity_commit_with_a_quorum(
+    cluster: Cluster, namespace: str, bucket: str
+) -> None:
+    ckpt = pod_of(cluster, namespace, bucket)
+    trainer = cluster.get("trainer", "alpha", namespace)
+    assert (ckpt.replication, ckpt.shards, ckpt.directory) == (3, 2, f"{bucket}/{namespace}/alpha")
+    ckpt.save(b"state of shard 0", step=100, epoch=1, shard=0)
+    pending = checkpoint(cluster, namespace, "alpha-step-100")
+    assert pending["metadata"]["ownerReferences"][0]["uid"] == trainer["metadata"]["uid"]
+    ckpt.save(b"state of shard 1", step=100, epoch=1, shard=1)
+
+    committed = eventually(lambda: phase_is(cluster, namespace, "alpha-step-100", "Committed"), what="a commit")
+    assert committed["status"]["committedReplicas"] == 3
+    assert committed["status"]["verifiedShards"] == 2
+    obj = eventually(
+        lambda: (t := cluster.get("trainer", "alpha", namespace))["status"]["checkpoint"].get("latest") and t,
+        what="the Trainer to name its latest checkpoint",
+    )
+    path = checkpoint_path(ckpt.directory, 100)
+    assert obj["status"]["checkpoint"]["resumeFrom"] == path
+    assert condition(obj, "CheckpointReady")["reason"] == "Resumable"
+    listed = cluster.kubectl("get", "checkpoints", "-n", namespace)
+    assert "alpha-step-100" in listed
+    assert "Committed" in listed
+
+
+def test_a_missing_or_corrupted_copy_blocks_the_commit_until_a_quorum_is_verified(
+    cluster: Cluster, namespace: str, bucket: str
+) -> None:
+    ckpt = pod_of(cluster, namespace, bucket)
+    ckpt.save(b"shard 0", step=7, epoch=0, shard=0)
+    # Shard 1: copy 0 is good, copy 1 is corrupted, copy 2 never arrived; the report says all three.
+    data = b"shard 1"
+    path = checkpoint_path(ckpt.directory, 7)
+    client, prefix = s3(bucket), path.split("/", 3)[3]
+    client.put(f"{prefix}/{copy_key(1, 0)}", data)
+    client.put(f"{prefix}/{copy_key(1, 1)}", b"bit rot")
+    report = {
+        "index": 1,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "copies": [copy_key(1, r) for r in range(3)],
+    }
+    ckpt.report(7, 0, path, 2, report)
+
+    staging = eventually(lambda: phase_is(cluster, namespace, "alpha-step-7", "Staging"), what="Staging")
+    message = staging["status"]["message"]
+    assert "1 of 2 shards have 2 verified copies" in message
+    assert "shard-00001/copy-1: mismatch" in message
+    assert "shard-00001/copy-2: missing" in message
+    assert staging["status"]["committedReplicas"] == 1
+    assert "latest" not in cluster.get("trainer", "alpha", namespace)["status"]["checkpoint"]
+
+    client.put(f"{prefix}/{copy_key(1, 2)}", data)  # the late copy lands: 2 of 3 is a majority
+    eventually(lambda: phase_is(cluster, namespace, "alpha-step-7", "Committed"), what="the commit once 2 of 3 verify")
+
+
+def test_retention_keeps_the_newest_and_deletes_older_data(cluster: Cluster, namespace: str, bucket: str) -> None:
+    ckpt = pod_of(cluster, namespace, bucket)
+    for step in (100, 200, 300):
+        for shard in (0, 1):
+            ckpt.save(f"step {step} shard {shard}".encode(), step=step, epoch=step // 100, shard=shard)
+        name = f"alpha-step-{step}"
+        eventually(lambda: phase_is(cluster, namespace, name, "Committed"), what=f"{name} to commit")  # noqa: B023
+    collected = eventually(
+        lambda: phase_is(cluster, namespace, "alpha-step-100", "GarbageCollected"), what="the oldest to be collected"
+    )
+    assert collected["status"]["collectTime"]
+    prefix = checkpoint_path(ckpt.directory, 100).split("/", 3)[3]
+    assert list(s3(bucket).keys(prefix + "/")) == []
+    for step in (200, 300):
+        kept = checkpoint_path(ckpt.directory, step).split("/", 3)[3]
+        assert len(list(s3(bucket).keys(kept + "/"))) == 6  # 2 shards x 3 copies
+    status = cluster.get("trainer", "alpha", namespace)["status"]["checkpoint"]
+    assert (status["latest"], status["committed"]) == ("alpha-step-300", 2)
+
+
+def test_a_restarted_pod_resumes_from_the_latest_committed_checkpoint(
+    cluster: Cluster, namespace: str, bucket: str
+) -> None:
+    ckpt = pod_of(cluster, namespace, bucket)
+    for shard in (0, 1):
+        ckpt.save(f"weights {shard}".encode(), step=40, epoch=2, shard=shard)
+    eventually(lambda: phase_is(cluster, namespace, "alpha-step-40", "Committed"), what="a commit")
+    eventually(
+        lambda: cluster.get("trainer", "alpha", namespace)["status"]["checkpoint"].get("latest") == "alpha-step-40",
+        what="the resume point",
+    )
+    old_uid = cluster.get("pod", "alpha-worker-0", namespace)["metadata"]["uid"]
+    cluster.kubectl("annotate", "pod", "alpha-worker-0", "-n", namespace, f"{SIM}/fail-after=100ms")
+
+    def replacement() -> dict[str, Any] | None:
+        pod = cluster.get("pod", "alpha-worker-0", namespace)
+        return pod if pod["metadata"]["uid"] != old_uid else None
+
+    pod = eventually(replacement, what="the replacement pod")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["RESUME_FROM"] == checkpoint_path(ckpt.directory, 40)
+    resumed = as_pod(cluster, namespace, cluster.get("trainer", "alpha", namespace))
+    assert resumed.resume_from == env["RESUME_FROM"]
+    assert resumed.load(shard=1) == b"weights 1"  # what the restarted pod reads back, checksum-verified
+
+
+def test_a_pod_cannot_report_for_another_trainer(cluster: Cluster, namespace: str, bucket: str) -> None:
+    alpha = start(cluster, namespace, bucket, "alpha")
+    start(cluster, namespace, bucket, "beta")
+    intruder = as_pod(cluster, namespace, alpha, runner="beta-runner")  # beta's pod, claiming to be alpha
+    with pytest.raises(Exception, match="only report checkpoints of its own Trainer") as refused:
+        intruder.save(b"x", step=1, epoch=0, shard=0)
+    assert "beta-runner is not the runner of Trainer alpha" in str(refused.value)
+    assert checkpoint_name("alpha", 1) not in cluster.names("checkpoints", namespace)
+    as_pod(cluster, namespace, alpha).save(b"x", step=1, epoch=0, shard=0)  # its own runner may
+
+
+def test_a_checkpoint_without_a_quorum_in_time_fails(cluster: Cluster, namespace: str, bucket: str) -> None:
+    pod_of(cluster, namespace, bucket, commitTimeoutSeconds=10).save(b"only shard 0", step=5, epoch=0, shard=0)
+    failed = eventually(lambda: phase_is(cluster, namespace, "alpha-step-5", "Failed"), what="the timeout")
+    assert failed["status"]["reason"] == "QuorumTimeout"
+    assert "1 of 2 shards reported" in failed["status"]["message"]
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+    assert any(e["reason"] == "CheckpointFailed" and "alpha-step-5" in e["message"] for e in events)
+    assert "latest" not in cluster.get("trainer", "alpha", namespace)["status"]["checkpoint"]
+
+
+@pytest.mark.parametrize(
+    ("bucket_value", "secret", "reason", "fragment"),
+    [
+        ("missing-claim", False, "StorageNotFound", "PersistentVolumeClaim 'missing-claim'"),
+        ("s3://somewhere/runs", False, "CredentialsNotFound", "Secret 'ckpt-creds'"),
+    ],
+)
+def test_storage_that_is_not_there_holds_the_trainer(
+    cluster: Cluster, namespace: str, bucket_value: str, secret: bool, reason: str, fragment: str
+) -> None:
+    cluster.apply(trainer_body("alpha", bucket_value), namespace)
+    obj = eventually(
+        lambda: (
+            (t := cluster.get("trainer", "alpha", namespace))
+            and (c := condition(t, "CheckpointReady"))
+            and c["reason"] == reason
+            and t
+        ),
+        what=reason,
+    )
+    assert fragment in condition(obj, "CheckpointReady")["message"]
+    assert cluster.names("pods", namespace) == set()
+
+
+SIGTERM_SCRIPT = """
+import json, sys, time
+from trainerop_sdk.checkpoint import Checkpointer
+from trainerop_sdk.kubeapi import ApiClient
+args = json.loads(sys.argv[1])
+ckpt = Checkpointer.in_cluster(ApiClient(**args["api"]), args["env"])
+step = 0
+ckpt.save_on_sigterm(lambda: (b"saved on SIGTERM at step %d" % step, step, 0))
+print("ready", flush=True)
+while True:
+    step += 1
+    time.sleep(0.01)
+"""
+
+
+def test_sigterm_saves_before_the_pod_goes(cluster: Cluster, namespace: str, bucket: str) -> None:
+    """Eviction or spot reclaim: the kubelet sends SIGTERM, the SDK saves and exits 143."""
+    pod = pod_of(cluster, namespace, bucket)
+    api = pod.api
+    args = {
+        "api": {"server": api.server, "token": api.token, "namespace": api.namespace, "ca_file": api.ca_file},
+        "env": {**pod.env, "CHECKPOINT_SHARDS": "1"},
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_SCRIPT, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "libs" / "sdk" / "src")},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    reported = [c for c in cluster.names("checkpoints", namespace) if c.startswith("alpha-step-")]
+    assert len(reported) == 1
+    committed = eventually(lambda: phase_is(cluster, namespace, reported[0], "Committed"), what="the SIGTERM save")
+    assert committed["spec"]["shardCount"] == 1
+
+
+def test_a_reported_shard_cannot_be_changed(cluster: Cluster, namespace: str, bucket: str) -> None:
+    ckpt = pod_of(cluster, namespace, bucket)
+    ckpt.save(b"first", step=3, epoch=0, shard=0)
+    with pytest.raises(Exception, match="a reported shard is immutable"):
+        ckpt.save(b"second thoughts", step=3, epoch=0, shard=0)
