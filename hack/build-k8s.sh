@@ -13,7 +13,7 @@ build_weed() {
   # seaweedfs's go.mod has replace directives, so `go install pkg@version` is refused: build
   # from a copy of the module as the main module.
   [[ -x "$S3_BIN_DIR/weed" ]] && return 0
-  command -v go >/dev/null || die "go is not installed; install Go >= 1.24 and run again"
+  command -v go >/dev/null || die "go is not installed; install Go >= 1.26 and run again"
   local t0 dir work
   t0=$(date +%s)
   log "building SeaweedFS weed $SEAWEEDFS_VERSION into $S3_BIN_DIR (about 10 minutes the first time)"
@@ -40,7 +40,7 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
 
-command -v go >/dev/null || die "go is not installed; install Go >= 1.24 (Debian: golang-go from bookworm-backports, or the Go toolchain) and run again"
+command -v go >/dev/null || die "go is not installed; install Go >= 1.26 (Debian: golang-go from bookworm-backports, or the Go toolchain) and run again"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 mkdir -p "$BIN_DIR.tmp"
 start=$(date +%s)

@@ -366,6 +366,18 @@ def test_ttl_after_finished_deletes_the_trainer() -> None:
     assert old.delete_trainer
 
 
+@pytest.mark.parametrize("outcome", ["Succeeded", "Failed"])
+def test_the_ttl_clock_is_set_by_the_decision_that_finishes_the_run(outcome: str) -> None:
+    """Not left to whatever event comes next (a lost wake-up left a Trainer undeleted)."""
+    s = spec(runPolicy={"ttlSecondsAfterFinished": 30, "restartPolicy": "Never"})
+    pods = [pod("worker", i, "Succeeded" if outcome == "Succeeded" else "Running") for i in range(4)]
+    if outcome == "Failed":
+        pods[0] = pod("worker", 0, "Failed", 1)
+    d = observe(s, [*pods, pod("ps", 0)])
+    assert d.status["phase"] == outcome
+    assert d.requeue_after == 30.0
+
+
 def test_resuming_says_so() -> None:
     d = observe(spec(), [], conditions=[*OPEN, cond("Suspended", "True", "SuspendedByUser")])
     assert (by_type(d)["Suspended"].status, by_type(d)["Suspended"].reason) == ("False", "Resumed")

@@ -414,6 +414,13 @@ def decide(obs: Observed) -> Decision:
             ),
         )
 
+    # The run finishes in this decision: its TTL counts from now, whatever event comes next.
+    ttl_after_finish = (
+        float(spec.run_policy.ttl_seconds_after_finished)
+        if spec.run_policy.ttl_seconds_after_finished is not None
+        else None
+    )
+
     def fail(reason: str, message: str) -> Decision:
         doomed = clean(live, spec.run_policy.clean_pod_policy)
         return Decision(
@@ -427,6 +434,7 @@ def decide(obs: Observed) -> Decision:
             delete_pods=doomed,
             force_delete=tuple(sorted(forced & set(doomed) | stuck)),
             events=(("Warning", reason, message),),
+            requeue_after=ttl_after_finish,
         )
 
     deadline = _due(obs, start, spec.run_policy.active_deadline_seconds)
@@ -468,6 +476,7 @@ def decide(obs: Observed) -> Decision:
             delete_pods=doomed,
             force_delete=tuple(sorted(forced & set(doomed) | stuck)),
             events=(("Normal", "Succeeded", done_message),),
+            requeue_after=ttl_after_finish,
         )
 
     events: list[tuple[str, str, str]] = []
