@@ -11,7 +11,7 @@ cd "$REPO_ROOT"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "Building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION (cached after the first run)"
+step "Building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION and SeaweedFS (cached after the first run)"
 hack/build-k8s.sh
 export PATH="$BIN_DIR:$PATH"
 
@@ -59,6 +59,12 @@ print("  nodeSelector:", pod.get("nodeSelector"))
 print("  tolerations: ", [t for t in pod.get("tolerations", []) if t.get("key") == "usage"])
 print("  env:         ", [e for e in container["env"] if e["name"] == "NCCL_IB_TIMEOUT"])
 print("  mounts:      ", [m for m in container.get("volumeMounts", []) if m["name"] == "profile-runtime-secret"])'
+
+step "Checkpoints on S3 (SeaweedFS): two training pods' shards, 3 copies each, verified and committed with a quorum"
+.venv/bin/python hack/checkpoint_demo.py
+kubectl get checkpoints -l trainer-name=llama-7b-s3
+echo "status.checkpoint of trainer/llama-7b-s3 (RESUME_FROM for pods created from now on):"
+kubectl get trainer llama-7b-s3 -o jsonpath='{.status.checkpoint.latest}{"  "}{.status.checkpoint.resumeFrom}{"\n"}'
 
 step "kubectl get pods -l trainer-name=llama-7b-finetune (the seed README's query; kwok GPU nodes run them)"
 kubectl get pods -l trainer-name=llama-7b-finetune -o wide

@@ -64,6 +64,8 @@ def read_metric(port: int, name: str, labels: dict[str, str]) -> float:
         text = response.read().decode()
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():
+        if not labels and line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
         if line.startswith(name + "{"):
             label_text = line[len(name) + 1 : line.index("}")]
             if ",".join(sorted(label_text.split(","))) == want:
