@@ -18,7 +18,7 @@ from hack import cluster as cluster_tool
 
 from tests.harness import REPO, Cluster, condition, eventually
 from trainerop_sdk.checkpoint import Checkpointer
-from trainerop_sdk.kubeapi import ApiClient
+from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
 from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key
 from trainerop_sdk.s3 import Credentials, S3Client, parse_uri
 
@@ -243,7 +243,7 @@ def test_storage_that_is_not_there_holds_the_trainer(
 SIGTERM_SCRIPT = """
 import json, sys, time
 from trainerop_sdk.checkpoint import Checkpointer
-from trainerop_sdk.kubeapi import ApiClient
+from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
 args = json.loads(sys.argv[1])
 ckpt = Checkpointer.in_cluster(ApiClient(**args["api"]), args["env"])
 step = 0
@@ -279,8 +279,29 @@ def test_sigterm_saves_before_the_pod_goes(cluster: Cluster, namespace: str, buc
     assert committed["spec"]["shardCount"] == 1
 
 
-def test_a_reported_shard_cannot_be_changed(cluster: Cluster, namespace: str, bucket: str) -> None:
+def test_a_saved_shard_is_never_overwritten(cluster: Cluster, namespace: str, bucket: str) -> None:
+    """A replica that replays a step after a restart must not corrupt what may have committed."""
     ckpt = pod_of(cluster, namespace, bucket)
     ckpt.save(b"first", step=3, epoch=0, shard=0)
-    with pytest.raises(Exception, match="a reported shard is immutable"):
-        ckpt.save(b"second thoughts", step=3, epoch=0, shard=0)
+    ckpt.save(b"second thoughts", step=3, epoch=0, shard=0)  # kept as it was: nothing written
+    key = f"{checkpoint_path(ckpt.directory, 3).split('/', 3)[3]}/{copy_key(0, 0)}"
+    assert s3(bucket).get(key) == b"first"
+    changed = {"index": 0, "sha256": "b" * 64, "size": 1, "copies": [copy_key(0, 0)]}
+    with pytest.raises(Exception, match="a reported shard is immutable"):  # and the API refuses a change
+        ckpt.report(3, 0, checkpoint_path(ckpt.directory, 3), 2, changed)
+
+
+def test_a_pod_cannot_take_another_trainers_checkpoint_names(cluster: Cluster, namespace: str, bucket: str) -> None:
+    """Beta's runner creating alpha-step-9 (for itself) would block alpha's step 9: refused."""
+    start(cluster, namespace, bucket, "alpha")
+    beta = as_pod(cluster, namespace, start(cluster, namespace, bucket, "beta"))
+    squat = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Checkpoint",
+        "metadata": {"name": checkpoint_name("alpha", 9)},
+        "spec": {"trainer": "beta", "epoch": 0, "step": 9, "path": checkpoint_path(beta.directory, 9)},
+    }
+    path = f"/apis/trainer.operator.kubeflow.org/v1alpha1/namespaces/{namespace}/checkpoints/alpha-step-9"
+    with pytest.raises(ApiError, match="must be named beta-step-9"):
+        beta.api.request("PATCH", path + "?fieldManager=squatter", squat, APPLY)
+    assert checkpoint_name("alpha", 9) not in cluster.names("checkpoints", namespace)

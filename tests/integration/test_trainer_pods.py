@@ -299,3 +299,6 @@ def test_ttl_after_finished_deletes_the_trainer(cluster: Cluster, namespace: str
         lambda: NAME not in cluster.names("trainers", namespace),
         what="the Trainer to be deleted after its TTL",
     )
+    # Posted by a reconcile its own TTL timer started (outside kopf's handler context).
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+    assert any(e["reason"] == "TTLExpired" for e in events)

@@ -33,7 +33,13 @@ def test_a_directory_location_writes_whole_copies_and_hashes_them(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("env", "shard"),
-    [({"RANK": "3", "REPLICA_INDEX": "2"}, 3), ({"PROCESS_ID": "5"}, 5), ({"REPLICA_INDEX": "1"}, 1), ({}, 0)],
+    [
+        ({"GROUP_RANK": "1", "RANK": "9", "LOCAL_RANK": "1"}, 1),  # torchrun: the node's rank, not the process's
+        ({"RANK": "3", "REPLICA_INDEX": "2"}, 3),
+        ({"PROCESS_ID": "5"}, 5),
+        ({"REPLICA_INDEX": "1"}, 1),
+        ({}, 0),
+    ],
 )
 def test_a_replica_writes_the_shard_of_its_rank(env: dict[str, str], shard: int) -> None:
     assert default_shard(env) == shard

@@ -52,16 +52,19 @@ def view(
     return CheckpointView(f"t-step-{step}", f"uid-{step}", created, Checkpoint.model_validate(body))
 
 
-def good(v: CheckpointView, bad: dict[str, Verdict] | None = None) -> dict[tuple[str, str], Verdict]:
+SHA = "a" * 64
+
+
+def good(v: CheckpointView, bad: dict[str, Verdict] | None = None) -> dict[tuple[str, str, str], Verdict]:
     """Every copy of ``v`` verified, except the copies in ``bad``."""
-    out: dict[tuple[str, str], Verdict] = {}
+    out: dict[tuple[str, str, str], Verdict] = {}
     for shard in v.checkpoint.spec.shards or ():
         for key in shard.copies:
-            out[(v.uid, key)] = (bad or {}).get(key, "ok")
+            out[(v.uid, key, shard.sha256)] = (bad or {}).get(key, "ok")
     return out
 
 
-def observe(views: list[CheckpointView], verdicts: dict[tuple[str, str], Verdict] | None = None, **kw: Any) -> Any:
+def observe(views: list[CheckpointView], verdicts: dict[tuple[str, str, str], Verdict] | None = None, **kw: Any) -> Any:
     return decide(
         Observed(
             namespace="ns",
@@ -235,7 +238,7 @@ verdicts = st.sampled_from(VERDICTS)
 def test_property_commit_iff_every_shard_has_a_majority(shards: int, replication: int, data: st.DataObject) -> None:
     v = view(10, shards=shards, replication=replication)
     grid = {(s, r): data.draw(verdicts) for s in range(shards) for r in range(replication)}
-    given_verdicts = {(v.uid, copy_key(s, r)): verdict for (s, r), verdict in grid.items()}
+    given_verdicts = {(v.uid, copy_key(s, r), SHA): verdict for (s, r), verdict in grid.items()}
     d = observe([v], given_verdicts)
     majority = all(sum(grid[(s, r)] == "ok" for r in range(replication)) >= quorum(replication) for s in range(shards))
     assert (d.checkpoints[v.name]["phase"] == "Committed") == majority
@@ -262,3 +265,33 @@ def test_property_retention_never_collects_what_it_keeps(phases: list[str | None
 
 def test_quorum_is_a_majority() -> None:
     assert [quorum(r) for r in range(1, 8)] == [1, 2, 2, 3, 3, 4, 4]
+
+
+def test_a_report_cannot_lower_the_bar_by_repeating_a_copy_or_claiming_fewer() -> None:
+    trainer3 = TrainerSpec.model_validate({**spec().to_k8s(), "topology": {"workers": 2, "replicationFactor": 3}})
+    repeated = view(10, shards=1, replication=3)
+    assert repeated.checkpoint.spec.shards is not None
+    repeated.checkpoint.spec.shards[0].copies = [copy_key(0, 0)] * 3
+    d = observe([repeated], {(repeated.uid, copy_key(0, 0), SHA): "ok"}, trainer_spec=trainer3)
+    assert d.checkpoints[repeated.name]["phase"] == "Staging"
+    assert d.checkpoints[repeated.name]["committedReplicas"] == 1
+    fewer = view(20, shards=1, replication=1)  # "1 copy is all there is" on a Trainer that asks for 3
+    d = observe([fewer], good(fewer), trainer_spec=trainer3)
+    assert d.checkpoints[fewer.name]["phase"] == "Staging"
+    assert "0 of 1 shards have 2 verified copies" in d.checkpoints[fewer.name]["message"]
+
+
+def test_the_published_resume_point_is_not_collected_until_the_new_one_is_out() -> None:
+    views = [view(10, phase="Committed"), view(20, phase="Committed"), view(30, phase="Committed")]
+    d = observe(views, trainer_spec=spec(maxRetention=1), published="t-step-20")
+    assert {c.checkpoint for c in d.collect} == {"t-step-10"}
+    assert d.status["checkpoint"]["latest"] == "t-step-30"
+
+
+def test_an_earlier_trainers_checkpoints_do_not_count() -> None:
+    old = view(10, phase="Committed")
+    old = CheckpointView(old.name, old.uid, old.created, old.checkpoint, owner_uids=("uid-of-the-old-trainer",))
+    mine = view(5, phase="Committed")
+    mine = CheckpointView(mine.name, mine.uid, mine.created, mine.checkpoint, owner_uids=("uid-now",))
+    d = observe([old, mine], trainer_uid="uid-now")
+    assert d.status["checkpoint"]["latest"] == "t-step-5"

@@ -145,3 +145,24 @@ async def test_cache_groups_by_index_and_drops_deleted_objects() -> None:
     cache._drop(("ns", "a-0"))
     assert await cache.grouped("a") == []
     assert [o["metadata"]["name"] for o in await cache.grouped("b")] == ["b-0"]
+
+
+async def test_outside_kopfs_context_an_event_is_posted_with_the_controllers_own_client() -> None:
+    """kopf.event needs kopf's context vars; a reconcile started by a timer has none (it crashed)."""
+    created: list[dict[str, Any]] = []
+
+    class Recorder:
+        async def create_core(self, body: dict[str, Any]) -> bool:
+            created.append(body)
+            return True
+
+    rt = Runtime(ControllerConfig(controller="trainer", pod_name="trainer-0"), cast(Kube, Recorder()))
+    body = {"apiVersion": "trainer.operator.kubeflow.org/v1alpha1", "kind": "Trainer", **BODY}
+    rt.event(body, "Normal", "TTLExpired", "deleting; API_TOKEN=abc")  # not inside a kopf handler
+    for task in list(rt._tasks):
+        await task
+    (event,) = created
+    assert (event["kind"], event["type"], event["reason"]) == ("Event", "Normal", "TTLExpired")
+    assert event["message"] == "deleting; API_TOKEN=***"
+    assert event["involvedObject"]["name"] == "t"
+    assert event["reportingInstance"] == "trainer-0"

@@ -41,13 +41,16 @@ def test_the_documented_list_objects_example_signs_identically() -> None:
 
 @pytest.mark.parametrize(
     ("uri", "expected"),
-    [("s3://ckpt/team-a/runs", ("ckpt", "team-a/runs")), ("s3://ckpt", ("ckpt", "")), ("s3://b/p/", ("b", "p"))],
+    [("s3://ckpt/team-a/runs", ("ckpt", "team-a/runs")), ("s3://ckpt", ("ckpt", "")), ("s3://bkt/p/", ("bkt", "p"))],
 )
 def test_uris(uri: str, expected: tuple[str, str]) -> None:
     assert parse_uri(uri) == expected
 
 
-@pytest.mark.parametrize("uri", ["pvc-backups", "/checkpoints", "s3:///x", "gs://b/p"])
+# "#" and "?" would cut the prefix short (every Trainer's data under one prefix): refused.
+@pytest.mark.parametrize(
+    "uri", ["pvc-backups", "/checkpoints", "s3:///x", "gs://bkt/p", "s3://bkt/team#a", "s3://bkt/a?b"]
+)
 def test_not_s3(uri: str) -> None:
     with pytest.raises(ValueError, match="is not an s3://bucket/prefix URI"):
         parse_uri(uri)

@@ -3,6 +3,7 @@ credentials, verifies copies and deletes collected data in worker threads (the e
 blocks on storage), and applies the decisions."""
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -14,16 +15,16 @@ from prometheus_client import Counter, Histogram
 from trainerop_common.api import GROUP, VERSION, Checkpoint, Trainer, kind_info
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
+from trainerop_common.checkpoint_storage import Location, S3Error, open_location
 from trainerop_common.clock import rfc3339
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
-from trainerop_sdk.s3 import S3Error
-from trainerop_sdk.storage import Location, open_location
 
 from .decide import (
     CHECKPOINT_FIELDS,
     CONDITIONS,
     OWNED_FIELDS,
+    RECHECK_SECONDS,
     REQUIRED_S3_KEYS,
     CheckpointView,
     Copy,
@@ -50,12 +51,18 @@ COMMIT_SECONDS = Histogram(
 )
 VERIFY_SECONDS = Histogram("checkpoint_verify_seconds", "Reading and hashing one shard copy.")
 PARALLEL_READS = 4
+log = logging.getLogger("trainerop.checkpoint")
 
 
 def check_copy(location: Location, copy: Copy) -> Verdict:
-    """Blocking: read the copy and compare with what its writer reported."""
+    """Blocking: read the copy and compare with what its writer reported. A storage error is a
+    verdict too ("unreadable", retried later): it must not stop the rest of the reconcile."""
     t0 = time.monotonic()
-    found = location.sha256(copy.key)
+    try:
+        found = location.sha256(copy.key)
+    except (S3Error, OSError) as err:
+        log.warning("reading %s/%s failed: %s", copy.path, copy.key, err)
+        return "unreadable"
     VERIFY_SECONDS.observe(time.monotonic() - t0)
     if found is None:
         return "missing"
@@ -80,7 +87,7 @@ class CheckpointController:
         )
         self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, CONDITIONS)
         self.checkpoint_writer = StatusWriter(kube, kind_info("Checkpoint"), self.name, CHECKPOINT_FIELDS, ())
-        self.verdicts: dict[tuple[str, str], Verdict] = {}  # (checkpoint uid, copy key); "ok" is final
+        self.verdicts: dict[tuple[str, str, str], Verdict] = {}  # (checkpoint uid, key, sha256); "ok" is final
         self.reported: set[tuple[str, int]] = set()  # shard write times already observed
         self.reads = asyncio.Semaphore(PARALLEL_READS)
 
@@ -95,6 +102,7 @@ class CheckpointController:
         if deleted:
             uid = body["metadata"].get("uid", "")
             self.verdicts = {k: v for k, v in self.verdicts.items() if k[0] != uid}
+            self.reported = {k for k in self.reported if k[0] != uid}
 
     def _claim_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         namespace, name = key
@@ -147,7 +155,7 @@ class CheckpointController:
             async with self.reads:
                 verdict = await asyncio.to_thread(check_copy, open_location(copy.path, env), copy)
             VERIFIED.labels(verdict).inc()
-            self.verdicts[(copy.uid, copy.key)] = verdict
+            self.verdicts[(copy.uid, copy.key, copy.sha256)] = verdict
 
         await asyncio.gather(*(one(c) for c in copies))
 
@@ -162,6 +170,7 @@ class CheckpointController:
                 c["metadata"].get("uid", ""),
                 c["metadata"].get("creationTimestamp", ""),
                 Checkpoint.model_validate(c),
+                tuple(ref.get("uid", "") for ref in c["metadata"].get("ownerReferences") or ()),
             )
             for n, c in raw.items()
         ]
@@ -180,32 +189,36 @@ class CheckpointController:
             storage=storage,
             trainer_phase=status.phase if status else None,
             start_time=progress.start_time if progress else None,
+            trainer_uid=meta.get("uid", ""),
+            published=status.checkpoint.latest if status and status.checkpoint else None,
         )
         decision = decide(obs)
         if decision.verify:
-            try:
-                await self._verify(decision.verify, env)
-            except (S3Error, OSError) as err:
-                raise kopf.TemporaryError(f"reading checkpoint copies failed: {err}", delay=10) from err
+            await self._verify(decision.verify, env)
             decision = decide(replace(obs, verdicts=self.verdicts, now=self.rt.clock.now()))
         now = rfc3339(self.rt.clock.now())
         for checkpoint, wanted in decision.checkpoints.items():
             if await self.checkpoint_writer.write(raw[checkpoint], wanted, (), now):
                 self._count(raw[checkpoint], wanted)
-        for item in decision.collect:
-            try:
-                await asyncio.to_thread(open_location(item.path, env).delete_all)
-            except (S3Error, OSError) as err:
-                raise kopf.TemporaryError(f"deleting {item.path} failed: {err}", delay=10) from err
-            if await self.checkpoint_writer.write(raw[item.checkpoint], item.status, (), now):
-                COLLECTED.inc()
+        # The new resume point is published before older data goes (pods created meanwhile must
+        # never be told to resume from a deleted checkpoint; decide keeps the published one).
         written = await self.writer.write(body, decision.status, decision.conditions, now)
         if written and decision.problem is not None:
             self.rt.event(body, "Warning", decision.problem.reason, decision.problem.message)
         for kind, reason, message in decision.events:
             self.rt.event(body, kind, reason, message)
-        if decision.requeue_after is not None:
-            self.rt.requeue_after((namespace, name), decision.requeue_after)
+        requeue = decision.requeue_after
+        for item in decision.collect:
+            try:
+                await asyncio.to_thread(open_location(item.path, env).delete_all)
+            except (S3Error, OSError) as err:
+                log.warning("deleting %s failed, retrying: %s", item.path, err)
+                requeue = min(requeue or RECHECK_SECONDS, RECHECK_SECONDS)
+                continue
+            if await self.checkpoint_writer.write(raw[item.checkpoint], item.status, (), now):
+                COLLECTED.inc()
+        if requeue is not None:
+            self.rt.requeue_after((namespace, name), requeue)
 
     def _count(self, body: Mapping[str, Any], wanted: Mapping[str, Any]) -> None:
         if wanted.get("phase") == "Committed":

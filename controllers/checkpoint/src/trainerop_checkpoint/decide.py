@@ -17,10 +17,10 @@ from typing import Any, Literal
 from trainerop_common.api import Checkpoint, Contribution, PodContribution
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.checkpoint_layout import MOUNT, checkpoint_dir, checkpoint_path, copy_key
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import has_master
-from trainerop_sdk.layout import MOUNT, checkpoint_dir, checkpoint_path
 
 CONDITION = "CheckpointReady"
 OVERDUE = "CheckpointOverdue"
@@ -32,7 +32,7 @@ S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AW
 REQUIRED_S3_KEYS = S3_KEYS[:2]
 RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until the timeout
 
-Verdict = Literal["ok", "missing", "mismatch"]
+Verdict = Literal["ok", "missing", "mismatch", "unreadable"]
 
 
 def quorum(replication: int) -> int:
@@ -50,6 +50,7 @@ class CheckpointView:
     uid: str
     created: str  # metadata.creationTimestamp
     checkpoint: Checkpoint
+    owner_uids: tuple[str, ...] = ()  # metadata.ownerReferences[].uid
 
     @property
     def phase(self) -> str | None:
@@ -95,10 +96,13 @@ class Observed:
     generation: int
     now: datetime
     checkpoints: Sequence[CheckpointView] = ()
-    verdicts: Mapping[tuple[str, str], Verdict] = field(default_factory=dict)  # (checkpoint uid, copy key)
+    # (checkpoint uid, copy key, reported sha256) -> what reading the copy found
+    verdicts: Mapping[tuple[str, str, str], Verdict] = field(default_factory=dict)
     storage: Storage = field(default_factory=Storage)
     trainer_phase: str | None = None
     start_time: str | None = None  # status.progress.startTime
+    trainer_uid: str = ""  # Checkpoints owned by another (earlier) Trainer of the same name do not count
+    published: str | None = None  # status.checkpoint.latest as pods may have read it
 
 
 @dataclass(frozen=True)
@@ -145,18 +149,21 @@ def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
                 "the checkpoint is never resumed from and its data is left alone",
             },
         )
-    need = quorum(spec.replication_factor)
+    # The quorum counts copies the Trainer asks for (topology.replicationFactor), each at its own
+    # key: a report cannot lower the bar by claiming fewer copies or listing one copy twice.
+    copies = max(obs.spec.topology.replication_factor, spec.replication_factor)
+    need = quorum(copies)
     reports = {s.index: s for s in spec.shards or ()}
     verify: list[Copy] = []
-    verified_shards, weakest, problems = 0, spec.replication_factor, []
+    verified_shards, weakest, problems = 0, copies, []
     for index in range(spec.shard_count):
         report = reports.get(index)
         if report is None:
             weakest = 0
             continue
         good = 0
-        for key in report.copies:
-            verdict = obs.verdicts.get((view.uid, key))
+        for key in sorted(set(report.copies) & {copy_key(index, r) for r in range(copies)}):
+            verdict = obs.verdicts.get((view.uid, key, report.sha256))
             if verdict == "ok":
                 good += 1
                 continue
@@ -171,7 +178,7 @@ def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
         status |= {
             "phase": "Committed",
             "reason": "Quorum",
-            "message": f"every shard has at least {need} of {spec.replication_factor} verified copies",
+            "message": f"every shard has at least {need} of {copies} verified copies",
             "commitTime": rfc3339(obs.now),
         }
         return Judged(view, status)
@@ -195,6 +202,14 @@ def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
             },
         )
     return Judged(view, status | {"phase": phase, "reason": reason, "message": message}, tuple(verify), left)
+
+
+def belongs(view: CheckpointView, obs: Observed) -> bool:
+    """This Trainer's checkpoint: its name, and not owned by an earlier Trainer of that name."""
+    if view.checkpoint.spec.trainer != obs.trainer:
+        return False
+    owners = set(view.owner_uids)
+    return not owners or not obs.trainer_uid or obs.trainer_uid in owners
 
 
 def order(view: CheckpointView) -> tuple[int, int, str]:
@@ -245,7 +260,7 @@ def decide(obs: Observed) -> Decision:
             status={}, conditions=(Desired.true(CONDITION, "NoCheckpointing", "spec.checkpoint is not set"),)
         )
     directory = checkpoint_dir(spec.bucket, obs.namespace, obs.trainer)
-    mine = sorted((v for v in obs.checkpoints if v.checkpoint.spec.trainer == obs.trainer), key=order)
+    mine = sorted((v for v in obs.checkpoints if belongs(v, obs)), key=order)
     if not obs.storage.ready:
         problem = Desired.false(CONDITION, obs.storage.reason, obs.storage.message)
         return Decision(status={"checkpoint": {}}, conditions=(problem,), problem=problem)
@@ -265,6 +280,8 @@ def decide(obs: Observed) -> Decision:
     collect: list[Collect] = []
     stamp = rfc3339(obs.now)
     for j in committed[: -spec.max_retention]:
+        if j.view.name == obs.published:
+            continue  # pods may still be told to resume from it: collected once the new latest is out
         collect.append(
             Collect(
                 j.view.name,
@@ -304,7 +321,7 @@ def decide(obs: Observed) -> Decision:
     unverifiable = [j for j in judged if j.verify] if not obs.storage.verifiable else []
     waiting = [j.due for j in judged if j.due is not None]
     # A copy found missing or bad is read again a little later, until the commit timeout.
-    bad = any((c.uid, c.key) in obs.verdicts for j in judged for c in j.verify)
+    bad = any((c.uid, c.key, c.sha256) in obs.verdicts for j in judged for c in j.verify)
     recheck = RECHECK_SECONDS if bad and obs.storage.verifiable else None
     return Decision(
         status={"checkpoint": section},

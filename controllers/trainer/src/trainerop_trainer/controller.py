@@ -227,6 +227,8 @@ class TrainerController:
             except ApiError as err:
                 if err.status.code is not None and err.status.code >= 500:
                     raise
+                if "is being terminated" in (err.status.message or ""):
+                    return False  # its namespace is going, and the Trainer with it: nothing to retry
                 refused.append(err)
                 kind, name = obj["kind"], obj["metadata"]["name"]
                 self.rt.event(body, "Warning", "CreateRefused", f"{kind} {name} was refused: {err.status.message}")

@@ -15,7 +15,16 @@ from lightkube.generic_resource import (
     create_namespaced_resource,
 )
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Node, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount
+from lightkube.resources.core_v1 import (
+    Event,
+    Namespace,
+    Node,
+    PersistentVolumeClaim,
+    Pod,
+    Secret,
+    Service,
+    ServiceAccount,
+)
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
@@ -37,6 +46,7 @@ RESOURCES: dict[str, Resource] = {
 
 CORE: dict[str, Any] = {
     "Pod": Pod,
+    "Event": Event,
     "Service": Service,
     "Lease": Lease,
     "PersistentVolumeClaim": PersistentVolumeClaim,

@@ -106,7 +106,40 @@ class Runtime:
     def event(self, body: Body, type_: str, reason: str, message: str) -> None:
         """Post a Kubernetes Event about ``body`` (message redacted)."""
         EVENTS_POSTED.labels(self.config.controller, type_, reason).inc()
-        self._post_event(body, type_, reason, redact_text(message))
+        try:
+            self._post_event(body, type_, reason, redact_text(message))
+        except LookupError:
+            # kopf posts only from its own context (a watch handler); a reconcile started by our
+            # timers (backoff, TTL, stall, resync) posts with the controller's own client instead.
+            self.spawn(self._post_directly(body, type_, reason, redact_text(message)))
+
+    async def _post_directly(self, body: Body, type_: str, reason: str, message: str) -> None:
+        meta = body["metadata"]
+        now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        source = f"trainer-operator-{self.config.controller}"
+        await self.kube.create_core(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace") or "default"},
+                "involvedObject": {
+                    "apiVersion": body.get("apiVersion", ""),
+                    "kind": body.get("kind", ""),
+                    "name": meta["name"],
+                    "namespace": meta.get("namespace"),
+                    "uid": meta.get("uid"),
+                },
+                "type": type_,
+                "reason": reason,
+                "message": message[:1024],
+                "source": {"component": source},
+                "reportingComponent": source,
+                "reportingInstance": self.config.pod_name or source,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+        )
 
     # -- reconciling ----------------------------------------------------------------------------
     async def reconcile(self, body: Body) -> None:

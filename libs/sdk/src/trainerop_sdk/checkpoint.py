@@ -23,6 +23,7 @@ import hashlib
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,7 +44,8 @@ class CheckpointError(Exception):
 
 def default_shard(env: Mapping[str, str]) -> int:
     """This replica's shard: its rank where the framework has one, else its replica index."""
-    for name in ("RANK", "PROCESS_ID", "REPLICA_INDEX"):
+    # torchrun: GROUP_RANK is the node's rank (RANK counts processes); one process per pod saves.
+    for name in ("GROUP_RANK", "RANK", "PROCESS_ID", "REPLICA_INDEX"):
         if env.get(name, "").isdigit():
             return int(env[name])
     return 0
@@ -82,11 +84,23 @@ class Checkpointer:
         )
 
     def save(self, data: bytes, step: int, epoch: int, shard: int | None = None, shards: int | None = None) -> str:
-        """Write this replica's shard of ``step`` and report it; returns the Checkpoint's name."""
+        """Write this replica's shard of ``step`` and report it; returns the Checkpoint's name.
+
+        ``step`` must grow over the whole run (a global step): it names the checkpoint. The first
+        replica to report a step fixes its shard count; a shard already reported for the step is
+        kept as it is (a replica that replays a step after a restart must not overwrite a
+        checkpoint that may have committed)."""
         shard = self.shard if shard is None else shard
         shards = self.shards if shards is None else shards
+        name = checkpoint_name(self.trainer, step)
+        existing = self._existing(name)
+        if existing is not None:
+            spec = existing.get("spec", {})
+            if any(s.get("index") == shard for s in spec.get("shards", [])):
+                return name
+            shards = int(spec.get("shardCount", shards))
         if not 0 <= shard < shards:
-            raise CheckpointError(f"shard {shard} is not one of {shards} shards")
+            raise CheckpointError(f"shard {shard} is not one of the {shards} shards of {name}; pass shard= and shards=")
         path = checkpoint_path(self.directory, step)
         location = open_location(path, self.env)
         keys = [copy_key(shard, r) for r in range(self.replication)]
@@ -101,30 +115,59 @@ class Checkpointer:
             "copies": keys,
             "writeSeconds": round(seconds, 3),
         }
-        return self.report(step, epoch, path, shards, report)
+        if existing is not None:  # the same settings as the first reporter's: shared, never conflicting
+            spec = existing.get("spec", {})
+            epoch, path = int(spec.get("epoch", epoch)), str(spec.get("path", path))
+        return self.report(step, epoch, path, shards, report, replication=self._replication(existing))
 
-    def report(self, step: int, epoch: int, path: str, shards: int, shard: dict[str, Any]) -> str:
-        """Apply this replica's shard to the step's Checkpoint (creating it if it is the first)."""
+    def _replication(self, existing: dict[str, Any] | None) -> int:
+        return int((existing or {}).get("spec", {}).get("replicationFactor", self.replication))
+
+    def _existing(self, name: str) -> dict[str, Any] | None:
+        """The step's Checkpoint if some replica reported it already (and it is this Trainer's)."""
+        try:
+            obj = self.api.request("GET", f"{API}/namespaces/{self.api.namespace}/checkpoints/{name}")
+        except ApiError as err:
+            if err.code == 404:
+                return None
+            raise CheckpointError(f"reading {name}: {err}") from err
+        owners = {ref.get("uid") for ref in obj.get("metadata", {}).get("ownerReferences", [])}
+        if self.trainer_uid and owners and self.trainer_uid not in owners:
+            raise CheckpointError(
+                f"{name} belongs to an earlier Trainer named {self.trainer}; it goes when that one's deletion "
+                "completes (or delete it), then save again"
+            )
+        return obj
+
+    def report(
+        self,
+        step: int,
+        epoch: int,
+        path: str,
+        shards: int,
+        shard: dict[str, Any],
+        replication: int | None = None,
+        retried: bool = False,
+    ) -> str:
+        """Apply this replica's shard to the step's Checkpoint, creating it if it is the first.
+        Every reporter applies the same spec values (taken from the object once it exists), so
+        they share ownership of them and each owns its shard entry."""
         name = checkpoint_name(self.trainer, step)
         metadata: dict[str, Any] = {"name": name, "labels": {"trainer-name": self.trainer}}
         if self.trainer_uid:
             metadata["ownerReferences"] = [
                 {"apiVersion": f"{GROUP}/v1alpha1", "kind": "Trainer", "name": self.trainer, "uid": self.trainer_uid}
             ]
-        body = {
-            "apiVersion": f"{GROUP}/v1alpha1",
-            "kind": "Checkpoint",
-            "metadata": metadata,
-            "spec": {
-                "trainer": self.trainer,
-                "epoch": epoch,
-                "step": step,
-                "path": path,
-                "shardCount": shards,
-                "replicationFactor": self.replication,
-                "shards": [shard],
-            },
+        spec: dict[str, Any] = {
+            "trainer": self.trainer,
+            "epoch": epoch,
+            "step": step,
+            "path": path,
+            "shardCount": shards,
+            "replicationFactor": self.replication if replication is None else replication,
+            "shards": [shard],
         }
+        body = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "Checkpoint", "metadata": metadata, "spec": spec}
         # One field manager per shard: a later apply of another shard (the same pod may write several)
         # must not take back this one.
         manager = f"trainerop-sdk/{self.writer}/shard-{shard['index']}"[-128:]
@@ -136,6 +179,11 @@ class Checkpointer:
                 APPLY,
             )
         except ApiError as err:
+            existing = self._existing(name) if err.code == 409 and not retried else None
+            if existing is not None:
+                # Another replica created it first with other settings: take them.
+                s = existing["spec"]
+                return self.report(step, s["epoch"], s["path"], s["shardCount"], shard, s["replicationFactor"], True)
             raise CheckpointError(f"reporting shard {shard['index']} of {name}: {err}") from err
         return name
 
@@ -166,11 +214,22 @@ class Checkpointer:
 
     def save_on_sigterm(self, state: Callable[[], tuple[bytes, int, int]]) -> None:
         """On SIGTERM (eviction, spot reclaim, scale-down) save ``state()`` -> (data, step, epoch)
-        and exit 143: the pod's grace period (terminationGracePeriodSeconds) bounds the save."""
+        and exit 143, even if the save fails (a failed save must not turn a reclaim into a failed
+        run); the pod's grace period (terminationGracePeriodSeconds) bounds the save. A second
+        SIGTERM during the save does not start another one."""
+        saving = False
 
         def handler(signum: int, _frame: FrameType | None) -> None:
-            data, step, epoch = state()
-            self.save(data, step, epoch)
-            raise SystemExit(128 + signum)
+            nonlocal saving
+            if saving:
+                return
+            saving = True
+            try:
+                data, step, epoch = state()
+                self.save(data, step, epoch)
+            except Exception as err:
+                print(f"checkpoint on SIGTERM failed: {err}", file=sys.stderr, flush=True)
+            finally:
+                raise SystemExit(128 + signum)
 
         signal.signal(signal.SIGTERM, handler)

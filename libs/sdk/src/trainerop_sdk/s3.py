@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,17 +26,25 @@ CHUNK = 1 << 20
 
 
 class S3Error(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"S3 answered {status}: {message}")
+    """An S3 error: its HTTP status and S3 error code only (an error body can echo request
+    details such as the access key id, so it is never carried along)."""
+
+    def __init__(self, status: int, body: str = "") -> None:
+        match = re.search(r"<Code>([^<]{1,64})</Code>", body)
+        super().__init__(f"S3 answered {status} {match.group(1) if match else ''}".rstrip())
         self.status = status
 
 
+_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])((?:/[A-Za-z0-9._-]+)*)/?$")
+
+
 def parse_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> (``bucket``, ``some/prefix``)."""
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI")
-    return parsed.netloc, parsed.path.strip("/")
+    """``s3://bucket/some/prefix`` -> (``bucket``, ``some/prefix``). Prefix segments are limited to
+    letters, digits and ``._-``, so no ``#``, ``?`` or ``%`` can make two paths one."""
+    match = _URI.match(uri)
+    if match is None:
+        raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI (prefix segments: letters, digits, '._-')")
+    return match.group(1), match.group(2).strip("/")
 
 
 def _quote(text: str, safe: str = "") -> str:
@@ -84,7 +94,8 @@ def signature_headers(
     signed = ";".join(sorted(headers))
     canonical_headers = "".join(f"{k}:{' '.join(headers[k].split())}\n" for k in sorted(headers))
     canonical = "\n".join(
-        [method, _quote(parts.path or "/", "/"), canonical_query, canonical_headers, signed, payload_sha256]
+        # The URL's path is already URI-encoded once, as SigV4 wants it for S3 (not twice).
+        [method, parts.path or "/", canonical_query, canonical_headers, signed, payload_sha256]
     )
     scope = f"{day}/{creds.region}/s3/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
@@ -120,12 +131,26 @@ class S3Client:
         )
 
     def _send(self, request: urllib.request.Request) -> bytes:
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                data: bytes = response.read()
-                return data
-        except urllib.error.HTTPError as err:
-            raise S3Error(err.code, err.read().decode(errors="replace")[:300]) from None
+        """Send, retrying twice on a server error or a dropped connection (S3 asks clients to)."""
+        for attempt in range(3):
+            try:
+                with urllib.request.urlopen(self._resign(request), timeout=self.timeout) as response:
+                    data: bytes = response.read()
+                    return data
+            except urllib.error.HTTPError as err:
+                if err.code < 500 or attempt == 2:
+                    raise S3Error(err.code, err.read().decode(errors="replace")) from None
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if attempt == 2:
+                    raise
+            time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _resign(self, request: urllib.request.Request) -> urllib.request.Request:
+        """A fresh signature (x-amz-date) for every attempt."""
+        body = request.data if isinstance(request.data, bytes) else b""
+        digest = request.get_header("X-amz-content-sha256") or EMPTY_SHA256
+        return self._open(request.get_method(), request.full_url, body, digest)
 
     def create_bucket(self) -> None:
         try:
@@ -160,7 +185,7 @@ class S3Client:
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
-            raise S3Error(err.code, err.read().decode(errors="replace")[:300]) from None
+            raise S3Error(err.code, err.read().decode(errors="replace")) from None
         return digest.hexdigest(), size
 
     def keys(self, prefix: str) -> Iterator[str]:

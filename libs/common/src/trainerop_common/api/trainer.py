@@ -77,9 +77,11 @@ class CheckpointSpec(K8sModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    f"self.startsWith('s3://') ? self.matches('^s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9](/[^/]+)*/?$') "
+                    "self.startsWith('s3://') ? "
+                    "self.matches('^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._-]+)*/?$') "
                     f": self.matches('{DNS_SUBDOMAIN.replace(chr(92) + '.', '[.]')}')",
-                    "bucket must be a PersistentVolumeClaim name or s3://bucket/prefix",
+                    "bucket must be a PersistentVolumeClaim name or s3://bucket/prefix (prefix segments: letters, "
+                    "digits, '.', '_' and '-')",
                 )
             ]
         },

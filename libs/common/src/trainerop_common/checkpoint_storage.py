@@ -1,0 +1,7 @@
+"""Reading and deleting checkpoint data (I/O, blocking: call it from a worker thread), with the
+same code the training pods write it with (re-exported from trainerop_sdk)."""
+
+from trainerop_sdk.s3 import S3Error
+from trainerop_sdk.storage import Location, open_location
+
+__all__ = ["Location", "S3Error", "open_location"]
