@@ -234,9 +234,7 @@ def test_what_the_trainer_overrides_is_reported_not_dropped(cluster: Cluster, na
     own = profiled_trainer(
         env=[{"name": "NCCL_IB_TIMEOUT", "value": "99"}],
         runPolicy={"backoffLimit": 2},
-        podTemplateOverrides={
-            "worker": {"spec": {"nodeSelector": {"trainer.operator.kubeflow.org/nvlink-domain": "nvl-0"}}}
-        },
+        podTemplateOverrides={"worker": {"spec": {"nodeSelector": {"kubernetes.io/os": "linux"}}}},
     )
     cluster.apply(own, namespace)
     obj = eventually(lambda: running(cluster, namespace, 2), what="the run to be Running")
@@ -252,7 +250,7 @@ def test_what_the_trainer_overrides_is_reported_not_dropped(cluster: Cluster, na
         # The override's selector adds to the profile's: both hold.
         assert pod["spec"]["nodeSelector"] == {
             "gpu-type": "nvidia-tesla-a100",
-            "trainer.operator.kubeflow.org/nvlink-domain": "nvl-0",
+            "kubernetes.io/os": "linux",
         }
 
 

@@ -246,11 +246,17 @@ def with_policy(**run_policy: Any) -> dict[str, Any]:
     return {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "runPolicy": run_policy}}
 
 
-def test_gang_scope_restarts_every_worker_and_keeps_the_parameter_server(cluster: Cluster, namespace: str) -> None:
+def gang_with_a_failed(cluster: Cluster, namespace: str, pod: str) -> dict[str, str]:
+    """A running gang-scope run in which ``pod`` is then failed; the pods' UIDs before."""
     cluster.apply(with_policy(restartScope="Gang"), namespace)
     eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
     before = uids(cluster, namespace)
-    fail_pod(cluster, namespace, f"{NAME}-worker-1", 137)
+    fail_pod(cluster, namespace, f"{NAME}-{pod}", 137)
+    return before
+
+
+def test_gang_scope_restarts_every_worker_and_keeps_the_parameter_server(cluster: Cluster, namespace: str) -> None:
+    before = gang_with_a_failed(cluster, namespace, "worker-1")
 
     def all_workers_replaced() -> dict[str, str] | None:
         now = uids(cluster, namespace)
@@ -263,10 +269,7 @@ def test_gang_scope_restarts_every_worker_and_keeps_the_parameter_server(cluster
 
 
 def test_a_parameter_server_restart_leaves_the_workers_running(cluster: Cluster, namespace: str) -> None:
-    cluster.apply(with_policy(restartScope="Gang"), namespace)
-    eventually(lambda: running(cluster, namespace, 4), what="4 running workers")
-    before = uids(cluster, namespace)
-    fail_pod(cluster, namespace, f"{NAME}-ps-0", 137)
+    before = gang_with_a_failed(cluster, namespace, "ps-0")
 
     def ps_replaced() -> dict[str, str] | None:
         now = uids(cluster, namespace)

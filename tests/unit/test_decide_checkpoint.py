@@ -71,7 +71,7 @@ def observe(views: list[CheckpointView], verdicts: dict[tuple[str, str, str], Ve
             trainer="t",
             spec=kw.pop("trainer_spec", spec()),
             generation=4,
-            now=NOW,
+            now=kw.pop("now", NOW),
             checkpoints=views,
             verdicts=verdicts or {},
             **kw,
@@ -215,6 +215,9 @@ def test_no_commit_for_twice_the_interval_is_overdue(
     assert (c.type, c.status, c.reason) == ("CheckpointOverdue", overdue, reason)
     if reason == "OnSchedule":
         assert d.requeue_after == pytest.approx(15 * 60)
+    if overdue == "True":  # the same message a minute later: a resync makes no write
+        later = observe([], trainer_phase=trainer_phase, start_time=start, now=NOW + timedelta(minutes=1))
+        assert later.conditions[1].message == c.message
 
 
 def test_unreadable_storage_is_not_verified_and_says_so() -> None:

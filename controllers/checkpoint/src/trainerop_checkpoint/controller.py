@@ -17,6 +17,7 @@ from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.checkpoint_storage import Location, S3Error, open_location
 from trainerop_common.clock import rfc3339
+from trainerop_common.lookup import CachedLookup
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
@@ -90,6 +91,10 @@ class CheckpointController:
         self.verdicts: dict[tuple[str, str, str], Verdict] = {}  # (checkpoint uid, key, sha256); "ok" is final
         self.reported: set[tuple[str, int]] = set()  # shard write times already observed
         self.reads = asyncio.Semaphore(PARALLEL_READS)
+        # The Trainers' storage credentials, read once per RECHECK_SECONDS, not on every reconcile.
+        self.credentials: CachedLookup[Key, dict[str, str] | None] = CachedLookup(
+            lambda key: kube.secret_data(*key), RECHECK_SECONDS, runtime.clock
+        )
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.checkpoints.register(registry, self._checkpoint_changed)
@@ -132,7 +137,7 @@ class CheckpointController:
                 "bucket for verified commits",
             ), {}
         secret = ckpt.credentials_secret or ""
-        data = await self.rt.kube.secret_data(namespace, secret)
+        data = await self.credentials.get((namespace, secret))
         if data is None:
             return Storage(
                 False,

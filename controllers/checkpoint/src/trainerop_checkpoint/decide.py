@@ -133,11 +133,9 @@ class Judged:
 
 def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
     """The phase of one checkpoint from its reports and the verdicts on its copies."""
-    spec, before = view.checkpoint.spec, view.checkpoint.status
-    kept = before.model_dump(by_alias=True, exclude_none=True) if before else {}
-    kept = {k: v for k, v in kept.items() if k in CHECKPOINT_FIELDS}
+    spec = view.checkpoint.spec
     if view.phase in ("Committed", "GarbageCollected", "Failed"):
-        return Judged(view, kept)  # final (collection of a committed one is decided by retention)
+        return Judged(view, _current(view))  # final (collection of a committed one is decided by retention)
     expected = checkpoint_path(expected_dir, spec.step)
     if spec.path.rstrip("/") != expected:
         return Judged(
@@ -356,11 +354,12 @@ def _overdue(obs: Observed, last_commit: str | None, interval_minutes: int) -> t
     quiet = (obs.now - parse_time(since)).total_seconds()
     if quiet >= limit:
         what = "the last commit" if since == last_commit else "the run started"
+        # No running count of minutes here: the message must not change (and cost a write) on every resync.
         return (
             Desired.true(
                 OVERDUE,
                 "NoRecentCommit",
-                f"no checkpoint committed for {quiet / 60:.0f} minutes since {what} "
+                f"no checkpoint committed since {what} at {since} "
                 f"(intervalMinutes is {interval_minutes}; overdue after twice that)",
             ),
             None,

@@ -1,6 +1,5 @@
 """kopf adapter of the profile controller."""
 
-import asyncio
 from typing import Any
 
 import kopf
@@ -10,6 +9,7 @@ from trainerop_common.api.profile import TrainingProfile
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
+from trainerop_common.lookup import CachedLookup
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
@@ -19,38 +19,6 @@ VALID = "Valid"
 CLUSTER = ""  # the namespace key of cluster-scoped objects in a cache
 
 
-class SecretCheck:
-    """Which Secrets exist, asked of the API server metadata-only and trusted for
-    ``--secret-recheck-seconds``, so a burst of reconciles costs one request per Secret (not one
-    per Trainer). None: the controller may not get Secrets in that namespace (RBAC is opt-in per
-    namespace where a platform wants it so; docs/profile.md)."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
-        self._seen: dict[Key, tuple[bool | None, float]] = {}
-        self._asking: dict[Key, asyncio.Future[bool | None]] = {}  # lookups in flight, shared
-
-    async def exists(self, namespace: str, name: str) -> bool | None:
-        key = (namespace, name)
-        known = self._seen.get(key)
-        if known is not None and self.rt.clock.now().timestamp() - known[1] < self.rt.config.secret_recheck_seconds:
-            return known[0]
-        if key not in self._asking:
-            # Reconciles of many Trainers run at once: the first asks, the others wait for its answer.
-            self._asking[key] = asyncio.ensure_future(self._ask(key))
-            self._asking[key].add_done_callback(lambda _: self._asking.pop(key, None))
-        return await asyncio.shield(self._asking[key])
-
-    async def _ask(self, key: Key) -> bool | None:
-        found = await self.rt.kube.secret_exists(*key)
-        now = self.rt.clock.now().timestamp()
-        if len(self._seen) > 4096:  # forget what is stale anyway, so the map cannot grow without bound
-            ttl = self.rt.config.secret_recheck_seconds
-            self._seen = {k: v for k, v in self._seen.items() if now - v[1] < ttl}
-        self._seen[key] = (found, now)
-        return found
-
-
 class ProfileController:
     name = "profile"
 
@@ -58,7 +26,11 @@ class ProfileController:
         self.rt = runtime
         self.profiles = ObjectCache.for_kind(runtime.kube, "TrainingProfile")
         self.cluster_profiles = ObjectCache.for_kind(runtime.kube, "ClusterTrainingProfile")
-        self.secrets = SecretCheck(runtime)
+        # Whether a Secret exists (None: the controller may not look in that namespace; RBAC for it
+        # is bindable per namespace, docs/profile.md); asked metadata-only, not watched.
+        self.secrets: CachedLookup[Key, bool | None] = CachedLookup(
+            lambda key: runtime.kube.secret_exists(*key), runtime.config.secret_recheck_seconds, runtime.clock
+        )
         self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, (CONDITION,))
         self.profile_writers = {
             kind: StatusWriter(runtime.kube, kind_info(kind), self.name, (), (VALID,))
@@ -106,7 +78,7 @@ class ProfileController:
         namespace = meta["namespace"]
         found = await self._find(namespace, trainer.spec.profile) if trainer.spec.profile else None
         needed = needed_secrets(found.spec, trainer.spec) if found else {}
-        secrets = {s: await self.secrets.exists(namespace, s) for s in needed}
+        secrets = {s: await self.secrets.get((namespace, s)) for s in needed}
         decision = decide(namespace, trainer.spec, int(meta.get("generation", 0)), found, secrets)
         written = await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))
         if written and decision.problem is not None:

@@ -93,17 +93,18 @@ class Checkpointer:
         shard = self.shard if shard is None else shard
         shards = self.shards if shards is None else shards
         name = checkpoint_name(self.trainer, step)
+        path, replication = checkpoint_path(self.directory, step), self.replication
         existing = self._existing(name)
-        if existing is not None:
+        if existing is not None:  # take the first reporter's settings: shared, never conflicting
             spec = existing.get("spec", {})
             if any(s.get("index") == shard for s in spec.get("shards", [])):
                 return name
-            shards = int(spec.get("shardCount", shards))
+            shards, replication = int(spec.get("shardCount", shards)), int(spec.get("replicationFactor", replication))
+            epoch = int(spec.get("epoch", epoch))  # the path is this Trainer's own, never taken from the object
         if not 0 <= shard < shards:
             raise CheckpointError(f"shard {shard} is not one of the {shards} shards of {name}; pass shard= and shards=")
-        path = checkpoint_path(self.directory, step)
         location = open_location(path, self.env)
-        keys = [copy_key(shard, r) for r in range(self.replication)]
+        keys = [copy_key(shard, r) for r in range(replication)]
         t0 = time.monotonic()
         for key in keys:
             location.put(key, data)
@@ -115,13 +116,7 @@ class Checkpointer:
             "copies": keys,
             "writeSeconds": round(seconds, 3),
         }
-        if existing is not None:  # the same settings as the first reporter's: shared, never conflicting
-            spec = existing.get("spec", {})
-            epoch, path = int(spec.get("epoch", epoch)), str(spec.get("path", path))
-        return self.report(step, epoch, path, shards, report, replication=self._replication(existing))
-
-    def _replication(self, existing: dict[str, Any] | None) -> int:
-        return int((existing or {}).get("spec", {}).get("replicationFactor", self.replication))
+        return self.report(step, epoch, path, shards, report, replication)
 
     def _existing(self, name: str) -> dict[str, Any] | None:
         """The step's Checkpoint if some replica reported it already (and it is this Trainer's)."""
