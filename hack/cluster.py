@@ -563,6 +563,21 @@ def checkpoint_volume(namespace: str, claim: str = "pvc-backups") -> list[dict[s
     ]
 
 
+def team_namespace(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A namespace whose pods tolerate the fake nodes (as the default namespace's do)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels, "annotations": DEFAULT_TOLERATIONS},
+    }
+
+
+def print_namespace(args: argparse.Namespace) -> int:
+    labels = dict(item.split("=", 1) for item in args.label)
+    print(yaml.safe_dump(team_namespace(args.name, labels)), end="")
+    return 0
+
+
 def print_checkpoint_volume(args: argparse.Namespace) -> int:
     print(yaml.safe_dump_all(checkpoint_volume(args.namespace, args.claim)), end="")
     return 0
@@ -682,12 +697,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     volume.add_argument("--namespace", default="default")
     volume.add_argument("--claim", default="pvc-backups")
+    namespace = sub.add_parser(
+        "namespace", help="print a namespace whose pods tolerate the kwok nodes (for kubectl apply)"
+    )
+    namespace.add_argument("name")
+    namespace.add_argument("--label", action="append", default=[], help="key=value (repeatable)")
     args = parser.parse_args(argv)
     try:
         if args.command == "kubeconfig":
             print(RUN_DIR / "admin.kubeconfig")
             return 0
-        commands = {"up": up, "status": status, "down": down, "checkpoint-volume": print_checkpoint_volume}
+        commands = {
+            "up": up,
+            "status": status,
+            "down": down,
+            "checkpoint-volume": print_checkpoint_volume,
+            "namespace": print_namespace,
+        }
         return commands[args.command](args)
     except ClusterError as err:
         print(f"error: {err}", file=sys.stderr)

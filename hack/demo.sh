@@ -66,6 +66,22 @@ kubectl get checkpoints -l trainer-name=llama-7b-s3
 echo "status.checkpoint of trainer/llama-7b-s3 (RESUME_FROM for pods created from now on):"
 kubectl get trainer llama-7b-s3 -o jsonpath='{.status.checkpoint.latest}{"  "}{.status.checkpoint.resumeFrom}{"\n"}'
 
+step "Quota: a QuotaPolicy for namespaces labelled team=research (spot first, prices) and an elastic Trainer there"
+.venv/bin/python hack/cluster.py namespace research --label team=research | kubectl apply -f -
+.venv/bin/python hack/cluster.py checkpoint-volume --namespace research | kubectl apply -f -
+kubectl apply -f examples/quota/policy.yaml
+kubectl apply -n research -f examples/quota/trainer.yaml
+kubectl wait -n research --for=condition=QuotaAdmitted trainer/spot-llm --timeout=60s
+kubectl wait -n research --for=jsonpath='{.status.phase}'=Running trainer/spot-llm --timeout=120s
+kubectl get quotapolicies
+echo "status.quota of trainer/spot-llm (where it runs, how many workers, cost against all on-demand):"
+kubectl get trainer -n research spot-llm -o jsonpath='{.status.quota}' | python3 -c '
+import json, sys
+q = json.load(sys.stdin)
+print("  capacity:", q["capacityType"], " workers:", q["workers"], " admission:", q["contribution"]["grant"]["id"])
+print("  cost per hour:", q["cost"]["perHour"], " all on-demand:", q["cost"]["onDemandPerHour"], " savings:", str(q["cost"]["savingsPercent"]) + "%")'
+kubectl get pods -n research -l trainer-name=spot-llm -o wide
+
 step "kubectl get pods -l trainer-name=llama-7b-finetune (the seed README's query; kwok GPU nodes run them)"
 kubectl get pods -l trainer-name=llama-7b-finetune -o wide
 

@@ -200,7 +200,7 @@ def test_a_quota_policy_that_is_too_small_closes_the_gate(cluster: Cluster, name
         "metadata": {"name": policy_name},
         "spec": {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "hard": {"nvidia.com/gpu": 16},
+            "budgets": {"spot": {"nvidia.com/gpu": 16}, "onDemand": {"nvidia.com/gpu": 16}},
         },
     }
     cluster.apply(policy)
@@ -213,8 +213,11 @@ def test_a_quota_policy_that_is_too_small_closes_the_gate(cluster: Cluster, name
 
         cond = eventually(refused, what="the quota controller to refuse the run")
         assert cond["status"] == "False"
-        assert "requests 40 nvidia.com/gpu (5 replicas)" in cond["message"]
-        assert f"QuotaPolicy '{policy_name}' allows 16" in cond["message"]
+        assert cond["reason"] == "ExceedsQuota"
+        assert "needs 5 pods (" in cond["message"]
+        assert "40 nvidia.com/gpu" in cond["message"]
+        assert f"QuotaPolicy {policy_name} allows less per namespace" in cond["message"]
+        assert "spot: more than the budget (16 nvidia.com/gpu)" in cond["message"]
         created = condition(cluster.get("trainer", NAME, namespace), "Created")
         assert created["reason"] == "WaitingForGates"
         assert cluster.kubectl("get", "pods", "-n", namespace, "-o", "name") == ""
@@ -224,7 +227,7 @@ def test_a_quota_policy_that_is_too_small_closes_the_gate(cluster: Cluster, name
         admitted = eventually(
             lambda: (
                 (c := condition(cluster.get("trainer", NAME, namespace), "QuotaAdmitted"))
-                and c["reason"] == "FitsQuota"
+                and c["reason"] == "Admitted"
                 and c
             ),
             what="admission after scaling down",

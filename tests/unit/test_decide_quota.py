@@ -1,58 +1,592 @@
+"""The quota plan: admission order, capacity types, budgets, renegotiation, cost (pure)."""
+
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainerop_common.api.quota import QuotaPolicySpec
-from trainerop_common.api.trainer import TrainerSpec
-from trainerop_quota.decide import decide, requested
+from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
+from trainerop_common.clock import rfc3339
+from trainerop_common.conditions import Desired
+from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
+from trainerop_quota.decide import PolicyInfo, TrainerInfo, Verdict, World, plan
 
-SEED = TrainerSpec.model_validate(
-    {
-        "epochs": 10,
-        "image": "img",
-        "resources": {"requests": {"cpu": 20, "memory": "40Gi"}, "limits": {"nvidia.com/gpu": 8}},
-        "topology": {"workers": 4, "parameterServers": 1},
-    }
-)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+GPU = "nvidia.com/gpu"
 
 
-def policy(hard: dict[str, int | str], labels: dict[str, str] | None = None) -> QuotaPolicySpec:
-    spec = {"hard": hard, **({"namespaceSelector": {"matchLabels": labels}} if labels else {})}
-    return QuotaPolicySpec.model_validate(spec)
+def node(name: str, kind: str = "spot", gpus: int = 8, **extra: Any) -> NodeInfo:
+    return NodeInfo(
+        name=name,
+        kind=kind,  # type: ignore[arg-type]
+        allocatable={GPU: Decimal(gpus), "cpu": Decimal(96), "memory": Decimal(2**40), "pods": Decimal(110)},
+        **extra,
+    )
 
 
-def test_requested_counts_every_replica_and_falls_back_to_limits() -> None:
-    assert requested(SEED) == {
-        "cpu": Decimal(100),
-        "memory": Decimal(200 * 2**30),
-        "nvidia.com/gpu": Decimal(40),
-    }
+def spec(workers: int = 2, gpus: int = 8, elastic: tuple[int, int] | None = None, **extra: Any) -> TrainerSpec:
+    topology: dict[str, Any] = {"workers": workers}
+    if elastic:
+        topology["elastic"] = {"minWorkers": elastic[0], "maxWorkers": elastic[1]}
+    return TrainerSpec.model_validate(
+        {
+            "epochs": 1,
+            "image": "img",
+            "resources": {"requests": {"cpu": 4, "memory": "16Gi"}, "limits": {GPU: gpus}},
+            "topology": topology,
+            **extra,
+        }
+    )
+
+
+def trainer(
+    name: str, s: TrainerSpec | None = None, age: int = 0, namespace: str = "team-a", **extra: Any
+) -> TrainerInfo:
+    return TrainerInfo(
+        uid=f"uid-{name}",
+        namespace=namespace,
+        name=name,
+        generation=1,
+        created=rfc3339(NOW - timedelta(seconds=1000 - age)),
+        spec=s or spec(),
+        **extra,
+    )
+
+
+def policy(**spec_: Any) -> PolicyInfo:
+    body = {"budgets": {"spot": {GPU: 64}, "onDemand": {GPU: 64}}, **spec_}
+    return PolicyInfo("team", QuotaPolicySpec.model_validate(body))
+
+
+def world(
+    trainers: list[TrainerInfo],
+    nodes: list[NodeInfo],
+    pods: list[PodInfo] | None = None,
+    policies: list[PolicyInfo] | None = None,
+    now: datetime = NOW,
+) -> World:
+    return World(
+        now=now,
+        trainers=trainers,
+        policies=[policy()] if policies is None else policies,
+        namespace_labels={"team-a": {"team": "a"}, "team-b": {"team": "b"}},
+        nodes=nodes,
+        pods=list(pods or []),
+    )
+
+
+def feed_back(t: TrainerInfo, v: Verdict) -> TrainerInfo:
+    """The Trainer as it looks once the verdict is written."""
+    cond = v.condition
+    return TrainerInfo(
+        **{
+            **t.__dict__,
+            "quota": QuotaStatus.model_validate(v.quota),
+            "conditions": [
+                _condition(cond, t.generation),
+            ],
+        }
+    )
+
+
+def _condition(d: Desired, generation: int) -> Any:
+    from trainerop_common.api.base import Condition
+
+    return Condition(
+        type=d.type,
+        status=d.status,
+        reason=d.reason,
+        message=d.message,
+        last_transition_time=rfc3339(NOW),
+        observed_generation=generation,
+    )
+
+
+def running(t: TrainerInfo, v: Verdict, nodes: list[str] | None = None) -> list[PodInfo]:
+    """The run's worker pods on ``nodes``, else where the grant placed them."""
+    q = QuotaStatus.model_validate(v.quota)
+    assert q.contribution is not None
+    grant = q.contribution.grant
+    assert grant is not None
+    assert grant.placement is not None
+    per_pod = role_requests(t.spec, "worker", None, grant.resources)
+    return [
+        PodInfo(node=n, requests=per_pod, trainer_uid=t.uid, role="worker", index=i, admission=grant.id)
+        for i, n in enumerate(nodes or grant.placement["worker"])
+    ]
+
+
+def admitted(v: Verdict) -> tuple[str, int, str] | None:
+    q = QuotaStatus.model_validate(v.quota)
+    if q.contribution is None or q.contribution.grant is None:
+        return None
+    return (q.capacity_type or "", q.contribution.grant.workers, q.contribution.grant.id)
+
+
+SPOT2_OD2 = [node("s1"), node("s2"), node("o1", "on-demand"), node("o2", "on-demand")]
+
+
+def test_no_policy_admits_without_a_contribution() -> None:
+    t = trainer("a")
+    v = plan(world([t], SPOT2_OD2, policies=[])).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("True", "NoQuotaPolicy")
+    assert v.quota == {}
+
+
+def test_spot_first_admission_places_the_run_on_spot() -> None:
+    t = trainer("a")
+    v = plan(world([t], SPOT2_OD2)).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("True", "Admitted")
+    assert admitted(v) == ("spot", 2, "spot-0")
+    pod = QuotaStatus.model_validate(v.quota).contribution.pod  # type: ignore[union-attr]
+    assert pod == placement("spot").model_copy(
+        update={"annotations": {"trainer.operator.kubeflow.org/admission": "spot-0"}}
+    )
+    assert "admitted on spot: 2 workers, 2 pods (8 cpu, 32Gi memory, 16 nvidia.com/gpu)" in v.condition.message
+    assert v.events[0][1] == "Admitted"
+
+
+def test_falls_back_to_on_demand_when_spot_is_full() -> None:
+    other = [PodInfo(node="s1", requests={GPU: Decimal(8)}), PodInfo(node="s2", requests={GPU: Decimal(1)})]
+    t = trainer("a")
+    v = plan(world([t], SPOT2_OD2, other)).verdicts[t.uid]
+    assert admitted(v) == ("on-demand", 2, "on-demand-0")
+    assert "(spot has no room for it)" in v.events[0][2]
+
+
+def test_waits_without_a_partial_start_when_nothing_holds_the_gang() -> None:
+    t = trainer("a", spec(workers=3))
+    v = plan(world([t], SPOT2_OD2)).verdicts[t.uid]  # 2 nodes of each kind: 3 workers fit on neither
+    assert (v.condition.status, v.condition.reason) == ("False", "WaitingForCapacity")
+    assert admitted(v) is None
+    assert "spot: not enough free nodes; on-demand: not enough free nodes" in v.condition.message
+
+
+def test_more_than_the_budget_is_refused_with_the_fix() -> None:
+    t = trainer("a", spec(workers=3))
+    v = plan(world([t], SPOT2_OD2, policies=[policy(budgets={"spot": {GPU: 16}})])).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("False", "ExceedsQuota")
+    assert "spot: more than the budget (16 nvidia.com/gpu)" in v.condition.message
+    assert "lower topology.workers" in v.condition.message
+    assert v.events[0][0] == "Warning"
+
+
+def test_budget_in_use_sends_the_next_run_to_on_demand() -> None:
+    a, b = trainer("a"), trainer("b", age=1)
+    nodes = [*SPOT2_OD2, node("s3"), node("s4")]
+    p = plan(world([a, b], nodes, policies=[policy(budgets={"spot": {GPU: 16}, "onDemand": {GPU: 16}})]))
+    assert admitted(p.verdicts[a.uid]) == ("spot", 2, "spot-0")
+    assert admitted(p.verdicts[b.uid]) == ("on-demand", 2, "on-demand-0")
+    assert p.policies["team"].admitted == 2
+    assert p.policies["team"].used["spot"][GPU] == 16
+
+
+def test_budgets_are_per_namespace() -> None:
+    a, b = trainer("a"), trainer("b", age=1, namespace="team-b")
+    nodes = [*SPOT2_OD2, node("s3"), node("s4")]
+    p = plan(world([a, b], nodes, policies=[policy(budgets={"spot": {GPU: 16}})]))
+    assert admitted(p.verdicts[a.uid]) == admitted(p.verdicts[b.uid]) == ("spot", 2, "spot-0")
+
+
+def test_elastic_runs_get_the_most_workers_that_fit() -> None:
+    t = trainer("a", spec(workers=4, elastic=(1, 4)))
+    v = plan(world([t], SPOT2_OD2, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    assert admitted(v) == ("spot", 2, "spot-0")
 
 
 @pytest.mark.parametrize(
-    ("policies", "labels", "status", "reason"),
+    ("classes", "names", "first"),
     [
-        ([], {}, "True", "NoQuotaPolicy"),
-        ([("big", policy({"nvidia.com/gpu": 64}))], {}, "True", "FitsQuota"),
-        ([("exact", policy({"nvidia.com/gpu": 40, "cpu": "100"}))], {}, "True", "FitsQuota"),
-        ([("small", policy({"nvidia.com/gpu": 16}))], {}, "False", "ExceedsQuota"),
-        ([("other-team", policy({"nvidia.com/gpu": 1}, {"team": "b"}))], {"team": "a"}, "True", "NoQuotaPolicy"),
-        ([("ours", policy({"memory": "100Gi"}, {"team": "a"}))], {"team": "a"}, "False", "ExceedsQuota"),
+        ([], (None, None), "old"),  # FIFO
+        ([{"name": "high", "value": 100}], (None, "high"), "new"),  # priority beats age
+        ([{"name": "low", "value": -5}], ("low", None), "new"),
     ],
 )
-def test_admission(
-    policies: list[tuple[str, QuotaPolicySpec]], labels: dict[str, str], status: str, reason: str
+def test_priority_then_fifo(classes: list[dict[str, Any]], names: tuple[str | None, str | None], first: str) -> None:
+    def sched(name: str | None) -> dict[str, Any]:
+        return {"scheduling": {"priorityClassName": name}} if name else {}
+
+    old = trainer("old", spec(**sched(names[0])))
+    new = trainer("new", spec(**sched(names[1])), age=5)
+    p = plan(world([new, old], [node("s1"), node("s2")], policies=[policy(priorityClasses=classes)]))
+    winner = old if first == "old" else new
+    loser = new if first == "old" else old
+    assert admitted(p.verdicts[winner.uid]) is not None
+    assert p.verdicts[loser.uid].condition.reason == "WaitingForCapacity"
+
+
+def test_an_unknown_priority_class_is_named() -> None:
+    t = trainer("a", spec(scheduling={"priorityClassName": "urgent"}))
+    v = plan(world([t], SPOT2_OD2, policies=[policy(priorityClasses=[{"name": "high", "value": 1}])])).verdicts[t.uid]
+    assert (v.condition.reason, v.condition.status) == ("PriorityClassNotFound", "False")
+    assert "'urgent'" in v.condition.message
+    assert "high" in v.condition.message
+
+
+def test_the_trainer_preference_wins_within_the_budgets() -> None:
+    t = trainer("a", spec(scheduling={"preference": "OnDemandFirst"}))
+    assert admitted(plan(world([t], SPOT2_OD2)).verdicts[t.uid]) == ("on-demand", 2, "on-demand-0")
+    spot_only = policy(budgets={"spot": {GPU: 64}})
+    assert admitted(plan(world([t], SPOT2_OD2, policies=[spot_only])).verdicts[t.uid]) == ("spot", 2, "spot-0")
+
+
+def test_node_selectors_of_the_profile_narrow_the_nodes() -> None:
+    from trainerop_common.api.base import PodContribution
+
+    t = trainer("a", profile=PodContribution(node_selector={"gpu-type": "h100"}))
+    nodes = [
+        node("s1", labels={"gpu-type": "a100"}),
+        node("s2", labels={"gpu-type": "h100"}),
+        node("s3", labels={"gpu-type": "h100"}),
+    ]
+    assert admitted(plan(world([t], nodes)).verdicts[t.uid]) == ("spot", 2, "spot-0")
+    assert plan(world([t], nodes[:2])).verdicts[t.uid].condition.reason == "WaitingForCapacity"
+
+
+def test_lowered_resources_where_the_policy_allows() -> None:
+    cpu_heavy = TrainerSpec.model_validate(
+        {"epochs": 1, "image": "img", "resources": {"requests": {"cpu": 80}, "limits": {"cpu": 80}}}
+    )
+    t = trainer("a", cpu_heavy)
+    busy = [PodInfo(node="s1", requests={"cpu": Decimal(40)})]
+    adjust = policy(adjustment={"resources": ["cpu"], "minPercent": 50}, preference="SpotOnly")
+    v = plan(world([t], [node("s1")], busy, policies=[adjust])).verdicts[t.uid]
+    q = QuotaStatus.model_validate(v.quota)
+    assert q.contribution
+    assert q.contribution.grant
+    assert q.contribution.grant.resources
+    assert q.contribution.grant.resources.requests == {"cpu": "40"}  # 50 % of 80 fits the 56 free
+    assert "(per-pod cpu lowered to 50%)" in v.events[0][2]
+    assert (
+        plan(world([t], [node("s1")], busy, policies=[policy(preference="SpotOnly")])).verdicts[t.uid].condition.reason
+        == "WaitingForCapacity"
+    )
+
+
+def test_a_plan_fed_its_own_result_changes_nothing() -> None:
+    ts = [trainer(f"t{i}", age=i) for i in range(6)]
+    nodes = [*SPOT2_OD2, node("s3"), node("o3", "on-demand")]
+    first = plan(world(ts, nodes))
+    again = [feed_back(t, first.verdicts[t.uid]) for t in ts]
+    second = plan(world(again, nodes))
+    for t in ts:
+        assert second.verdicts[t.uid].quota == first.verdicts[t.uid].quota
+        assert second.verdicts[t.uid].condition == first.verdicts[t.uid].condition
+    # and once the admitted runs' pods are placed, still nothing changes
+    pods = [pod for t in ts if admitted(first.verdicts[t.uid]) for pod in running(t, first.verdicts[t.uid])]
+    third = plan(world(again, nodes, pods))
+    assert {u: v.quota for u, v in third.verdicts.items()} == {u: v.quota for u, v in first.verdicts.items()}
+
+
+def _admit_on_spot(
+    t: TrainerInfo, nodes: list[NodeInfo], pol: PolicyInfo | None = None
+) -> tuple[TrainerInfo, list[PodInfo]]:
+    v = plan(world([t], nodes, policies=[pol or policy()])).verdicts[t.uid]
+    assert admitted(v) == ("spot", t.spec.topology.workers, "spot-0")
+    return feed_back(t, v), running(t, v)
+
+
+def test_a_lost_spot_node_moves_the_run_to_on_demand() -> None:
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
+    after = [node("s1"), node("o1", "on-demand"), node("o2", "on-demand")]  # s2 is gone
+    v = plan(world([t], after, pods)).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("True", "Renegotiated")
+    assert admitted(v) == ("on-demand", 2, "on-demand-1")
+    assert QuotaStatus.model_validate(v.quota).renegotiations == 1
+    assert "node s2 no longer exists" in v.condition.message
+    assert v.renegotiation_seconds == 0
+    assert v.events[0][1] == "Renegotiated"
+
+
+def test_an_elastic_run_shrinks_on_spot_before_it_moves() -> None:
+    t, pods = _admit_on_spot(trainer("a", spec(workers=2, elastic=(1, 2))), SPOT2_OD2)
+    after = [node("s1"), node("o1", "on-demand"), node("o2", "on-demand")]
+    v = plan(world([t], after, pods)).verdicts[t.uid]
+    assert admitted(v) == ("spot", 1, "spot-0")  # same admission id: the surviving pod stays
+    assert "shrunk to 1 workers on spot" in v.condition.message
+
+
+def test_a_pod_on_a_lost_node_that_fits_elsewhere_keeps_the_admission() -> None:
+    t, pods = _admit_on_spot(trainer("a"), [*SPOT2_OD2, node("s3")])
+    after = [node("s1"), node("s3"), node("o1", "on-demand")]
+    v = plan(world([t], after, pods)).verdicts[t.uid]
+    assert admitted(v) == ("spot", 2, "spot-0")
+    assert v.condition.reason == "Admitted"
+
+
+def test_nothing_left_revokes_and_queues_again() -> None:
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2, policy(preference="SpotOnly"))
+    v = plan(world([t], [node("s1")], pods, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("False", "CapacityLost")
+    assert admitted(v) is None
+    assert v.events[0][0] == "Warning"
+
+
+def _reclaim(node_name: str) -> NodeInfo:
+    return node(
+        node_name, schedulable=False, reclaimed=f"node {node_name} is being reclaimed (karpenter.sh/disrupted taint)"
+    )
+
+
+def test_a_reclaim_notice_waits_for_a_checkpoint_then_moves() -> None:
+    ckpt = spec(checkpoint={"bucket": "pvc-backups"})
+    t, pods = _admit_on_spot(trainer("a", ckpt), SPOT2_OD2)
+    notice = [node("s1"), _reclaim("s2"), node("o1", "on-demand"), node("o2", "on-demand")]
+    v = plan(world([t], notice, pods)).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("True", "ReclaimPending")
+    assert admitted(v) == ("spot", 2, "spot-0")
+    q = QuotaStatus.model_validate(v.quota)
+    assert q.renegotiation is not None
+    assert q.renegotiation.waiting_for_checkpoint
+    assert v.requeue_after == 300
+    assert v.events[0][1] == "SpotReclaimed"
+    waiting = feed_back(t, v)
+
+    later = NOW + timedelta(seconds=30)
+    still = plan(world([waiting], notice, pods, now=later)).verdicts[t.uid]
+    assert still.quota == v.quota
+    assert still.condition == v.condition
+    assert still.events == ()
+
+    committed = TrainerInfo(**{**waiting.__dict__, "last_commit": rfc3339(later)})
+    moved = plan(world([committed], notice, pods, now=later)).verdicts[t.uid]
+    assert admitted(moved) == ("on-demand", 2, "on-demand-1")
+    assert "a checkpoint committed since" in moved.condition.message
+    assert moved.renegotiation_seconds == 30
+
+    timeout = plan(world([waiting], notice, pods, now=NOW + timedelta(seconds=301))).verdicts[t.uid]
+    assert admitted(timeout) == ("on-demand", 2, "on-demand-1")
+    assert "grace period ran out" in timeout.condition.message
+
+
+def test_a_reclaim_notice_moves_a_run_without_checkpoints_at_once() -> None:
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
+    v = plan(world([t], [node("s1"), _reclaim("s2"), node("o1", "on-demand"), node("o2", "on-demand")], pods)).verdicts[
+        t.uid
+    ]
+    assert admitted(v) == ("on-demand", 2, "on-demand-1")
+    assert "the run has no checkpoints to wait for" in v.condition.message
+
+
+def test_cost_against_all_on_demand() -> None:
+    prices = {"onDemand": {GPU: "3.00", "cpu": "0.05"}, "spot": {GPU: "1.00", "cpu": "0.02"}}
+    t = trainer("a")
+    v = plan(world([t], SPOT2_OD2, policies=[policy(prices=prices)])).verdicts[t.uid]
+    cost = QuotaStatus.model_validate(v.quota).cost
+    assert cost is not None
+    assert (cost.per_hour, cost.on_demand_per_hour) == ("16.16", "48.40")  # 16 GPUs + 8 cpus
+    assert cost.savings_percent == 67
+    # An hour later the run moves: the first hour is accrued at the spot rate.
+    t2, pods = feed_back(t, v), running(t, v, ["s1", "s2"])
+    later = plan(
+        world(
+            [t2],
+            [node("s1"), node("o1", "on-demand"), node("o2", "on-demand")],
+            pods,
+            policies=[policy(prices=prices)],
+            now=NOW + timedelta(hours=1),
+        )
+    ).verdicts[t.uid]
+    moved = QuotaStatus.model_validate(later.quota).cost
+    assert moved is not None
+    assert (moved.accrued, moved.on_demand_accrued, moved.per_hour, moved.savings_percent) == (
+        "16.16",
+        "48.40",
+        "48.40",
+        0,
+    )
+
+
+def test_suspended_and_finished_runs_hold_nothing() -> None:
+    suspended = trainer("s", spec(runPolicy={"suspend": True}))
+    done = trainer("d", finished=rfc3339(NOW))
+    waiting = trainer("w", age=9)
+    p = plan(world([suspended, done, waiting], [node("s1"), node("s2")]))
+    assert p.verdicts[suspended.uid].condition.reason == "Suspended"
+    assert admitted(p.verdicts[waiting.uid]) == ("spot", 2, "spot-0")
+
+
+def test_capacity_types_from_well_known_labels() -> None:
+    assert capacity_type({"karpenter.sh/capacity-type": "spot"}) == "spot"
+    assert capacity_type({"cloud.google.com/gke-spot": "true"}) == "spot"
+    assert capacity_type({"eks.amazonaws.com/capacityType": "SPOT"}) == "spot"
+    assert capacity_type({"eks.amazonaws.com/capacityType": "ON_DEMAND"}) == "on-demand"
+    assert capacity_type({}) == "on-demand"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 4), st.sampled_from([1, 2, 4, 8]), st.booleans()), min_size=1, max_size=14),
+    spot=st.integers(0, 5),
+    on_demand=st.integers(0, 5),
+    budget=st.integers(8, 64),
+)
+def test_no_plan_over_commits_a_budget_or_a_node(
+    sizes: list[tuple[int, int, bool]], spot: int, on_demand: int, budget: int
 ) -> None:
-    d = decide(SEED, policies, labels)
-    (c,) = d.conditions
-    assert (c.type, c.status, c.reason) == ("QuotaAdmitted", status, reason)
-    assert (d.problem is not None) == (status == "False")
+    nodes = [node(f"s{i}") for i in range(spot)] + [node(f"o{i}", "on-demand") for i in range(on_demand)]
+    ts = [
+        trainer(
+            f"t{i}",
+            spec(workers=w, gpus=g, elastic=(1, w) if e else None),
+            age=i,
+            namespace=("team-a", "team-b")[i % 2],
+        )
+        for i, (w, g, e) in enumerate(sizes)
+    ]
+    pol = policy(budgets={"spot": {GPU: budget}, "onDemand": {GPU: budget // 2}})
+    result = plan(world(ts, nodes, policies=[pol]))
+    used: dict[tuple[str, str], int] = {}
+    per_kind: dict[str, int] = {}
+    for t in ts:
+        a = admitted(result.verdicts[t.uid])
+        if a is None:
+            continue
+        kind, workers, _ = a
+        gpus = workers * int(t.spec.resources.limits[GPU])  # type: ignore[union-attr,index]
+        used[(t.namespace, kind)] = used.get((t.namespace, kind), 0) + gpus
+        per_kind[kind] = per_kind.get(kind, 0) + gpus
+        lo = t.spec.topology.elastic.min_workers if t.spec.topology.elastic else t.spec.topology.workers
+        assert lo <= workers <= t.spec.topology.workers
+    for (_, kind), gpus in used.items():
+        assert gpus <= (budget if kind == "spot" else budget // 2)
+    assert per_kind.get("spot", 0) <= 8 * spot
+    assert per_kind.get("on-demand", 0) <= 8 * on_demand
 
 
-def test_refusal_names_the_numbers_and_the_fix() -> None:
-    d = decide(SEED, [("small", policy({"nvidia.com/gpu": 16}))], {})
-    message = d.conditions[0].message
-    assert "requests 40 nvidia.com/gpu (5 replicas)" in message
-    assert "QuotaPolicy 'small' allows 16" in message
-    assert "lower topology.workers" in message
-    assert d.status == {"quota": {"policy": "small"}}
+def test_a_renegotiated_run_keeps_saying_why_until_it_changes() -> None:
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
+    after = [node("s1"), node("o1", "on-demand"), node("o2", "on-demand")]
+    moved = plan(world([t], after, pods)).verdicts[t.uid]
+    settled = feed_back(t, moved)
+    again = plan(world([settled], after, running(t, moved))).verdicts[t.uid]
+    assert (again.quota, again.condition, again.events) == (moved.quota, moved.condition, ())
+
+
+def test_each_replica_gets_a_node_and_keeps_it() -> None:
+    t = trainer("a")
+    first = plan(world([t], SPOT2_OD2)).verdicts[t.uid]
+    grant = QuotaStatus.model_validate(first.quota).contribution.grant  # type: ignore[union-attr]
+    assert grant is not None
+    assert grant.placement is not None
+    assert sorted(grant.placement["worker"]) == ["s1", "s2"]
+    again = plan(world([feed_back(t, first)], SPOT2_OD2)).verdicts[t.uid]
+    assert again.quota == first.quota
+
+
+def test_a_scale_that_does_not_fit_keeps_the_old_admission_until_it_does() -> None:
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2, policy(preference="SpotOnly"))
+    bigger = TrainerInfo(**{**t.__dict__, "spec": spec(workers=3), "generation": 2})
+    v = plan(world([bigger], SPOT2_OD2, pods, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("False", "WaitingForCapacity")
+    assert admitted(v) == ("spot", 2, "spot-0")
+    waiting = feed_back(bigger, v)
+    still = plan(world([waiting], SPOT2_OD2, pods, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    assert (still.quota, still.condition) == (v.quota, v.condition)
+    grown = plan(world([waiting], [*SPOT2_OD2, node("s3")], pods, policies=[policy(preference="SpotOnly")])).verdicts[
+        t.uid
+    ]
+    assert admitted(grown) == ("spot", 3, "spot-0")
+    assert grown.condition.reason == "Admitted"
+
+
+def test_an_elastic_run_grows_when_room_appears() -> None:
+    only_spot = [policy(preference="SpotOnly")]
+    t = trainer("a", spec(workers=3, elastic=(1, 3)))
+    small = plan(world([t], SPOT2_OD2, policies=only_spot)).verdicts[t.uid]
+    assert admitted(small) == ("spot", 2, "spot-0")
+    more = plan(world([feed_back(t, small)], [*SPOT2_OD2, node("s3")], running(t, small), policies=only_spot))
+    assert admitted(more.verdicts[t.uid]) == ("spot", 3, "spot-0")
+
+
+def test_a_namespace_not_seen_yet_gets_no_decision() -> None:
+    t = trainer("a", namespace="team-new")
+    assert t.uid not in plan(world([t], SPOT2_OD2)).verdicts
+
+
+def test_pods_running_before_the_policy_keep_their_place() -> None:
+    t = trainer("a")
+    per_pod = role_requests(t.spec, "worker", None)
+    before = [
+        PodInfo(node=n, requests=per_pod, trainer_uid=t.uid, role="worker", index=i) for i, n in enumerate(["s1", "s2"])
+    ]
+    v = plan(world([t], [node("s1"), node("s2")], before)).verdicts[t.uid]
+    assert admitted(v) == ("spot", 2, "spot-0")
+    grant = QuotaStatus.model_validate(v.quota).contribution.grant  # type: ignore[union-attr]
+    assert grant is not None
+    assert grant.placement == {"worker": ["s1", "s2"]}
+
+
+def test_capacity_lost_stays_until_something_changes() -> None:
+    only_spot = policy(preference="SpotOnly")
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2, only_spot)
+    lost = plan(world([t], [node("s1")], pods, policies=[only_spot])).verdicts[t.uid]
+    assert lost.condition.reason == "CapacityLost"
+    again = plan(world([feed_back(t, lost)], [node("s1")], pods[:1], policies=[only_spot])).verdicts[t.uid]
+    assert (again.quota, again.condition, again.events) == (lost.quota, lost.condition, ())
+
+
+def test_a_finished_run_is_released() -> None:
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
+    done = TrainerInfo(**{**t.__dict__, "finished": rfc3339(NOW)})
+    v = plan(world([done], SPOT2_OD2, pods)).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("True", "Released")
+    assert admitted(v) is None
+    assert "capacityType" not in v.quota
+
+
+def test_pods_that_cannot_be_sized_are_named() -> None:
+    override = {
+        "worker": {"spec": {"containers": [{"name": "sidecar", "resources": {"requests": {"cpu": "2 cores"}}}]}}
+    }
+    t = trainer("a", spec(podTemplateOverrides=override))
+    v = plan(world([t], SPOT2_OD2)).verdicts[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("False", "InvalidResources")
+    assert "'2 cores'" in v.condition.message
+
+
+def test_spot_dearer_than_on_demand_saves_nothing() -> None:
+    prices = {"onDemand": {GPU: "1.00"}, "spot": {GPU: "2.00"}}
+    t = trainer("a")
+    cost = QuotaStatus.model_validate(
+        plan(world([t], SPOT2_OD2, policies=[policy(prices=prices)])).verdicts[t.uid].quota
+    ).cost
+    assert cost is not None
+    assert cost.savings_percent == 0
+
+
+def test_a_replica_whose_pod_went_with_its_node_is_placed_again() -> None:
+    """The node is deleted and its pods with it (pod GC): nothing is left on the lost node, but the
+    admitted place of that replica is gone, so it gets another one (or the run is renegotiated)."""
+    t, pods = _admit_on_spot(trainer("a"), [*SPOT2_OD2, node("s3")])
+    grant = t.grant
+    assert grant is not None
+    assert grant.placement is not None
+    survivor, gone = grant.placement["worker"]
+    still = [p for p in pods if p.node == survivor]
+    nodes = [n for n in [*SPOT2_OD2, node("s3")] if n.name != gone]
+    v = plan(world([t], nodes, still)).verdicts[t.uid]
+    new = QuotaStatus.model_validate(v.quota).contribution.grant  # type: ignore[union-attr]
+    assert new is not None
+    assert new.id == "spot-0"
+    assert new.placement is not None
+    assert new.placement["worker"][0] == survivor
+    assert new.placement["worker"][1] not in (gone, survivor)
+    full = [n for n in nodes if n.kind == "on-demand" or n.name == survivor]
+    moved = plan(world([t], full, still)).verdicts[t.uid]
+    assert admitted(moved) == ("on-demand", 2, "on-demand-1")
+    assert f"node {gone} no longer exists" in moved.condition.message
+
+
+def test_a_shrink_that_loses_replica_0_gives_it_the_place_of_the_removed_one() -> None:
+    t, pods = _admit_on_spot(trainer("a", spec(workers=2, elastic=(1, 2))), SPOT2_OD2)
+    assert t.grant is not None
+    assert t.grant.placement == {"worker": ["s1", "s2"]}
+    v = plan(world([t], [node("s2"), node("o1", "on-demand")], pods)).verdicts[t.uid]
+    grant = QuotaStatus.model_validate(v.quota).contribution.grant  # type: ignore[union-attr]
+    assert grant is not None
+    assert (grant.id, grant.workers, grant.placement) == ("spot-0", 1, {"worker": ["s2"]})

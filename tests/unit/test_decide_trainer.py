@@ -484,3 +484,120 @@ def test_failures_far_apart_start_the_backoff_over() -> None:
     }
     worker = observe(s, pods, status=late).status["topology"]["replicas"]["worker"]
     assert (worker["restarts"], worker["recentFailures"]) == (5, 1)
+
+
+def quota(grant_id: str | None, workers: int = 4, **grant: Any) -> dict[str, Any]:
+    if grant_id is None:
+        return {"quota": {"generation": 1}}
+    return {"quota": {"generation": 1, "grant": {"id": grant_id, "workers": workers, **grant}}}
+
+
+def test_the_quota_grant_caps_the_workers_and_replaces_resources() -> None:
+    s = spec(resources={"requests": {"cpu": 8, "memory": "8Gi"}})
+    d = observe(s, contributions=quota("spot-0", workers=2, resources={"requests": {"cpu": "4"}}))
+    workers = [
+        p for p in d.create_pods if p["metadata"]["labels"]["trainer.operator.kubeflow.org/replica-type"] == "worker"
+    ]
+    assert len(workers) == 2
+    (container,) = workers[0]["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "4", "memory": "8Gi"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["EPOCHS"] == "10"
+
+
+def test_a_smaller_grant_scales_down_and_says_why() -> None:
+    s = spec()
+    d = observe(s, running(s), contributions=quota("spot-0", workers=3))
+    assert d.delete_pods == ("t-worker-3",)
+    assert ("Normal", "ScaledDown", "the quota admits 3 of 4 workers: deleting t-worker-3") in d.events
+    assert d.restarted == ()
+
+
+def test_pods_of_an_earlier_admission_are_replaced_not_counted_as_failures() -> None:
+    s = spec()
+    pods = [PodView(**{**p.__dict__, "admission": "spot-0"}) for p in running(s)]
+    d = observe(s, pods, contributions=quota("on-demand-1"))
+    assert set(d.delete_pods) == {p.name for p in pods}
+    assert d.restarted == ()
+    assert d.events[0] == (
+        "Normal",
+        "QuotaReadmission",
+        "the quota admission moved the run (on-demand-1): replacing " + ", ".join(sorted(p.name for p in pods)),
+    )
+    assert d.create_pods == ()  # each replacement waits for its predecessor to go
+    assert by_type(d)["Restarting"].reason == "Replacing"
+
+
+def test_a_withdrawn_admission_stops_the_run_and_pods_without_one_stay() -> None:
+    s = spec()
+    pods = [PodView(**{**p.__dict__, "admission": "spot-0"}) for p in running(s)[:2]] + running(s)[2:]
+    closed = [cond("ProfileResolved", "True"), cond("QuotaAdmitted", "False", "CapacityLost")]
+    d = observe(s, pods, conditions=closed, contributions=quota(None))
+    assert set(d.delete_pods) == {"t-worker-0", "t-worker-1"}
+    assert "the quota admission was withdrawn" in d.events[0][2]
+    assert d.create_pods == ()
+
+
+def test_pods_are_pinned_to_their_admitted_nodes() -> None:
+    s = spec(topology={"workers": 2})
+    placement = {"worker": ["node-a", "node-b"]}
+    contributions = quota("spot-0", workers=2, placement=placement)
+    spot = {"matchExpressions": [{"key": "capacity", "operator": "In", "values": ["spot"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [spot]}}}
+    contributions["quota"]["pod"] = {"affinity": affinity}
+    d = observe(s, contributions=contributions)
+    pinned = {
+        p["metadata"]["name"]: (
+            p["metadata"]["annotations"]["trainer.operator.kubeflow.org/node"],
+            p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ],
+        )
+        for p in d.create_pods
+    }
+    for name, node in (("t-worker-0", "node-a"), ("t-worker-1", "node-b")):  # each its own node only
+        assert pinned[name] == (
+            node,
+            [{**spot, "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}],
+        )
+
+
+def test_pinning_keeps_the_capacity_terms() -> None:
+    from trainerop_trainer.pods import pin
+
+    terms: list[dict[str, Any]] = [
+        {"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]},
+        {"matchExpressions": []},
+    ]
+    pod: dict[str, Any] = {
+        "metadata": {"annotations": {}},
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+            }
+        },
+    }
+    out = pin(pod, "n")["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    field = {"key": "metadata.name", "operator": "In", "values": ["n"]}
+    assert out["nodeSelectorTerms"] == [
+        {**terms[0], "matchFields": [field]},
+        {"matchExpressions": [], "matchFields": [field]},
+    ]
+
+
+def test_an_unscheduled_pod_pinned_elsewhere_is_replaced_a_placed_one_stays() -> None:
+    s = spec(topology={"workers": 2})
+    pods = [
+        pod("worker", 0, "Pending", admission="spot-0", pinned="old-node"),
+        pod("worker", 1, "Running", admission="spot-0", pinned="old-node", node="old-node"),
+    ]
+    d = observe(s, pods, contributions=quota("spot-0", workers=2, placement={"worker": ["new-a", "new-b"]}))
+    assert d.delete_pods == ("t-worker-0",)
+    assert d.restarted == ()
+
+
+def test_finished_pods_of_an_earlier_admission_are_left_alone() -> None:
+    s = spec(topology={"workers": 2})
+    pods = [pod("worker", 0, "Succeeded", admission="spot-0"), pod("worker", 1, "Running", admission="spot-0")]
+    d = observe(s, pods, contributions=quota("on-demand-1", workers=2))
+    assert d.delete_pods == ("t-worker-1",)

@@ -1,75 +1,802 @@
 """The quota controller's decision core: pure, table-tested, no I/O.
 
-For now a Trainer is admitted when no QuotaPolicy covers its namespace, or when the whole run
-(every replica's requests) fits each policy's ``hard`` limits on its own. Accounting for the
-other Trainers' usage and spot capacity builds on this.
+``plan(world)`` decides for every Trainer at once, because admission is a shared resource:
+
+1. Trainers already admitted keep their admission (no preemption) and their reservation is
+   counted first. One whose pods sit on a lost or reclaimed spot node is re-checked: if its
+   pods still fit on its capacity type it stays; otherwise it is renegotiated — at once when its
+   pods are gone, after a checkpoint commits (or the policy's grace runs out) when they still run.
+2. Renegotiations, then waiting Trainers by priority then age (best-effort FIFO: a smaller run
+   behind a big one may start first), get the first capacity type in their preference order
+   where the namespace's budget and the nodes hold the whole minimum gang: the most workers
+   within the elastic bounds, at full size before lowered resources. Nothing fits: they wait,
+   with no pod started (all-or-nothing).
+
+Node fit is simulated pod by pod (best fit) on the free capacity the pods already on each node
+leave; an admitted run's pods that are not yet on a node are placed first.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from trainerop_common.api.quota import QuotaPolicySpec
-from trainerop_common.api.trainer import TrainerSpec
-from trainerop_common.conditions import Desired
+from trainerop_common.api import Contribution, Grant
+from trainerop_common.api.base import Condition, ConditionStatus, PodContribution, ResourceRequirements
+from trainerop_common.api.quota import CapacityType, Preference, QuotaPolicySpec
+from trainerop_common.api.trainer import CostStatus, QuotaStatus, RenegotiationStatus, TrainerSpec
+from trainerop_common.clock import rfc3339
+from trainerop_common.conditions import Desired, find
+from trainerop_common.contracts import ADMISSION_ANNOTATION
 from trainerop_common.quantity import format_quantity, parse_quantity
+
+from .capacity import (
+    ROLES,
+    NodeInfo,
+    PodInfo,
+    Resources,
+    Role,
+    adjusted,
+    fits,
+    node_usage,
+    parse_time,
+    placement,
+    role_counts,
+    role_requests,
+    subtract,
+    total,
+    worker_bounds,
+)
 
 CONDITION = "QuotaAdmitted"
 OWNED_FIELDS = ("quota",)
+ORDER: dict[Preference, tuple[CapacityType, ...]] = {
+    "SpotFirst": ("spot", "on-demand"),
+    "OnDemandFirst": ("on-demand", "spot"),
+    "SpotOnly": ("spot",),
+    "OnDemandOnly": ("on-demand",),
+}
+GIB = Decimal(2**30)
+PER_GIB = ("memory", "ephemeral-storage")
 
 
 @dataclass(frozen=True)
-class Decision:
-    status: dict[str, Any]
-    conditions: tuple[Desired, ...]
-    problem: Desired | None = None
+class PolicyInfo:
+    name: str
+    spec: QuotaPolicySpec
 
 
-def replicas(spec: TrainerSpec) -> int:
-    return spec.topology.workers + spec.topology.parameter_servers
+@dataclass(frozen=True)
+class TrainerInfo:
+    uid: str
+    namespace: str
+    name: str
+    generation: int
+    created: str
+    spec: TrainerSpec
+    quota: QuotaStatus = field(default_factory=QuotaStatus)
+    conditions: Sequence[Condition] = ()
+    profile: PodContribution | None = None
+    finished: str | None = None  # completion time of a Succeeded or Failed run
+    deleting: bool = False
+    last_commit: str | None = None  # status.checkpoint.lastCommitTime
+
+    @property
+    def grant(self) -> Grant | None:
+        c = self.quota.contribution
+        return c.grant if c is not None else None
 
 
-def requested(spec: TrainerSpec) -> dict[str, Decimal]:
-    """Total resources of the run: per-pod requests (limits where no request) times replicas."""
-    per_pod: dict[str, Decimal] = {}
-    if spec.resources is not None:
-        for name, value in (spec.resources.limits or {}).items():
-            per_pod[name] = parse_quantity(value)
-        for name, value in (spec.resources.requests or {}).items():
-            per_pod[name] = parse_quantity(value)
-    n = replicas(spec)
-    return {name: amount * n for name, amount in per_pod.items()}
+@dataclass(frozen=True)
+class World:
+    now: datetime
+    trainers: Sequence[TrainerInfo]
+    policies: Sequence[PolicyInfo]
+    namespace_labels: Mapping[str, Mapping[str, str]]
+    nodes: Sequence[NodeInfo]
+    pods: Sequence[PodInfo]
 
 
-def selects(policy: QuotaPolicySpec, namespace_labels: Mapping[str, str]) -> bool:
-    wanted = policy.namespace_selector.match_labels if policy.namespace_selector else None
-    return all(namespace_labels.get(k) == v for k, v in (wanted or {}).items())
+@dataclass(frozen=True)
+class Verdict:
+    quota: dict[str, Any]  # the whole status.quota section ({} removes it)
+    condition: Desired
+    events: tuple[tuple[str, str, str], ...] = ()
+    renegotiation_seconds: float | None = None  # from the reclaim to this decision
+    requeue_after: float | None = None
 
 
-def decide(
-    spec: TrainerSpec, policies: Sequence[tuple[str, QuotaPolicySpec]], namespace_labels: Mapping[str, str]
-) -> Decision:
-    covering = sorted((name, p) for name, p in policies if selects(p, namespace_labels))
-    if not covering:
-        return Decision(
-            status={}, conditions=(Desired.true(CONDITION, "NoQuotaPolicy", "no QuotaPolicy covers this namespace"),)
+@dataclass(frozen=True)
+class PolicySummary:
+    admitted: int = 0
+    pending: int = 0
+    used: Mapping[CapacityType, Resources] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    verdicts: Mapping[str, Verdict]  # by Trainer uid
+    policies: Mapping[str, PolicySummary]
+
+
+@dataclass(frozen=True)
+class Option:
+    kind: CapacityType
+    workers: int
+    resources: ResourceRequirements | None
+    percent: int
+
+
+def policy_for(policies: Sequence[PolicyInfo], labels: Mapping[str, str]) -> PolicyInfo | None:
+    """The covering policy with the most specific selector (then by name)."""
+
+    def wanted(p: PolicyInfo) -> dict[str, str]:
+        return (p.spec.namespace_selector.match_labels if p.spec.namespace_selector else None) or {}
+
+    covering = [p for p in policies if all(labels.get(k) == v for k, v in wanted(p).items())]
+    return min(covering, key=lambda p: (-len(wanted(p)), p.name), default=None)
+
+
+def priority(policy: PolicyInfo, spec: TrainerSpec) -> int | None:
+    """The Trainer's priority value; None when it names a class the policy does not define."""
+    name = spec.scheduling.priority_class_name if spec.scheduling else None
+    if name is None:
+        return 0
+    return next((c.value for c in policy.spec.priority_classes or () if c.name == name), None)
+
+
+def preference(policy: PolicyInfo, spec: TrainerSpec) -> tuple[CapacityType, ...]:
+    own = spec.scheduling.preference if spec.scheduling else None
+    budgets = policy.spec.budgets
+    allowed = {"spot": budgets.spot is not None, "on-demand": budgets.on_demand is not None}
+    return tuple(k for k in ORDER[own or policy.spec.preference] if allowed[k])
+
+
+def budget(policy: PolicyInfo, kind: CapacityType) -> Resources:
+    raw = policy.spec.budgets.spot if kind == "spot" else policy.spec.budgets.on_demand
+    return {name: parse_quantity(v) for name, v in (raw or {}).items()}
+
+
+def describe(resources: Mapping[str, Decimal]) -> str:
+    def show(name: str, amount: Decimal) -> str:
+        return f"{format_quantity(amount / GIB)}Gi {name}" if name in PER_GIB else f"{format_quantity(amount)} {name}"
+
+    return ", ".join(show(n, a) for n, a in sorted(resources.items()) if a > 0 and n != "pods")
+
+
+def money(amount: Decimal) -> str:
+    return str(amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def hourly(policy: PolicyInfo, kind: CapacityType, reserved: Mapping[str, Decimal]) -> Decimal | None:
+    prices = policy.spec.prices
+    table = (prices.spot if kind == "spot" else prices.on_demand) if prices else None
+    if not table:
+        return None
+    cost = Decimal(0)
+    for name, amount in reserved.items():
+        if name in table:
+            cost += (amount / GIB if name in PER_GIB else amount) * Decimal(table[name])
+    return cost
+
+
+Slot = tuple[Role, int]  # a replica: role and index
+Want = tuple[Slot, Resources, Mapping[str, str], str | None]  # its requests, nodeSelector, node hint
+
+
+class Ledger:
+    """Free capacity while the plan is made: per node, per namespace budget, per capacity type."""
+
+    def __init__(self, world: World) -> None:
+        self.nodes = {n.name: n for n in world.nodes}
+        used = node_usage(world.pods)
+        self.free: dict[str, Resources] = {}
+        for node in world.nodes:
+            free = dict(node.allocatable)
+            subtract(free, used.get(node.name, {}))
+            self.free[node.name] = free
+        self.debt: dict[CapacityType, Resources] = {}  # admitted pods the simulation could not place
+        self.spent: dict[tuple[str, CapacityType], Resources] = {}  # (namespace, type) -> reserved
+
+    def place(
+        self,
+        kind: CapacityType,
+        wants: Sequence[Want],
+        commit: bool,
+        released: Sequence[tuple[str, Resources]] = (),
+    ) -> tuple[bool, dict[Slot, str]]:
+        """Place each replica on a usable node of ``kind``: its hint when that still fits, else the
+        fullest node that holds it (best fit); the largest pods first, then by role and index.
+        ``released`` are pods about to be removed (a shrink): their room counts as free. Returns
+        whether all fit and where each went."""
+        free = {name: dict(f) for name, f in self.free.items()}
+        for node, requests in released:
+            if node in free:
+                subtract(free[node], {k: -v for k, v in requests.items()})
+        left: list[Resources] = []
+        where: dict[Slot, str] = {}
+        biggest_first = sorted(wants, key=lambda w: w[0])
+        biggest_first.sort(key=lambda w: sorted(w[1].items()), reverse=True)  # stable: index order kept
+        for slot, requests, selector, hint in biggest_first:
+            candidates = [
+                n
+                for n in self.nodes.values()
+                if n.kind == kind
+                and n.schedulable
+                and all(n.labels.get(k) == v for k, v in selector.items())
+                and fits(free[n.name], requests)
+            ]
+            if not candidates:
+                left.append(requests)
+                continue
+            best = next((n for n in candidates if n.name == hint), None) or min(
+                candidates,
+                key=lambda n: (*(free[n.name].get(r, Decimal(0)) for r in ("nvidia.com/gpu", "cpu", "memory")), n.name),
+            )
+            subtract(free[best.name], requests)
+            where[slot] = best.name
+        pool = total(
+            (f, 1) for name, f in free.items() if self.nodes[name].kind == kind and self.nodes[name].schedulable
         )
-    total = requested(spec)
-    for name, policy in covering:
-        for resource, limit in sorted(policy.hard.items()):
-            want, allowed = total.get(resource, Decimal(0)), parse_quantity(limit)
-            if want > allowed:
-                problem = Desired.false(
-                    CONDITION,
-                    "ExceedsQuota",
-                    f"the run requests {format_quantity(want)} {resource} ({replicas(spec)} replicas) but "
-                    f"QuotaPolicy {name!r} allows {format_quantity(allowed)}; lower topology.workers or "
-                    f"spec.resources, or ask an admin to raise the policy",
-                )
-                return Decision(status={"quota": {"policy": name}}, conditions=(problem,), problem=problem)
-    names = ", ".join(name for name, _ in covering)
-    return Decision(
-        status={"quota": {"policy": covering[0][0]}},
-        conditions=(Desired.true(CONDITION, "FitsQuota", f"fits QuotaPolicy {names}"),),
+        debt = total([(d, 1) for d in left] + [(self.debt.get(kind, {}), 1)])
+        ok = not left and fits(pool, debt)
+        if commit:
+            self.free = free
+            self.debt[kind] = debt
+        return ok, where
+
+    def within_budget(self, policy: PolicyInfo, namespace: str, kind: CapacityType, want: Resources) -> bool:
+        limits = budget(policy, kind)
+        spent = self.spent.get((namespace, kind), {})
+        return all(spent.get(n, Decimal(0)) + want.get(n, Decimal(0)) <= limit for n, limit in limits.items())
+
+    def spend(self, namespace: str, kind: CapacityType, reserved: Resources) -> None:
+        into = self.spent.setdefault((namespace, kind), {})
+        for name, amount in reserved.items():
+            into[name] = into.get(name, Decimal(0)) + amount
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Trainer's pods under one option: what each role's pod asks and where it may go."""
+
+    counts: Mapping[Role, int]
+    requests: Mapping[Role, Resources]
+    selectors: Mapping[Role, Mapping[str, str]]
+
+    @property
+    def reserved(self) -> Resources:
+        return total((self.requests[r], n) for r, n in self.counts.items())
+
+    def slots(self) -> list[Slot]:
+        return [(r, i) for r, n in self.counts.items() for i in range(n)]
+
+    def wants(self, bound: Mapping[Slot, str], hints: Mapping[Slot, str]) -> list[Want]:
+        """The replicas without a pod on a node yet."""
+        return [(s, self.requests[s[0]], self.selectors[s[0]], hints.get(s)) for s in self.slots() if s not in bound]
+
+
+def shape(t: TrainerInfo, workers: int, resources: ResourceRequirements | None) -> Shape:
+    counts = role_counts(t.spec, workers)
+    overrides = t.spec.pod_template_overrides
+
+    def selector(role: Role) -> dict[str, str]:
+        own = getattr(overrides, "parameter_server" if role == "ps" else role, None) if overrides else None
+        return {
+            **((t.profile.node_selector if t.profile else None) or {}),
+            **(((own or {}).get("spec") or {}).get("nodeSelector") or {}),
+        }
+
+    roles = [r for r, n in counts.items() if n]
+    return Shape(
+        counts={r: counts[r] for r in roles},
+        requests={r: role_requests(t.spec, r, t.profile, resources) for r in roles},
+        selectors={r: selector(r) for r in roles},
     )
+
+
+def options(t: TrainerInfo, policy: PolicyInfo, kinds: Sequence[CapacityType]) -> list[Option]:
+    """Every admissible option, best first: capacity order, then full-size pods, then most workers."""
+    lo, hi = worker_bounds(t.spec)
+    adjust = policy.spec.adjustment
+    percents = [100] + (
+        sorted({p for p in (75, 50, 25, adjust.min_percent) if p >= adjust.min_percent}, reverse=True) if adjust else []
+    )
+    out = []
+    for kind in kinds:
+        for percent in percents:
+            resources = adjusted(t.spec, t.profile, adjust.resources, percent) if adjust else None
+            if percent < 100 and resources is None:
+                continue  # nothing to lower
+            for workers in range(hi, lo - 1, -1):
+                out.append(Option(kind, workers, resources, percent))
+    return out
+
+
+def hints_of(grant: Grant | None) -> dict[Slot, str]:
+    out: dict[Slot, str] = {}
+    placed = (grant.placement if grant else None) or {}
+    for role in ROLES:
+        for i, node in enumerate(placed.get(role, ())):
+            if node:
+                out[(role, i)] = node
+    return out
+
+
+def _condition(status: ConditionStatus, reason: str, message: str) -> Desired:
+    return Desired(CONDITION, status, reason, message)
+
+
+MAX_NODES_NAMED = 64  # status.quota.renegotiation.nodes
+
+
+class Planner:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.ledger = Ledger(world)
+        self.now = rfc3339(world.now)
+        self.verdicts: dict[str, Verdict] = {}
+        self.summaries: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, list[PodInfo]] = {}
+        for pod in world.pods:
+            if pod.trainer_uid:
+                self.pods.setdefault(pod.trainer_uid, []).append(pod)
+        self.nodes = {n.name: n for n in world.nodes}
+        self.requests: dict[tuple[str, str, int], Resources] = {}  # (uid, role, index) -> its pod's requests
+        self.lost = {n.name: n.lost for n in world.nodes if n.lost}
+        self.reclaimed = {n.name: n.reclaimed for n in world.nodes if n.reclaimed and not n.lost}
+        for pod in world.pods:
+            if pod.node and pod.node not in self.nodes:
+                self.lost[pod.node] = f"node {pod.node} no longer exists"
+
+    # -- helpers ------------------------------------------------------------------------------
+    def summary(self, policy: PolicyInfo) -> dict[str, Any]:
+        return self.summaries.setdefault(policy.name, {"admitted": 0, "pending": 0, "used": {}})
+
+    def bound(self, t: TrainerInfo, admission: str | None, kind: CapacityType | None = None) -> dict[Slot, str]:
+        """Replicas of the run with a pod on a healthy node (of ``kind``), created under
+        ``admission`` or before any: they keep their place."""
+        out: dict[Slot, str] = {}
+        for pod in self.pods.get(t.uid, ()):
+            self.requests[(t.uid, pod.role, pod.index)] = pod.requests
+            node = self.nodes.get(pod.node)
+            if (
+                node is not None
+                and not pod.deleting
+                and pod.admission in (admission, None)
+                and pod.node not in self.lost
+                and pod.node not in self.reclaimed
+                and pod.role in ("master", "worker", "ps")
+                and (kind is None or node.kind == kind)
+            ):
+                out[(pod.role, pod.index)] = pod.node  # type: ignore[index]
+        return out
+
+    def endangered(self, t: TrainerInfo) -> tuple[list[str], list[str]]:
+        """Nodes under the run's live pods that are lost, and that are being reclaimed."""
+        lost, reclaimed = set(), set()
+        for pod in self.pods.get(t.uid, ()):
+            if pod.node in self.lost and not pod.deleting:
+                lost.add(pod.node)
+            elif pod.node in self.reclaimed and not pod.deleting:
+                reclaimed.add(pod.node)
+        return sorted(lost), sorted(reclaimed)
+
+    def surplus(self, t: TrainerInfo, s: Shape, bound: Mapping[Slot, str]) -> list[tuple[str, Resources]]:
+        """Pods of the run on nodes that the option has no replica for (the trainer removes them)."""
+        slots = set(s.slots())
+        return [(node, self.requests.get((t.uid, *slot), {})) for slot, node in bound.items() if slot not in slots]
+
+    def try_option(
+        self, t: TrainerInfo, policy: PolicyInfo, option: Option, bound: Mapping[Slot, str], hints: Mapping[Slot, str]
+    ) -> bool:
+        s = shape(t, option.workers, option.resources)
+        if not self.ledger.within_budget(policy, t.namespace, option.kind, s.reserved):
+            return False
+        ok, _ = self.ledger.place(option.kind, s.wants(bound, hints), False, self.surplus(t, s, bound))
+        return ok
+
+    def reserve(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        option: Option,
+        bound: Mapping[Slot, str],
+        hints: Mapping[Slot, str],
+    ) -> dict[str, list[str]]:
+        """Take the run's resources from the ledger; returns where each replica goes (its node, or
+        its earlier place / "" when it does not fit now)."""
+        s = shape(t, option.workers, option.resources)
+        _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, self.surplus(t, s, bound))
+        self.ledger.spend(t.namespace, option.kind, s.reserved)
+        used = self.summary(policy)["used"].setdefault(option.kind, {})
+        for name, amount in s.reserved.items():
+            used[name] = used.get(name, Decimal(0)) + amount
+        self.summary(policy)["admitted"] += 1
+        nodes = {**hints, **where, **bound}
+        return {role: [nodes.get((role, i), "") for i in range(n)] for role, n in s.counts.items()}
+
+    def cost(
+        self, t: TrainerInfo, policy: PolicyInfo, kind: CapacityType | None, s: Shape | None, at: str | None = None
+    ) -> dict[str, Any] | None:
+        """The cost section: what ran so far accrued at the old rate, the new rate from ``at`` (now)."""
+        old = t.quota.cost
+        at = at or self.now
+        accrued, on_demand_accrued = Decimal(0), Decimal(0)
+        if old is not None:
+            hours = max(Decimal((parse_time(at) - parse_time(old.accrued_at)).total_seconds()) / 3600, Decimal(0))
+            accrued = Decimal(old.accrued) + Decimal(old.per_hour) * hours
+            on_demand_accrued = Decimal(old.on_demand_accrued) + Decimal(old.on_demand_per_hour) * hours
+        rate = hourly(policy, kind, s.reserved) if kind and s else Decimal(0)
+        on_demand = hourly(policy, "on-demand", s.reserved) if s else Decimal(0)
+        if rate is None or on_demand is None:
+            return None
+        savings = (100 * (1 - rate / on_demand)).quantize(Decimal(1)) if on_demand > 0 else Decimal(0)
+        new = CostStatus(
+            per_hour=money(rate),
+            on_demand_per_hour=money(on_demand),
+            savings_percent=int(min(max(savings, Decimal(0)), Decimal(100))),  # spot dearer than on-demand: 0
+            accrued=money(accrued),
+            on_demand_accrued=money(on_demand_accrued),
+            accrued_at=at,
+        )
+        if old is not None and (old.per_hour, old.on_demand_per_hour) == (new.per_hour, new.on_demand_per_hour):
+            return old.to_k8s()  # same rate: nothing to write
+        return new.to_k8s()
+
+    def admitted(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        prio: int,
+        option: Option,
+        grant_id: str,
+        where: dict[str, list[str]],
+        renegotiations: int,
+        renegotiation: RenegotiationStatus | None,
+    ) -> dict[str, Any]:
+        s = shape(t, option.workers, option.resources)
+        pod = placement(option.kind).model_copy(update={"annotations": {ADMISSION_ANNOTATION: grant_id}})
+        status = QuotaStatus(
+            policy=policy.name,
+            capacity_type=option.kind,
+            workers=option.workers,
+            priority=prio,
+            admitted_time=t.quota.admitted_time if t.grant and t.grant.id == grant_id else self.now,
+            renegotiations=renegotiations,
+            renegotiation=renegotiation,
+            contribution=Contribution(
+                generation=t.generation,
+                pod=pod,
+                grant=Grant(id=grant_id, workers=option.workers, resources=option.resources, placement=where),
+            ),
+        ).to_k8s()
+        if (cost := self.cost(t, policy, option.kind, s)) is not None:
+            status["cost"] = cost
+        return status
+
+    def pending_status(self, t: TrainerInfo, policy: PolicyInfo, prio: int | None) -> dict[str, Any]:
+        status = QuotaStatus(policy=policy.name, priority=prio, renegotiations=t.quota.renegotiations).to_k8s()
+        if t.quota.cost is not None and (cost := self.cost(t, policy, None, None)) is not None:
+            status["cost"] = cost  # what the run cost until it lost its admission
+        return status
+
+    # -- the plan -----------------------------------------------------------------------------
+    def run(self) -> Plan:
+        world = self.world
+        governed: list[tuple[TrainerInfo, PolicyInfo]] = []
+        for t in world.trainers:
+            if t.namespace not in world.namespace_labels:
+                continue  # its namespace is not seen yet: no decision without its labels
+            policy = policy_for(world.policies, world.namespace_labels[t.namespace])
+            if t.deleting or t.finished or t.spec.run_policy.suspend:
+                self.verdicts[t.uid] = self.released(t, policy)
+            elif policy is None:
+                self.verdicts[t.uid] = self.ungoverned(t)
+            elif (problem := self.invalid(t)) is not None:
+                self.summary(policy)["pending"] += 1
+                self.verdicts[t.uid] = Verdict(
+                    self.pending_status(t, policy, t.quota.priority), _condition("False", "InvalidResources", problem)
+                )
+            else:
+                governed.append((t, policy))
+
+        admitted = sorted(
+            ((t, p) for t, p in governed if t.grant is not None and t.quota.capacity_type is not None),
+            key=lambda tp: (tp[0].quota.admitted_time or "", tp[0].namespace, tp[0].name),
+        )
+        renegotiate: list[tuple[TrainerInfo, PolicyInfo, RenegotiationStatus]] = []
+        for t, policy in admitted:
+            moving = self.keep(t, policy)
+            if moving is not None:
+                renegotiate.append((t, policy, moving))
+
+        waiting = [(t, p) for t, p in governed if t.grant is None or t.quota.capacity_type is None]
+        for t, policy, why in renegotiate:
+            self.move(t, policy, why)
+        waiting.sort(key=lambda tp: (-(priority(tp[1], tp[0].spec) or 0), tp[0].created, tp[0].namespace, tp[0].name))
+        for t, policy in waiting:
+            self.admit(t, policy)
+
+        return Plan(
+            self.verdicts,
+            {name: PolicySummary(s["admitted"], s["pending"], s["used"]) for name, s in sorted(self.summaries.items())},
+        )
+
+    @staticmethod
+    def invalid(t: TrainerInfo) -> str | None:
+        """Why the run's pods cannot be sized (a malformed quantity in an override), if so."""
+        try:
+            shape(t, worker_bounds(t.spec)[1], None)
+        except ValueError as err:
+            return f"cannot size the run's pods: {err}; fix spec.resources or spec.podTemplateOverrides"
+        return None
+
+    def released(self, t: TrainerInfo, policy: PolicyInfo | None) -> Verdict:
+        """Finished, suspended or being deleted: nothing reserved any more."""
+        if t.finished or t.deleting:
+            out = t.quota.model_copy(update={"capacity_type": None, "workers": None, "contribution": None}).to_k8s()
+            if t.quota.cost is not None and policy is not None:
+                cost = self.cost(t, policy, None, None, at=t.finished)
+                if cost is not None:
+                    out["cost"] = cost
+            return Verdict(out, _condition("True", "Released", "the run is over; nothing is reserved for it"))
+        pending = self.pending_status(t, policy, t.quota.priority) if policy else {}
+        return Verdict(pending, _condition("False", "Suspended", "the run is suspended; it queues again when resumed"))
+
+    def ungoverned(self, t: TrainerInfo) -> Verdict:
+        # A run admitted before its policy went away keeps its admission (its pods stay).
+        keep = t.quota.model_copy(update={"policy": None, "cost": None}).to_k8s() if t.grant else {}
+        return Verdict(keep, _condition("True", "NoQuotaPolicy", "no QuotaPolicy covers this namespace"))
+
+    def keep(self, t: TrainerInfo, policy: PolicyInfo) -> RenegotiationStatus | None:
+        """Re-check an admitted run; returns why it must be renegotiated, else reserves it."""
+        grant = t.grant
+        kind = t.quota.capacity_type
+        assert grant is not None
+        assert kind is not None
+        bound = self.bound(t, grant.id)
+        hints = hints_of(grant)
+        prio = priority(policy, t.spec) or 0
+        lost, reclaimed = self.endangered(t)
+        # A replica without a pod on a node whose admitted node is gone (its pod was lost with
+        # it and removed, or never started) needs a new place as much as a pod on a lost node.
+        gone = {
+            node for slot, node in hints.items() if slot not in bound and (node not in self.nodes or node in self.lost)
+        }
+        lost = sorted(set(lost) | gone)
+        percent = 100 if grant.resources is None else 0  # lowered resources are kept as they are
+        current = Option(kind, grant.workers, grant.resources, percent)
+        before = t.quota.renegotiation
+
+        if lost or reclaimed:
+            if self.try_option(t, policy, current, bound, hints):
+                self.hold(t, policy, prio, current, grant.id, bound, hints, None, "Admitted")
+                return None
+            since = before.since if before is not None else self.now
+            nodes = sorted(set(lost) | set(reclaimed))
+            why = "; ".join(
+                [self.lost.get(n) or f"node {n} no longer exists" for n in lost]
+                + [self.reclaimed[n] for n in reclaimed]
+            )
+            grace = policy.spec.reclaim.checkpoint_grace_seconds
+            left = (parse_time(since) + timedelta(seconds=grace) - self.world.now).total_seconds()
+            committed = t.last_commit is not None and t.last_commit >= since
+            if not lost and t.spec.checkpoint is not None and not committed and left > 0:
+                status = RenegotiationStatus(
+                    reason="SpotReclaimed",
+                    message=f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves",
+                    since=since,
+                    nodes=nodes[:MAX_NODES_NAMED],
+                    waiting_for_checkpoint=True,
+                )
+                self.hold(t, policy, prio, current, grant.id, bound, hints, status, "ReclaimPending", requeue=left)
+                return None
+            detail = (
+                "its pods there are gone"
+                if lost
+                else "a checkpoint committed since"
+                if committed and t.spec.checkpoint is not None
+                else "the checkpoint grace period ran out"
+                if t.spec.checkpoint is not None
+                else "the run has no checkpoints to wait for"
+            )
+            return RenegotiationStatus(
+                reason="NodeLost" if lost else "SpotReclaimed",
+                message=f"{why}; {detail}",
+                since=since,
+                nodes=nodes[:MAX_NODES_NAMED],
+            )
+
+        lo, hi = worker_bounds(t.spec)
+        if grant.workers != hi:
+            # A scale, or an elastic run admitted smaller than it asked: the most workers that fit
+            # on the same capacity with the same pod size; the old admission holds meanwhile.
+            for workers in range(hi, lo - 1, -1):
+                candidate = Option(kind, workers, grant.resources, percent)
+                if self.try_option(t, policy, candidate, bound, hints):
+                    self.hold(t, policy, prio, candidate, grant.id, bound, hints, None, "Admitted")
+                    return None
+            self.hold(t, policy, prio, current, grant.id, bound, hints, None, "WaitingForCapacity")
+            return None
+        self.hold(t, policy, prio, current, grant.id, bound, hints, None, "Admitted")
+        return None
+
+    def hold(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        prio: int,
+        option: Option,
+        grant_id: str,
+        bound: Mapping[Slot, str],
+        hints: Mapping[Slot, str],
+        renegotiation: RenegotiationStatus | None,
+        reason: str,
+        requeue: float | None = None,
+    ) -> None:
+        where = self.reserve(t, policy, option, bound, hints)
+        s = shape(t, option.workers, option.resources)
+        status = self.admitted(t, policy, prio, option, grant_id, where, t.quota.renegotiations, renegotiation)
+        if reason == "WaitingForCapacity":
+            message = (
+                f"the run keeps its admission ({option.workers} workers on {option.kind}) until its new size, "
+                f"{t.spec.topology.workers} workers, fits {option.kind} capacity"
+            )
+            self.verdicts[t.uid] = Verdict(status, _condition("False", reason, message))
+            return
+        message = self.admitted_message(policy, option, s)
+        if renegotiation is not None:
+            message = f"{renegotiation.message}; still {message}"
+        before = find(t.conditions, CONDITION)
+        if (
+            reason == "Admitted"
+            and before is not None
+            and (before.status, before.reason, before.observed_generation) == ("True", "Renegotiated", t.generation)
+            and t.grant is not None
+            and t.grant.workers == option.workers
+        ):
+            reason, message = before.reason, before.message  # the move stays on record until the next change
+        events: tuple[tuple[str, str, str], ...] = ()
+        if renegotiation is not None and t.quota.renegotiation is None:
+            events = (("Warning", "SpotReclaimed", renegotiation.message),)
+        self.verdicts[t.uid] = Verdict(status, _condition("True", reason, message), events, requeue_after=requeue)
+
+    @staticmethod
+    def admitted_message(policy: PolicyInfo, option: Option, s: Shape) -> str:
+        pods = sum(s.counts.values())
+        return (
+            f"admitted on {option.kind}: {option.workers} workers, {pods} pods ({describe(s.reserved)}) "
+            f"under QuotaPolicy {policy.name}"
+        )
+
+    @staticmethod
+    def lowered(option: Option) -> str:
+        if option.resources is None or option.percent >= 100:
+            return ""
+        names = ", ".join(option.resources.requests or option.resources.limits or {})
+        return f" (per-pod {names} lowered to {option.percent}%)"
+
+    def move(self, t: TrainerInfo, policy: PolicyInfo, why: RenegotiationStatus) -> None:
+        """Shrink within the elastic bounds on the same capacity, else move, else revoke."""
+        grant, kind = t.grant, t.quota.capacity_type
+        assert grant is not None
+        assert kind is not None
+        prio = priority(policy, t.spec) or 0
+        kinds = (kind, *(k for k in preference(policy, t.spec) if k != kind))
+        seconds = (self.world.now - parse_time(why.since)).total_seconds()
+        for option in options(t, policy, kinds):
+            same = option.kind == kind and option.resources == grant.resources
+            bound = self.bound(t, grant.id) if same else {}
+            hints = hints_of(grant) if same else {}
+            if not self.try_option(t, policy, option, bound, hints):
+                continue
+            grant_id = grant.id if same else f"{option.kind}-{t.quota.renegotiations + 1}"
+            where = self.reserve(t, policy, option, bound, hints)
+            s = shape(t, option.workers, option.resources)
+            status = self.admitted(t, policy, prio, option, grant_id, where, t.quota.renegotiations + 1, None)
+            what = (
+                f"shrunk to {option.workers} workers on {kind}"
+                if same
+                else f"moved to {option.kind} with {option.workers} workers"
+            )
+            message = f"{why.message}: {what}; {self.admitted_message(policy, option, s)}"
+            self.verdicts[t.uid] = Verdict(
+                status,
+                _condition("True", "Renegotiated", message),
+                (("Normal", "Renegotiated", f"{why.message}: {what}{self.lowered(option)}"),),
+                renegotiation_seconds=seconds,
+            )
+            return
+        status = self.pending_status(t, policy, prio)
+        status["renegotiations"] = t.quota.renegotiations + 1
+        message = (
+            f"{why.message}; no capacity holds the run's minimum any more: its pods are stopped and it queues again"
+        )
+        self.summary(policy)["pending"] += 1
+        self.verdicts[t.uid] = Verdict(
+            status,
+            _condition("False", "CapacityLost", message),
+            (("Warning", "CapacityLost", message),),
+            renegotiation_seconds=seconds,
+        )
+
+    def admit(self, t: TrainerInfo, policy: PolicyInfo) -> None:
+        prio = priority(policy, t.spec)
+        if prio is None:
+            names = ", ".join(c.name for c in policy.spec.priority_classes or ()) or "none"
+            asked = t.spec.scheduling.priority_class_name if t.spec.scheduling else ""
+            message = (
+                f"spec.scheduling.priorityClassName {asked!r} is not defined by QuotaPolicy {policy.name} "
+                f"(it defines: {names})"
+            )
+            self.summary(policy)["pending"] += 1
+            self.verdicts[t.uid] = Verdict(
+                self.pending_status(t, policy, None), _condition("False", "PriorityClassNotFound", message)
+            )
+            return
+        kinds = preference(policy, t.spec)
+        for option in options(t, policy, kinds):
+            # Pods that run from before any admission (a policy came later) keep their place.
+            bound = self.bound(t, None, option.kind)
+            if self.try_option(t, policy, option, bound, {}):
+                n = t.quota.renegotiations
+                where = self.reserve(t, policy, option, bound, {})
+                s = shape(t, option.workers, option.resources)
+                status = self.admitted(t, policy, prio, option, f"{option.kind}-{n}", where, n, None)
+                message = self.admitted_message(policy, option, s)
+                fallback = f" ({kinds[0]} has no room for it)" if option.kind != kinds[0] else ""
+                self.verdicts[t.uid] = Verdict(
+                    status,
+                    _condition("True", "Admitted", message),
+                    (("Normal", "Admitted", message + fallback + self.lowered(option)),),
+                )
+                return
+        self.summary(policy)["pending"] += 1
+        lo, _ = worker_bounds(t.spec)
+        smallest = shape(t, lo, None)
+        reasons = []
+        too_big = bool(kinds)
+        for kind in kinds:
+            limits = budget(policy, kind)
+            over = {n: a for n, a in smallest.reserved.items() if n in limits and a > limits[n]}
+            if over:
+                reasons.append(f"{kind}: more than the budget ({describe({n: limits[n] for n in over})})")
+            else:
+                too_big = False
+                in_budget = self.ledger.within_budget(policy, t.namespace, kind, smallest.reserved)
+                reasons.append(
+                    f"{kind}: " + ("not enough free nodes" if in_budget else "the namespace's budget is in use")
+                )
+        need = f"{sum(smallest.counts.values())} pods ({describe(smallest.reserved)})"
+        if not kinds:
+            message = f"QuotaPolicy {policy.name} allows neither capacity type for the run's preference"
+            reason = "ExceedsQuota"
+        elif too_big:
+            message = (
+                f"the run needs {need} but QuotaPolicy {policy.name} allows less per namespace ("
+                + "; ".join(reasons)
+                + "); lower topology.workers or spec.resources, or ask an admin to raise the budget"
+            )
+            reason = "ExceedsQuota"
+        else:
+            message = f"waiting for capacity for {need} — " + "; ".join(reasons)
+            reason = "WaitingForCapacity"
+        before = find(t.conditions, CONDITION)
+        if (
+            reason == "WaitingForCapacity"
+            and before is not None
+            and (before.reason, before.observed_generation) == ("CapacityLost", t.generation)
+        ):
+            reason, message = before.reason, before.message  # still why it waits
+        events: tuple[tuple[str, str, str], ...] = ()
+        if before is None or before.reason != reason or before.observed_generation != t.generation:
+            events = (("Warning" if reason == "ExceedsQuota" else "Normal", reason, message),)
+        self.verdicts[t.uid] = Verdict(
+            self.pending_status(t, policy, prio), _condition("False", reason, message), events
+        )
+
+
+def plan(world: World) -> Plan:
+    return Planner(world).run()

@@ -13,6 +13,7 @@ from trainerop_common.api.trainer import TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import parse
+from trainerop_common.contracts import ADMISSION_ANNOTATION, NODE_ANNOTATION
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
@@ -65,6 +66,8 @@ def pod_view(body: dict[str, Any], container: str) -> PodView | None:
         reason=(terminated or {}).get("reason") or status.get("reason") or "",
         node=(body.get("spec") or {}).get("nodeName") or "",
         started=started,
+        admission=(meta.get("annotations") or {}).get(ADMISSION_ANNOTATION, ""),
+        pinned=(meta.get("annotations") or {}).get(NODE_ANNOTATION, ""),
     )
 
 

@@ -6,12 +6,12 @@ or delete and what the status says. DESIGN §3 (gates, contributions), §5 (cont
 """
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from trainerop_common.api import GROUP, Contribution, RunPolicyDefaults
-from trainerop_common.api.base import Condition
+from trainerop_common.api import GROUP, Contribution, Grant, RunPolicyDefaults
+from trainerop_common.api.base import Condition, ResourceRequirements
 from trainerop_common.api.trainer import Phase, ProgressStatus, ReplicaStatus, TrainerSpec, TrainerStatus
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired, find
@@ -24,6 +24,7 @@ from .pods import (
     claim_manifest,
     claim_name,
     lease_manifest,
+    pin,
     pod_manifest,
     runner_manifests,
     service_manifest,
@@ -113,6 +114,8 @@ class PodView:
     reason: str = ""
     node: str = ""
     started: str | None = None  # status.startTime
+    admission: str = ""  # the quota admission it was created under (ADMISSION_ANNOTATION)
+    pinned: str = ""  # the node that admission placed it on (NODE_ANNOTATION)
 
     @property
     def finished(self) -> bool:
@@ -203,6 +206,56 @@ def effective_run_policy(spec: TrainerSpec, contributions: Mapping[str, Contribu
     if not fill:
         return spec, limit_from
     return spec.model_copy(update={"run_policy": spec.run_policy.model_copy(update=fill)}), limit_from
+
+
+def granted(spec: TrainerSpec, contributions: Mapping[str, Contribution]) -> TrainerSpec:
+    """The spec as the quota admitted it: at most the granted workers, lowered resources."""
+    grant = grant_of(contributions)
+    if grant is None:
+        return spec
+    update: dict[str, Any] = {}
+    if grant.workers < spec.topology.workers:
+        update["topology"] = spec.topology.model_copy(update={"workers": grant.workers})
+    if grant.resources is not None:
+        own = spec.resources or ResourceRequirements()
+        update["resources"] = ResourceRequirements(
+            requests={**(own.requests or {}), **(grant.resources.requests or {})} or None,
+            limits={**(own.limits or {}), **(grant.resources.limits or {})} or None,
+        )
+    return spec.model_copy(update=update) if update else spec
+
+
+def grant_of(contributions: Mapping[str, Contribution]) -> Grant | None:
+    quota = contributions.get("quota")
+    return quota.grant if quota is not None else None
+
+
+def placed_node(grant: Grant | None, role: str, index: int) -> str:
+    """The node the quota admission placed a replica on ("" when it did not)."""
+    nodes = ((grant.placement if grant else None) or {}).get(role) or []
+    return nodes[index] if index < len(nodes) else ""
+
+
+def outdated(pods: Sequence[PodView], contributions: Mapping[str, Contribution]) -> tuple[list[PodView], str]:
+    """Unfinished pods created under an earlier quota admission, or waiting unscheduled on a node
+    the admission no longer places them on; and why they go."""
+    grant = grant_of(contributions)
+
+    def misplaced(p: PodView) -> bool:
+        want = placed_node(grant, p.role, p.index)
+        return not p.node and p.phase == "Pending" and bool(p.pinned) and bool(want) and want != p.pinned
+
+    old = [
+        p
+        for p in pods
+        if not p.finished and ((p.admission and p.admission != (grant.id if grant else None)) or misplaced(p))
+    ]
+    if not old:
+        return [], ""
+    names = ", ".join(sorted(p.name for p in old))
+    if grant is None:
+        return old, f"the quota admission was withdrawn: deleting {names}"
+    return old, f"the quota admission moved the run ({grant.id}): replacing {names}"
 
 
 def retryable(spec: TrainerSpec, pod: PodView) -> bool:
@@ -331,7 +384,24 @@ def _soonest(*delays: float | None) -> float | None:
 
 
 def decide(obs: Observed) -> Decision:
-    spec, limit_from = effective_run_policy(obs.spec, obs.contributions)
+    """The decision, with pods of an earlier quota admission deleted first (never counted as
+    failures) while the run is neither finished nor suspended."""
+    active = obs.status.phase not in ("Succeeded", "Failed") and not obs.spec.run_policy.suspend
+    old, why = outdated([p for p in obs.pods if not p.deleting], obs.contributions) if active else ([], "")
+    if not old:
+        return _decide(obs)
+    gone = {p.name for p in old}
+    pods = [PodView(**{**p.__dict__, "deleting": True}) if p.name in gone else p for p in obs.pods]
+    decision = _decide(replace(obs, pods=pods))
+    return replace(
+        decision,
+        delete_pods=tuple(sorted(set(decision.delete_pods) | gone)),
+        events=(("Normal", "QuotaReadmission", why), *decision.events),
+    )
+
+
+def _decide(obs: Observed) -> Decision:
+    spec, limit_from = effective_run_policy(granted(obs.spec, obs.contributions), obs.contributions)
     owner = obs.owner
     stamp = rfc3339(obs.now)
     # A pod on a lost node is a failure without exit code (retryable, as an eviction is).
@@ -512,11 +582,18 @@ def decide(obs: Observed) -> Decision:
     held = [r for r in missing if (backoff_wait.get(r.role) or 0) > 0]
     # No new pod (not even a replacement) until every gate is open for this generation.
     pod_contributions = {concern: c.pod for concern, c in obs.contributions.items()}
+    grant = grant_of(obs.contributions)
     create = (
         []
         if waiting
-        else [pod_manifest(owner, spec, r, pod_contributions, obs.settings) for r in missing if r not in held]
+        else [
+            pin(pod, node) if (node := placed_node(grant, r.role, r.index)) else pod
+            for r in missing
+            if r not in held
+            for pod in [pod_manifest(owner, spec, r, pod_contributions, obs.settings)]
+        ]
     )
+
     surplus = [p.name for p in remaining if Replica(p.role, p.index) not in wanted]
     wanted_services = {r.name(owner.name) for r in desired}
     services = (
@@ -580,7 +657,12 @@ def decide(obs: Observed) -> Decision:
             (
                 "Normal",
                 "ScaledDown",
-                f"topology.workers is {spec.topology.workers}: deleting " + ", ".join(sorted(surplus)),
+                (
+                    f"the quota admits {spec.topology.workers} of {obs.spec.topology.workers} workers: deleting "
+                    if spec.topology.workers < obs.spec.topology.workers
+                    else f"topology.workers is {spec.topology.workers}: deleting "
+                )
+                + ", ".join(sorted(surplus)),
             )
         )
     lease_names = [r.name(owner.name) for r in desired]

@@ -5,19 +5,26 @@ checkpoint — and then the Trainer's own spec wins where the user set a field (
 Per-role ``podTemplateOverrides`` are applied last.
 """
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trainerop_common.api import GROUP, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.contracts import (
+    NODE_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    TRAINER_UID_LABEL,
+)
 
 from .topology import CONTRACTS, Replica, framework_env, operator_env, rendezvous
 
 NAME_LABEL = "trainer-name"  # the seed README selects pods with it
-TYPE_LABEL = f"{GROUP}/replica-type"
-INDEX_LABEL = f"{GROUP}/replica-index"
-UID_LABEL = f"{GROUP}/trainer-uid"
+TYPE_LABEL = REPLICA_TYPE_LABEL
+INDEX_LABEL = REPLICA_INDEX_LABEL
+UID_LABEL = TRAINER_UID_LABEL
 GENERATION_ANNOTATION = f"{GROUP}/generation"
 CONTRIBUTION_ORDER = ("profile", "quota", "checkpoint")
 
@@ -90,7 +97,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
             limits |= c.resources.limits or {}
         annotations |= c.annotations or {}
         extra_labels |= c.labels or {}
-        affinity = c.affinity or affinity
+        affinity = {**(affinity or {}), **c.affinity} if c.affinity else affinity  # by kind of affinity
         service_account = c.service_account_name or service_account
     return PodContribution.model_validate(
         {
@@ -150,6 +157,22 @@ def _merge_fields(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[
         else:
             out[key] = value
     return out
+
+
+def pin(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """Keep the pod to ``node`` (its place in the quota admission): the node's name is required
+    in every node-affinity term, which keep their own conditions (the scheduler still checks fit)."""
+    # The affinity may be shared with other pods' manifests (it comes from a contribution): copied.
+    pod["spec"]["affinity"] = copy.deepcopy(pod["spec"].get("affinity") or {})
+    affinity = pod["spec"]["affinity"].setdefault("nodeAffinity", {})
+    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    field = {"key": "metadata.name", "operator": "In", "values": [node]}
+    required["nodeSelectorTerms"] = [
+        {**term, "matchFields": [*(term.get("matchFields") or ()), field]}
+        for term in required.get("nodeSelectorTerms") or [{}]
+    ]
+    pod["metadata"]["annotations"][NODE_ANNOTATION] = node
+    return pod
 
 
 def _apply_override(pod: dict[str, Any], override: Mapping[str, Any]) -> None:

@@ -16,6 +16,18 @@ TRAINING_CONTAINER = {
 }
 
 
+# Labels on every pod of a run (the trainer sets them; the quota controller counts pods by them).
+REPLICA_TYPE_LABEL = "trainer.operator.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "trainer.operator.kubeflow.org/replica-index"
+TRAINER_UID_LABEL = "trainer.operator.kubeflow.org/trainer-uid"
+
+# The quota admission (status.quota.contribution.grant.id) a pod was created under; the trainer
+# replaces pods of an earlier admission (the run moved to other capacity or lost its admission).
+ADMISSION_ANNOTATION = "trainer.operator.kubeflow.org/admission"
+# The node the admission placed the pod's replica on (the pod is pinned to it by node affinity).
+NODE_ANNOTATION = "trainer.operator.kubeflow.org/node"
+
+
 def has_master(spec: TrainerSpec) -> bool:
     """pytorch and xgboost runs have a master, except elastic pytorch (rendezvous on worker 0)."""
     return spec.framework in ("pytorch", "xgboost") and not (spec.framework == "pytorch" and spec.topology.elastic)

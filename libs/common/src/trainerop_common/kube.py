@@ -197,8 +197,14 @@ class Kube:
         )
 
     async def list_nodes(self) -> list[dict[str, Any]]:
+        return await self._list_global(Node)
+
+    async def list_namespaces(self) -> list[dict[str, Any]]:
+        return await self._list_global(Namespace)
+
+    async def _list_global(self, res: Any) -> list[dict[str, Any]]:
         async def collect() -> list[dict[str, Any]]:
-            return [dict(o.to_dict()) for o in [x async for x in self._client.list(Node)]]
+            return [dict(o.to_dict()) for o in [x async for x in self._client.list(res)]]
 
         result: list[dict[str, Any]] = await self._call("list", collect())
         return result

@@ -1,8 +1,18 @@
-"""The ``QuotaPolicy`` kind (cluster-scoped): how much a set of namespaces may train with."""
+"""The ``QuotaPolicy`` kind (cluster-scoped): what the Trainers of a set of namespaces may use,
+on which capacity, in which order, at what price (docs/quota.md)."""
+
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import Conditions, K8sModel, ResourceList
+from .base import Conditions, K8sModel, ResourceList, cel
+
+CapacityType = Literal["spot", "on-demand"]
+Preference = Literal["SpotFirst", "OnDemandFirst", "SpotOnly", "OnDemandOnly"]
+
+# A price per unit and hour: a plain decimal so that no float rounding reaches the status.
+Price = Annotated[str, Field(pattern=r"^[0-9]{1,9}([.][0-9]{1,6})?$", max_length=16)]
+PriceList = Annotated[dict[str, Price], Field(json_schema_extra={"maxProperties": 16})]
 
 
 class NamespaceSelector(K8sModel):
@@ -11,25 +21,93 @@ class NamespaceSelector(K8sModel):
     match_labels: dict[str, str] | None = None
 
 
-class SpotPolicy(K8sModel):
-    """Whether Trainers may run on spot capacity and how the nodes are recognised."""
+class Budgets(K8sModel):
+    """What each selected namespace may use at once, per capacity type. A capacity type without a
+    budget is not used at all; a resource a budget does not name is not limited by it."""
 
-    enabled: bool = True
-    capacity_type_label: str = Field(default="trainer.operator.kubeflow.org/capacity-type", min_length=1)
-    max_fraction_percent: int = Field(default=100, ge=0, le=100, description="Share of workers allowed on spot.")
+    on_demand: ResourceList | None = Field(default=None, description="Guaranteed capacity (on-demand nodes).")
+    spot: ResourceList | None = Field(default=None, description="Burst capacity (spot nodes, may be reclaimed).")
+
+
+class Prices(K8sModel):
+    """Price per unit and hour by resource (cpu per core, memory and ephemeral-storage per GiB,
+    others such as nvidia.com/gpu per unit), for the cost estimate in status and metrics."""
+
+    on_demand: PriceList | None = None
+    spot: PriceList | None = None
+
+
+class PriorityClass(K8sModel):
+    """A name Trainers may give in spec.scheduling.priorityClassName: higher values are admitted first."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    value: int = Field(ge=-1_000_000, le=1_000_000)
+
+
+class ResourceAdjustment(K8sModel):
+    """Resources whose per-pod requests and limits the controller may lower to fit a run."""
+
+    resources: list[str] = Field(min_length=1, max_length=8, description="Such as cpu and memory.")
+    min_percent: int = Field(default=50, ge=10, le=100, description="Never below this share of what was asked.")
+
+
+class ReclaimPolicy(K8sModel):
+    """What happens when a spot node is reclaimed under a running Trainer."""
+
+    checkpoint_grace_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="A Trainer with checkpoints keeps its pods this long after a reclaim notice (a termination "
+        "taint) for a checkpoint to commit before it is moved; 0 moves at once.",
+    )
 
 
 class QuotaPolicySpec(K8sModel):
+    model_config = K8sModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "self.preference != 'SpotOnly' || has(self.budgets.spot)",
+                    "preference SpotOnly needs budgets.spot",
+                ),
+                cel(
+                    "self.preference != 'OnDemandOnly' || has(self.budgets.onDemand)",
+                    "preference OnDemandOnly needs budgets.onDemand",
+                ),
+            ]
+        }
+    }
+
     namespace_selector: NamespaceSelector | None = None
-    hard: ResourceList = Field(description="Total resources the selected namespaces' Trainers may request.")
-    spot: SpotPolicy = Field(default_factory=SpotPolicy, json_schema_extra={"default": {}})
+    budgets: Budgets = Field(description="Per selected namespace, per capacity type.")
+    preference: Preference = Field(
+        default="SpotFirst",
+        description="Capacity order for the Trainers of these namespaces (a Trainer may choose its own in "
+        "spec.scheduling.preference; budgets still apply).",
+    )
+    priority_classes: list[PriorityClass] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"], "maxItems": 32},
+    )
+    prices: Prices | None = None
+    adjustment: ResourceAdjustment | None = Field(
+        default=None, description="Unset: per-pod resources are never changed, only the worker count (elastic)."
+    )
+    reclaim: ReclaimPolicy = Field(default_factory=ReclaimPolicy, json_schema_extra={"default": {}})
+
+
+class Usage(K8sModel):
+    on_demand: ResourceList | None = None
+    spot: ResourceList | None = None
 
 
 class QuotaPolicyStatus(K8sModel):
-    """Written by the quota controller."""
+    """Written by the quota controller: totals over the namespaces the policy governs."""
 
-    used: ResourceList | None = None
     admitted_trainers: int = Field(default=0, ge=0)
+    pending_trainers: int = Field(default=0, ge=0)
+    used: Usage | None = Field(default=None, description="Reserved by admitted Trainers, summed over namespaces.")
     conditions: Conditions | None = None
 
 

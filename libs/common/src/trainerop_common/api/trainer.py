@@ -17,6 +17,7 @@ from .base import (
     RestartPolicy,
     cel,
 )
+from .quota import CapacityType, Preference
 
 Framework = Literal["pytorch", "tensorflow", "jax", "xgboost", "generic"]
 Phase = Literal["Pending", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended"]
@@ -151,6 +152,19 @@ class PodTemplateOverrides(K8sModel):
 NO_PARAMETER_SERVERS = ("pytorch", "jax", "xgboost")
 
 
+class Scheduling(K8sModel):
+    """How the run queues for quota (docs/quota.md)."""
+
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=63,
+        description="One of the covering QuotaPolicy's priorityClasses: higher is admitted first (unset: 0).",
+    )
+    preference: Preference | None = Field(
+        default=None, description="Capacity order for this run; unset: the QuotaPolicy's preference."
+    )
+
+
 class TrainerSpec(K8sModel):
     """What the user asks for."""
 
@@ -192,6 +206,7 @@ class TrainerSpec(K8sModel):
         },
     )
     run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
+    scheduling: Scheduling | None = None
 
 
 class ReplicaStatus(K8sModel):
@@ -248,10 +263,38 @@ class ProfileStatus(K8sModel):
     contribution: Contribution | None = None
 
 
+class CostStatus(K8sModel):
+    """Estimated cost of the admitted resources at the policy's prices, against all on-demand."""
+
+    per_hour: str = Field(description="At the admitted capacity type's prices.")
+    on_demand_per_hour: str = Field(description="The same resources at on-demand prices.")
+    savings_percent: int = Field(ge=0, le=100)
+    accrued: str = Field(description="Up to accruedAt; add perHour for each hour since.")
+    on_demand_accrued: str
+    accrued_at: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class RenegotiationStatus(K8sModel):
+    """A reclaim of spot capacity under the admitted run, and what the quota controller waits for."""
+
+    reason: str
+    message: str = ""
+    since: str = Field(json_schema_extra={"format": "date-time"})
+    nodes: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 64})
+    waiting_for_checkpoint: bool = False
+
+
 class QuotaStatus(K8sModel):
     """Written by the quota controller."""
 
     policy: str | None = None
+    capacity_type: CapacityType | None = Field(default=None, description="Where the run is admitted.")
+    workers: int | None = Field(default=None, ge=1, description="Workers admitted.")
+    priority: int | None = None
+    admitted_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    renegotiations: int = Field(default=0, ge=0, description="Times the admission was moved or shrunk.")
+    renegotiation: RenegotiationStatus | None = None
+    cost: CostStatus | None = None
     contribution: Contribution | None = None
 
 

@@ -1,0 +1,226 @@
+"""What the cluster has: nodes by capacity type, what pods use, what a Trainer's pods ask (pure).
+
+Capacity types come from well-known node labels; a node without one is on-demand. A node is
+lost when it is gone or NotReady for the grace period, and being reclaimed when it carries a
+termination taint (the notice spot providers give before they take a node back).
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from trainerop_common.api import GROUP, Grant
+from trainerop_common.api.base import PodContribution, ResourceRequirements, Toleration
+from trainerop_common.api.quota import CapacityType
+from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.contracts import TRAINING_CONTAINER, has_master
+from trainerop_common.quantity import parse_quantity
+
+Resources = dict[str, Decimal]
+Role = Literal["master", "worker", "ps"]
+ROLES: tuple[Role, ...] = ("master", "worker", "ps")
+
+OUR_CAPACITY_LABEL = f"{GROUP}/capacity-type"
+# label -> the value that means spot (any other value, or no label, is on-demand)
+SPOT_LABELS = {
+    "karpenter.sh/capacity-type": "spot",
+    "cloud.google.com/gke-spot": "true",
+    "eks.amazonaws.com/capacityType": "SPOT",
+    OUR_CAPACITY_LABEL: "spot",
+}
+# Taints that announce a node's end: the pods on it should save their work and move.
+RECLAIM_TAINTS = (
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+    "cloud.google.com/impending-node-termination",
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "ToBeDeletedByClusterAutoscaler",
+    "node.kubernetes.io/out-of-service",
+    f"{GROUP}/reclaim",
+)
+SPOT_TOLERATIONS = (
+    {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    {"key": "karpenter.sh/capacity-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+    {"key": OUR_CAPACITY_LABEL, "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+)
+
+
+def capacity_type(labels: Mapping[str, str]) -> CapacityType:
+    return "spot" if any(labels.get(k) == v for k, v in SPOT_LABELS.items()) else "on-demand"
+
+
+def placement(kind: CapacityType) -> PodContribution:
+    """Pod constraints that keep a run on nodes of one capacity type, whichever label marks them."""
+    if kind == "spot":
+        terms = [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]} for k, v in SPOT_LABELS.items()]
+        return PodContribution(
+            affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}},
+            tolerations=[Toleration.model_validate(t) for t in SPOT_TOLERATIONS],
+            labels={OUR_CAPACITY_LABEL: kind},
+        )
+    not_spot = [{"key": k, "operator": "NotIn", "values": [v]} for k, v in SPOT_LABELS.items()]
+    return PodContribution(
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": not_spot}]
+                }
+            }
+        },
+        labels={OUR_CAPACITY_LABEL: kind},
+    )
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    kind: CapacityType
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True  # Ready, not cordoned, no reclaim taint
+    lost: str | None = None  # why its pods are gone (deleted, NotReady past the grace period)
+    reclaimed: str | None = None  # why its pods will go (a termination taint)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """A pod that holds (or will hold) resources: not finished."""
+
+    node: str  # "" while unscheduled
+    requests: Resources
+    trainer_uid: str | None = None
+    role: str = ""
+    index: int = 0
+    admission: str | None = None  # the grant id it was created under
+    deleting: bool = False
+
+
+def _add(into: Resources, more: Mapping[str, Decimal], times: Decimal | int = 1) -> None:
+    for name, amount in more.items():
+        into[name] = into.get(name, Decimal(0)) + amount * times
+
+
+def total(parts: Iterable[tuple[Mapping[str, Decimal], int]]) -> Resources:
+    out: Resources = {}
+    for requests, count in parts:
+        _add(out, requests, count)
+    return out
+
+
+def container_requests(resources: Mapping[str, Any] | None) -> Resources:
+    """requests, with limits standing in where a request is missing (as the API server defaults)."""
+    resources = resources or {}
+    out = {name: parse_quantity(v) for name, v in (resources.get("limits") or {}).items()}
+    out.update({name: parse_quantity(v) for name, v in (resources.get("requests") or {}).items()})
+    return out
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Resources:
+    """What the scheduler counts for a pod: its containers' sum or its largest init container,
+    whichever is larger per resource, plus the pod overhead."""
+    spec = pod.get("spec") or {}
+    out: Resources = {}
+    for c in spec.get("containers") or ():
+        _add(out, container_requests(c.get("resources")))
+    for c in spec.get("initContainers") or ():
+        for name, amount in container_requests(c.get("resources")).items():
+            out[name] = max(out.get(name, Decimal(0)), amount)
+    _add(out, {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items()})
+    out["pods"] = Decimal(1)
+    return out
+
+
+def _as_dict(r: ResourceRequirements | None) -> dict[str, Any]:
+    return r.model_dump(exclude_none=True) if r is not None else {}
+
+
+def role_requests(
+    spec: TrainerSpec, role: Role, profile: PodContribution | None, grant: ResourceRequirements | None = None
+) -> Resources:
+    """One pod of ``role``: the training container as the trainer builds it (the profile's resources,
+    the Trainer's own over them, the grant over those, the role's override over all) plus the other
+    containers an override adds."""
+    merged: dict[str, dict[str, Any]] = {"requests": {}, "limits": {}}
+    for layer in (_as_dict(profile.resources if profile else None), _as_dict(spec.resources), _as_dict(grant)):
+        for part in ("requests", "limits"):
+            merged[part].update(layer.get(part) or {})
+    overrides = spec.pod_template_overrides
+    override = getattr(overrides, "parameter_server" if role == "ps" else role, None) if overrides else None
+    containers = ((override or {}).get("spec") or {}).get("containers") or []
+    main = TRAINING_CONTAINER[spec.framework]
+    out: Resources = {}
+    for c in containers:
+        if c.get("name") == main:
+            for part in ("requests", "limits"):
+                merged[part].update((c.get("resources") or {}).get(part) or {})
+        else:
+            _add(out, container_requests(c.get("resources")))
+    _add(out, container_requests(merged))
+    out["pods"] = Decimal(1)
+    return out
+
+
+def role_counts(spec: TrainerSpec, workers: int) -> dict[Role, int]:
+    return {"master": 1 if has_master(spec) else 0, "worker": workers, "ps": spec.topology.parameter_servers}
+
+
+def worker_bounds(spec: TrainerSpec) -> tuple[int, int]:
+    """The fewest and most workers the run may be admitted with."""
+    elastic = spec.topology.elastic
+    most = spec.topology.workers
+    return (min(elastic.min_workers, most) if elastic else most), most
+
+
+def adjusted(
+    spec: TrainerSpec, profile: PodContribution | None, names: Sequence[str], percent: int
+) -> ResourceRequirements | None:
+    """The Trainer's per-pod resources with ``names`` lowered to ``percent`` (None at 100%)."""
+    if percent >= 100:
+        return None
+    base: dict[str, dict[str, Any]] = {"requests": {}, "limits": {}}
+    for layer in (_as_dict(profile.resources if profile else None), _as_dict(spec.resources)):
+        for part in ("requests", "limits"):
+            base[part].update(layer.get(part) or {})
+    out: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+    for part in ("requests", "limits"):
+        for name in names:
+            if name in base[part]:
+                amount = parse_quantity(base[part][name]) * percent / 100
+                out[part][name] = quantity_text(amount)
+    if not out["requests"] and not out["limits"]:
+        return None
+    return ResourceRequirements.model_validate({k: v for k, v in out.items() if v})
+
+
+def quantity_text(amount: Decimal) -> str:
+    """A quantity string for ``amount``: whole units, else milli-units (rounded down)."""
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    return f"{int(amount * 1000)}m"
+
+
+def grant_of(grant: Grant | None) -> ResourceRequirements | None:
+    return grant.resources if grant is not None else None
+
+
+def node_usage(pods: Sequence[PodInfo]) -> dict[str, Resources]:
+    out: dict[str, Resources] = {}
+    for pod in pods:
+        if pod.node:
+            _add(out.setdefault(pod.node, {}), pod.requests)
+    return out
+
+
+def fits(free: Mapping[str, Decimal], want: Mapping[str, Decimal]) -> bool:
+    return all(free.get(name, Decimal(0)) >= amount for name, amount in want.items() if amount > 0)
+
+
+def subtract(free: Resources, used: Mapping[str, Decimal]) -> None:
+    _add(free, used, -1)
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

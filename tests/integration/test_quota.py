@@ -1,0 +1,238 @@
+"""The quota controller on kwok nodes: spot-first admission, fallback, waiting, renegotiation when a
+spot node goes, and no over-commitment with 50 Trainers created at once (docs/quota.md)."""
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hack import cluster as cluster_tool
+
+from tests.harness import REPO, Cluster, condition, eventually
+
+GPU = "nvidia.com/gpu"
+LABEL = "trainer.operator.kubeflow.org/capacity-type"
+ADMISSION = "trainer.operator.kubeflow.org/admission"
+
+
+def run(name: str, workers: int = 1, gpus: int = 8, domain: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A Trainer of ``workers`` pods with ``gpus`` each, pinned to one NVLink domain if given
+    (each domain has one spot and one on-demand node: kwok-gpu-2k and kwok-gpu-2k+1)."""
+    body: dict[str, Any] = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "metadata": {"name": name},
+        "spec": {
+            "epochs": 1,
+            "image": "busybox",
+            "resources": {"limits": {GPU: gpus}},
+            "topology": {"workers": workers},
+            **spec,
+        },
+    }
+    if domain:
+        selector = {"nodeSelector": {f"{cluster_tool.LABEL_PREFIX}/nvlink-domain": domain}}
+        body["spec"]["podTemplateOverrides"] = {"worker": {"spec": selector}}
+    return body
+
+
+@pytest.fixture
+def policy(cluster: Cluster, namespace: str) -> Iterator[Any]:
+    """Apply a QuotaPolicy that covers only this test's namespace; removed afterwards."""
+    name = f"quota-{namespace}"
+
+    def apply(**spec: Any) -> str:
+        cluster.apply(
+            {
+                "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+                "kind": "QuotaPolicy",
+                "metadata": {"name": name},
+                "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, **spec},
+            }
+        )
+        return name
+
+    yield apply
+    cluster.kubectl("delete", "quotapolicy", name, "--ignore-not-found")
+
+
+def quota(cluster: Cluster, namespace: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    obj = cluster.get("trainer", name, namespace)
+    return (obj.get("status") or {}).get("quota") or {}, condition(obj, "QuotaAdmitted") or {}
+
+
+def admitted_on(cluster: Cluster, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    q, cond = quota(cluster, namespace, name)
+    return q if cond.get("status") == "True" and q.get("capacityType") == kind else None
+
+
+def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "pods", "-n", namespace, "-l", f"trainer-name={name}", "-o", "json")
+    return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def node_kinds(cluster: Cluster) -> dict[str, str]:
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json"))["items"]
+    return {n["metadata"]["name"]: n["metadata"].get("labels", {}).get(LABEL, "on-demand") for n in nodes}
+
+
+def placed_on(cluster: Cluster, namespace: str, name: str, kind: str, count: int) -> list[dict[str, Any]] | None:
+    """The run's pods when ``count`` of them are scheduled, all on ``kind`` nodes."""
+    pods = [p for p in pods_of(cluster, namespace, name) if p["spec"].get("nodeName")]
+    kinds = node_kinds(cluster)
+    if len(pods) == count and all(kinds.get(p["spec"]["nodeName"]) == kind for p in pods):
+        return pods
+    return None
+
+
+def events(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+    return items
+
+
+def test_spot_first_then_on_demand_then_waiting(cluster: Cluster, namespace: str, policy: Any) -> None:
+    policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="SpotFirst")
+    cluster.apply(run("first", domain="nvl-1"), namespace)
+    q = eventually(lambda: admitted_on(cluster, namespace, "first", "spot"), what="admission on spot")
+    assert q["contribution"]["grant"] == {"id": "spot-0", "workers": 1, "placement": {"worker": ["kwok-gpu-3"]}}
+    (pod,) = eventually(lambda: placed_on(cluster, namespace, "first", "spot", 1), what="the pod on a spot node")
+    assert pod["spec"]["nodeName"] == "kwok-gpu-3"
+    assert pod["metadata"]["annotations"][ADMISSION] == "spot-0"
+    assert pod["metadata"]["annotations"]["trainer.operator.kubeflow.org/node"] == "kwok-gpu-3"
+
+    # The domain's spot node is full: the next run falls back to its on-demand node.
+    cluster.apply(run("second", domain="nvl-1"), namespace)
+    eventually(lambda: admitted_on(cluster, namespace, "second", "on-demand"), what="fallback to on-demand")
+    eventually(lambda: placed_on(cluster, namespace, "second", "on-demand", 1), what="the pod on on-demand")
+    assert any(
+        e["reason"] == "Admitted" and "(spot has no room for it)" in e["message"] for e in events(cluster, namespace)
+    )
+
+    # Neither fits: the third waits with no pod at all.
+    cluster.apply(run("third", domain="nvl-1"), namespace)
+    cond = eventually(
+        lambda: (c := quota(cluster, namespace, "third")[1]).get("reason") == "WaitingForCapacity" and c,
+        what="the third run to wait",
+    )
+    assert cond["status"] == "False"
+    assert "spot: not enough free nodes; on-demand: not enough free nodes" in cond["message"]
+    created = condition(cluster.get("trainer", "third", namespace), "Created")
+    assert created["reason"] == "WaitingForGates"
+    assert pods_of(cluster, namespace, "third") == []
+
+    # The first run ends: the waiting one takes its spot capacity.
+    cluster.kubectl("delete", "trainer", "first", "-n", namespace)
+    eventually(lambda: admitted_on(cluster, namespace, "third", "spot"), what="the waiting run admitted on spot")
+    eventually(lambda: placed_on(cluster, namespace, "third", "spot", 1), what="its pod on spot")
+    status = cluster.get("quotapolicy", f"quota-{namespace}")["status"]
+    assert (status["admittedTrainers"], status["pendingTrainers"]) == (2, 0)
+    assert status["used"] == {"onDemand": {GPU: "8", "pods": "1"}, "spot": {GPU: "8", "pods": "1"}}
+
+
+def test_a_deleted_spot_node_moves_the_run_to_on_demand(cluster: Cluster, namespace: str, policy: Any) -> None:
+    prices = {"onDemand": {GPU: "3.00"}, "spot": {GPU: "1.00"}}
+    policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, prices=prices)
+    cluster.apply(run("moving", domain="nvl-2"), namespace)
+    q = eventually(lambda: admitted_on(cluster, namespace, "moving", "spot"), what="admission on spot")
+    assert (q["cost"]["perHour"], q["cost"]["onDemandPerHour"], q["cost"]["savingsPercent"]) == ("8.00", "24.00", 67)
+    (pod,) = eventually(lambda: placed_on(cluster, namespace, "moving", "spot", 1), what="the pod on spot")
+    node = pod["spec"]["nodeName"]
+    assert node == "kwok-gpu-5"
+    before = cluster.metric("quota", "quota_renegotiation_seconds_count", {})
+    try:
+        cluster.kubectl("delete", "node", node, "--wait=false")  # the spot node is reclaimed
+        q = eventually(lambda: admitted_on(cluster, namespace, "moving", "on-demand"), what="the move to on-demand")
+        cond = quota(cluster, namespace, "moving")[1]
+        assert cond["reason"] == "Renegotiated"
+        assert f"node {node} no longer exists" in cond["message"]
+        assert q["renegotiations"] == 1
+        assert q["contribution"]["grant"]["id"] == "on-demand-1"
+        assert q["cost"]["perHour"] == "24.00"
+        (moved,) = eventually(lambda: placed_on(cluster, namespace, "moving", "on-demand", 1), what="the new pod")
+        assert moved["metadata"]["annotations"][ADMISSION] == "on-demand-1"
+        assert moved["spec"]["nodeName"] == "kwok-gpu-4"
+        assert any(e["reason"] == "Renegotiated" for e in events(cluster, namespace))
+        assert cluster.metric("quota", "quota_renegotiation_seconds_count", {}) == before + 1
+    finally:
+        (spec,) = [n for n in cluster_tool.fake_nodes(cluster_tool.FAKE_NODES) if n["metadata"]["name"] == node]
+        eventually(lambda: node not in cluster.names("nodes"), what="the node to be gone")
+        cluster.apply(spec)
+        cluster.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=60s")
+
+
+def test_fifty_trainers_at_once_never_over_commit(cluster: Cluster, namespace: str, policy: Any) -> None:
+    """Spot capacity (8 nodes x 8 GPUs) and the on-demand budget (32 GPUs) bind; every observation
+    over the whole run checks both, and each node's GPUs; runs are deleted as they are admitted
+    until every one of the 50 has been admitted once."""
+    spot_budget, on_demand_budget = 1000, 32
+    policy(budgets={"spot": {GPU: spot_budget}, "onDemand": {GPU: on_demand_budget}})
+    shapes = [(1, 8), (2, 4), (1, 4), (2, 8)]
+    runs = {f"r{i:02d}": shapes[i % len(shapes)] for i in range(50)}
+    manifest = {"apiVersion": "v1", "kind": "List", "items": [run(n, w, g) for n, (w, g) in runs.items()]}
+    cluster.apply(manifest, namespace)
+    kinds = node_kinds(cluster)
+    spot_capacity = 8 * sum(k == "spot" for k in kinds.values())
+    ever: set[str] = set()
+    observations = 0
+
+    def observe() -> set[str]:
+        nonlocal observations
+        trainers = json.loads(cluster.kubectl("get", "trainers", "-n", namespace, "-o", "json"))["items"]
+        used = {"spot": 0, "on-demand": 0}
+        now_admitted = set()
+        for t in trainers:
+            q = (t.get("status") or {}).get("quota") or {}
+            grant = (q.get("contribution") or {}).get("grant")
+            if not grant or t["metadata"].get("deletionTimestamp"):
+                continue
+            workers, gpus = runs[t["metadata"]["name"]]
+            assert grant["workers"] == workers  # never a partial gang
+            used[q["capacityType"]] += workers * gpus
+            now_admitted.add(t["metadata"]["name"])
+        assert used["on-demand"] <= on_demand_budget, used
+        assert used["spot"] <= spot_capacity, used
+        pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+        per_node: dict[str, int] = {}
+        for p in pods:
+            if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed"):
+                gpus_ = sum(
+                    int((c.get("resources", {}).get("limits") or {}).get(GPU, 0)) for c in p["spec"]["containers"]
+                )
+                per_node[p["spec"]["nodeName"]] = per_node.get(p["spec"]["nodeName"], 0) + gpus_
+        assert all(v <= 8 for v in per_node.values()), per_node
+        observations += 1
+        return now_admitted
+
+    deadline = time.monotonic() + 600
+    while ever != set(runs):
+        assert time.monotonic() < deadline, f"only {len(ever)} of 50 runs were ever admitted"
+        admitted = observe()
+        new = admitted - ever
+        ever |= admitted
+        if new:
+            # Let this wave settle a moment (more admissions may follow); every admitted gang gets
+            # all its pods onto nodes (no partial start); then free its capacity.
+            time.sleep(2)
+            admitted = observe()
+            ever |= admitted
+
+            def all_placed(admitted: set[str] = admitted) -> bool:
+                pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
+                on_nodes: dict[str, int] = {}
+                for p in pods:
+                    if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp"):
+                        on_nodes[p["metadata"]["labels"]["trainer-name"]] = (
+                            on_nodes.get(p["metadata"]["labels"]["trainer-name"], 0) + 1
+                        )
+                return all(on_nodes.get(name, 0) == runs[name][0] for name in admitted)
+
+            eventually(all_placed, timeout=120, what="every admitted run's pods on nodes")
+            cluster.kubectl("delete", "trainer", "-n", namespace, "--wait=false", *sorted(admitted))
+        time.sleep(0.5)
+    assert observations >= 10
+
+
+def test_the_quota_examples_are_accepted_by_the_api_server(cluster: Cluster, namespace: str) -> None:
+    for path in sorted((REPO / "examples" / "quota").glob("*.yaml")):
+        cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
