@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from hack import cluster as cluster_tool
+from hack import localdev
 
 from tests.harness import REPO, Cluster, condition, eventually
 
@@ -236,3 +237,24 @@ def test_fifty_trainers_at_once_never_over_commit(cluster: Cluster, namespace: s
 def test_the_quota_examples_are_accepted_by_the_api_server(cluster: Cluster, namespace: str) -> None:
     for path in sorted((REPO / "examples" / "quota").glob("*.yaml")):
         cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+
+
+def test_a_restarted_quota_controller_keeps_every_admission(cluster: Cluster, namespace: str, policy: Any) -> None:
+    """Nothing is kept outside the Trainers' status: after a restart the controller reads every
+    Trainer before it plans, so the budget an admitted run holds is never given away twice."""
+    policy(budgets={"spot": {GPU: 8}}, preference="SpotOnly")
+    cluster.apply(run("holder"), namespace)
+    eventually(lambda: admitted_on(cluster, namespace, "holder", "spot"), what="the first run admitted")
+    cluster_tool.stop_processes(localdev.state_dir(), ["controller-quota"])
+    try:
+        cluster.apply(run("newcomer"), namespace)
+    finally:
+        localdev.start()  # only what is not running: the quota controller
+    cond = eventually(
+        lambda: (c := quota(cluster, namespace, "newcomer")[1]).get("reason") == "WaitingForCapacity" and c,
+        what="the newcomer to wait after the restart",
+    )
+    assert "spot: the namespace's budget is in use" in cond["message"]
+    assert admitted_on(cluster, namespace, "holder", "spot") is not None
+    cluster.kubectl("delete", "trainer", "holder", "-n", namespace)
+    eventually(lambda: admitted_on(cluster, namespace, "newcomer", "spot"), what="the newcomer admitted")

@@ -590,3 +590,69 @@ def test_a_shrink_that_loses_replica_0_gives_it_the_place_of_the_removed_one() -
     grant = QuotaStatus.model_validate(v.quota).contribution.grant  # type: ignore[union-attr]
     assert grant is not None
     assert (grant.id, grant.workers, grant.placement) == ("spot-0", 1, {"worker": ["s2"]})
+
+
+def _grant(v: Verdict) -> Any:
+    q = QuotaStatus.model_validate(v.quota)
+    assert q.contribution is not None
+    assert q.contribution.grant is not None
+    return q.contribution.grant
+
+
+def test_a_growing_run_never_takes_the_node_of_a_newer_one() -> None:
+    only_spot = [policy(preference="SpotOnly")]
+    e = trainer("e", spec(workers=1))
+    first = plan(world([e], [node("s1"), node("s2")], policies=only_spot)).verdicts[e.uid]
+    e_pods = running(e, first)
+    e = feed_back(e, first)
+    f = trainer("f", spec(workers=1), age=5)
+    both = plan(world([e, f], [node("s1"), node("s2")], e_pods, policies=only_spot))
+    f = feed_back(f, both.verdicts[f.uid])  # admitted, its pod not on its node yet
+    f_node = _grant(both.verdicts[f.uid]).placement["worker"][0]
+    bigger = TrainerInfo(**{**e.__dict__, "spec": spec(workers=2), "generation": 2})
+    after = plan(world([bigger, f], [node("s1"), node("s2")], e_pods, policies=only_spot))
+    assert after.verdicts[e.uid].condition.reason == "WaitingForCapacity"
+    assert _grant(after.verdicts[e.uid]).workers == 1
+    assert _grant(after.verdicts[f.uid]).placement == {"worker": [f_node]}
+
+
+def test_a_replica_that_succeeded_needs_no_place_when_its_node_goes() -> None:
+    t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
+    done = [PodInfo(**{**pods[1].__dict__, "succeeded": True}), pods[0]]
+    node_of_done = pods[1].node
+    after = [n for n in SPOT2_OD2 if n.name != node_of_done]
+    v = plan(world([t], after, done)).verdicts[t.uid]
+    assert v.condition.reason == "Admitted"
+    assert admitted(v) == ("spot", 2, "spot-0")
+
+
+def test_an_elastic_run_is_not_shrunk_when_a_foreign_pod_takes_a_replicas_node() -> None:
+    only_spot = [policy(preference="SpotOnly")]
+    t = trainer("a", spec(workers=2, elastic=(1, 2)))
+    v = plan(world([t], [node("s1"), node("s2")], policies=only_spot)).verdicts[t.uid]
+    pods = running(t, v)
+    t = feed_back(t, v)
+    # worker-0 was replaced and waits; a foreign pod took its node meanwhile
+    foreign = PodInfo(node=pods[0].node, requests={GPU: Decimal(8)})
+    waiting = PodInfo(**{**pods[0].__dict__, "node": ""})
+    again = plan(world([t], [node("s1"), node("s2")], [waiting, pods[1], foreign], policies=only_spot))
+    assert _grant(again.verdicts[t.uid]).workers == 2
+    assert again.verdicts[t.uid].condition.reason == "Admitted"
+
+
+def test_pods_being_deleted_keep_their_replicas_places() -> None:
+    t, pods = _admit_on_spot(trainer("a"), [*SPOT2_OD2, node("s3"), node("s4")])
+    deleting = [PodInfo(**{**p.__dict__, "deleting": True}) for p in pods]
+    v = plan(world([t], [*SPOT2_OD2, node("s3"), node("s4")], deleting)).verdicts[t.uid]
+    assert _grant(v).placement == t.grant.placement  # type: ignore[union-attr]
+    waiting = trainer("b", age=9)
+    both = plan(world([t, waiting], [*SPOT2_OD2, node("s3"), node("s4")], deleting))
+    assert admitted(both.verdicts[waiting.uid]) == ("spot", 2, "spot-0")
+
+
+def test_a_run_whose_policy_went_keeps_its_grant_without_placement() -> None:
+    t, _ = _admit_on_spot(trainer("a"), SPOT2_OD2)
+    v = plan(world([t], SPOT2_OD2, policies=[])).verdicts[t.uid]
+    assert v.condition.reason == "NoQuotaPolicy"
+    grant = _grant(v)
+    assert (grant.id, grant.workers, grant.placement) == ("spot-0", 2, None)

@@ -96,6 +96,7 @@ class PodInfo:
     index: int = 0
     admission: str | None = None  # the grant id it was created under
     deleting: bool = False
+    succeeded: bool = False  # its replica is done: it holds no resources and needs no place
 
 
 def _add(into: Resources, more: Mapping[str, Decimal], times: Decimal | int = 1) -> None:
@@ -209,7 +210,7 @@ def grant_of(grant: Grant | None) -> ResourceRequirements | None:
 def node_usage(pods: Sequence[PodInfo]) -> dict[str, Resources]:
     out: dict[str, Resources] = {}
     for pod in pods:
-        if pod.node:
+        if pod.node and not pod.succeeded:
             _add(out.setdefault(pod.node, {}), pod.requests)
     return out
 

@@ -9,10 +9,11 @@ restart everything is read back from the Trainers' status (nothing else is kept)
 """
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -21,7 +22,7 @@ from lightkube import ApiError
 from prometheus_client import Gauge, Histogram
 from pydantic import ValidationError
 
-from trainerop_common.api import GROUP, VERSION, QuotaPolicy, Trainer, kind_info
+from trainerop_common.api import QuotaPolicy, Trainer, kind_info
 from trainerop_common.api.trainer import QuotaStatus, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
@@ -35,9 +36,10 @@ from trainerop_common.contracts import (
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
+from trainerop_common.tracing import record_span
 
 from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, parse_time, pod_requests, quantity_text
-from .decide import CONDITION, OWNED_FIELDS, Plan, PolicyInfo, TrainerInfo, World, plan
+from .decide import CONDITION, OWNED_FIELDS, Plan, PolicyInfo, TrainerInfo, Verdict, World, plan
 
 ADMITTED = Gauge("quota_admitted_trainers", "Trainers holding a quota admission, by capacity type.", ["capacity_type"])
 PENDING = Gauge("quota_pending_trainers", "Trainers under a QuotaPolicy waiting for an admission.")
@@ -59,6 +61,7 @@ COST_PER_HOUR = Gauge(
 )
 POLICY_FIELDS = ("admittedTrainers", "pendingTrainers", "used")
 RETRY_SECONDS = 5.0
+MAX_RETRY_SECONDS = 300.0
 log = logging.getLogger("trainerop.quota")
 
 
@@ -96,8 +99,9 @@ def parse_quantity_or_zero(value: Any) -> Decimal:
 
 
 def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
-    """A pod that holds resources (not finished), else None."""
-    if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    """A pod that holds resources, or one that succeeded (its replica is done); None for a failed one."""
+    phase = (body.get("status") or {}).get("phase")
+    if phase == "Failed":
         return None
     meta = body["metadata"]
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
@@ -109,15 +113,77 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
         index=int(index) if (index := str(labels.get(REPLICA_INDEX_LABEL, "0"))).isdigit() else 0,
         admission=annotations.get(ADMISSION_ANNOTATION),
         deleting=bool(meta.get("deletionTimestamp")),
+        succeeded=phase == "Succeeded",
     )
 
 
-def pod_fingerprint(body: Mapping[str, Any]) -> tuple[str, bool, bool]:
-    """What of a pod matters to admission: where it runs, whether it holds resources, whether it goes."""
-    return (
-        (body.get("spec") or {}).get("nodeName") or "",
-        (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
-        bool(body.get("metadata", {}).get("deletionTimestamp")),
+def record_renegotiation(body: Mapping[str, Any], verdict: Verdict, now: datetime) -> None:
+    """The span ``quota.renegotiation``: from the reclaim notice (or the loss) to this decision."""
+    seconds = verdict.renegotiation_seconds or 0.0
+    quota = verdict.quota
+    record_span(
+        "quota.renegotiation",
+        now - timedelta(seconds=seconds),
+        now,
+        {
+            "k8s.namespace.name": body["metadata"]["namespace"],
+            "trainer.name": body["metadata"]["name"],
+            "quota.outcome": verdict.condition.reason,
+            "quota.capacity_type": str(quota.get("capacityType") or ""),
+            "quota.workers": int(quota.get("workers") or 0),
+        },
+    )
+
+
+def pod_fingerprint(body: Mapping[str, Any]) -> str:
+    """What of a pod matters to admission: where it runs, whether it finished, whether it goes."""
+    return json.dumps(
+        [
+            (body.get("spec") or {}).get("nodeName") or "",
+            (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+            (body.get("status") or {}).get("phase") == "Succeeded",
+            bool(body.get("metadata", {}).get("deletionTimestamp")),
+        ]
+    )
+
+
+def node_fingerprint(body: Mapping[str, Any]) -> str:
+    """Labels, allocatable, readiness (not heartbeats), cordon and taints."""
+    status, spec = body.get("status") or {}, body.get("spec") or {}
+    ready = [
+        (c.get("status"), c.get("lastTransitionTime"))
+        for c in status.get("conditions") or ()
+        if c.get("type") == "Ready"
+    ]
+    return json.dumps(
+        [
+            body["metadata"].get("labels"),
+            status.get("allocatable"),
+            ready,
+            spec.get("unschedulable"),
+            spec.get("taints"),
+        ],
+        sort_keys=True,
+    )
+
+
+def trainer_fingerprint(body: Mapping[str, Any]) -> str:
+    """The fields of a Trainer a plan reads (not its progress or the other controllers' sections)."""
+    meta, status = body["metadata"], body.get("status") or {}
+    admitted = [c for c in status.get("conditions") or () if c.get("type") == CONDITION]
+    return json.dumps(
+        [
+            meta.get("generation"),
+            meta.get("deletionTimestamp"),
+            meta.get("namespace"),
+            status.get("phase"),
+            (status.get("progress") or {}).get("completionTime"),
+            status.get("quota"),
+            [(c.get("status"), c.get("reason"), c.get("observedGeneration")) for c in admitted],
+            (status.get("profile") or {}).get("contribution"),
+            (status.get("checkpoint") or {}).get("lastCommitTime"),
+        ],
+        sort_keys=True,
     )
 
 
@@ -155,36 +221,46 @@ class QuotaController:
         self.nodes = ObjectCache(kube.list_nodes, "", "v1", "nodes")
         self.pods = ObjectCache(lambda: kube.list_core("Pod", ""), "", "v1", "pods")
         self.namespaces = ObjectCache(kube.list_namespaces, "", "v1", "namespaces")
+        # Listed in full before the first plan: a plan that missed an admitted Trainer would give
+        # its capacity away.
+        self.trainers = ObjectCache.for_kind(kube, "Trainer")
         self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, (CONDITION,))
         self.policy_writer = StatusWriter(kube, kind_info("QuotaPolicy"), self.name, POLICY_FIELDS, ())
         self.lock = asyncio.Lock()
         # uid -> (quota section, condition) this process last wrote: what the Trainer says once
         # the watch catches up
         self.written: dict[str, tuple[dict[str, Any], Desired, int]] = {}
-        self._pods_seen: dict[Key, tuple[str, bool, bool]] = {}
         self._dirty = False  # something changed since the last plan started
         self._queued = False  # a plan is spawned and has not started yet
         self._timer: asyncio.TimerHandle | None = None
+        self._seen: dict[str, str] = {}  # uid -> fingerprint of what the plan reads of it
+        self._failures = 0
+        self._last_plan = 0.0
+        self._last_info: dict[str, TrainerInfo] = {}  # uid -> last valid view (kept if one turns invalid)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
+        # A plan reads only some fields of each object: events that change none of them (node
+        # heartbeats, pod status updates, Trainer progress) do not make it plan again.
         self.policies.register(registry, lambda *_: self.poke())
-        self.nodes.register(registry, lambda *_: self.poke())
         self.namespaces.register(registry, lambda *_: self.poke())
-        self.pods.register(registry, self._pod_changed)
+        self.nodes.register(registry, self._on_change(node_fingerprint))
+        self.pods.register(registry, self._on_change(pod_fingerprint))
+        self.trainers.register(registry, self._on_change(trainer_fingerprint))
 
-        @kopf.on.event(GROUP, VERSION, "trainers", registry=registry)
-        async def trainer_gone(event: Mapping[str, Any], **_: Any) -> None:
-            if event.get("type") == "DELETED":
-                self.poke()  # what it held is free for the runs that wait
+    def _on_change(
+        self, fingerprint: Callable[[Mapping[str, Any]], str]
+    ) -> Callable[[Key, dict[str, Any], bool], None]:
+        def changed(key: Key, body: dict[str, Any], deleted: bool) -> None:
+            uid = str(body.get("metadata", {}).get("uid", key))
+            seen = None if deleted else fingerprint(body)
+            if self._seen.get(uid) != seen:
+                if seen is None:
+                    self._seen.pop(uid, None)
+                else:
+                    self._seen[uid] = seen
+                self.poke()
 
-    def _pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
-        seen = None if deleted else pod_fingerprint(body)
-        if self._pods_seen.get(key) != seen:
-            if seen is None:
-                self._pods_seen.pop(key, None)
-            else:
-                self._pods_seen[key] = seen
-            self.poke()
+        return changed
 
     def poke(self, after: float = 0) -> None:
         """Plan again: soon (one plan for every poke until it starts), or in ``after`` seconds."""
@@ -209,16 +285,18 @@ class QuotaController:
     async def _plan_in_background(self) -> None:
         try:
             await self.plan_once()
+            self._failures = 0
         except Exception:
-            log.exception("planning failed; planning again in %.0fs", RETRY_SECONDS)
-            self._dirty = True
-            self.poke(after=RETRY_SECONDS)
+            delay = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2**self._failures)
+            self._failures += 1
+            log.exception("planning failed; planning again in %.0fs", delay)
+            self.poke(after=delay)
 
     async def reconcile(self, body: Body) -> None:
-        """A Trainer event (or a resync): plan for everything, unless a plan that started after
-        this event was seen has done it already."""
-        self._dirty = True
-        await self.plan_once()
+        """The runtime's per-Trainer reconcile (its watch and resync): Trainer changes reach the
+        plan through the fingerprinted watch above; a resync plans once for all."""
+        if time.monotonic() - self._last_plan >= self.rt.config.resync_seconds:
+            self.poke()
 
     async def plan_once(self) -> None:
         async with self.lock:
@@ -226,6 +304,7 @@ class QuotaController:
             if not self._dirty:
                 return
             self._dirty = False
+            self._last_plan = time.monotonic()
             await self.sync()
 
     async def world(self) -> tuple[World, list[Body], float | None]:
@@ -247,7 +326,7 @@ class QuotaController:
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         bodies: list[Body] = []
         trainers: list[TrainerInfo] = []
-        for body in list(self.rt.trainers.values()):
+        for body in await self.trainers.values():
             uid = body["metadata"]["uid"]
             mine = self.written.get(uid)
             stale = mine is not None and self.writer.is_stale(body)
@@ -267,8 +346,12 @@ class QuotaController:
             try:
                 info = trainer_info(body, QuotaStatus.model_validate(mine[0]) if stale and mine else None, conditions)
             except ValidationError as err:
-                log.warning("skipping %s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], err)
+                # Its last valid view keeps holding what it held (no decision is written for it).
+                log.warning("%s/%s does not parse: %s", body["metadata"]["namespace"], body["metadata"]["name"], err)
+                if uid in self._last_info:
+                    trainers.append(self._last_info[uid])
                 continue
+            self._last_info[uid] = info
             bodies.append(body)
             trainers.append(info)
         return World(now, trainers, policies, labels, nodes, pods), bodies, min(waits, default=None)
@@ -302,8 +385,10 @@ class QuotaController:
                 self.rt.event(body, type_, reason, message)
             if verdict.renegotiation_seconds is not None:
                 RENEGOTIATION_SECONDS.observe(verdict.renegotiation_seconds)
-        live = {b["metadata"]["uid"] for b in self.rt.trainers.values()}
+                record_renegotiation(body, verdict, world.now)
+        live = {b["metadata"]["uid"] for b in await self.trainers.values()}
         self.written = {uid: w for uid, w in self.written.items() if uid in live}
+        self._last_info = {uid: i for uid, i in self._last_info.items() if uid in live}
         await self.write_policies(result, stamp)
         self.export(world, result)
         if requeue:

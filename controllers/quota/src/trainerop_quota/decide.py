@@ -17,7 +17,7 @@ leave; an admitted run's pods that are not yet on a node are placed first.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -213,7 +213,7 @@ class Ledger:
         free = {name: dict(f) for name, f in self.free.items()}
         for node, requests in released:
             if node in free:
-                subtract(free[node], {k: -v for k, v in requests.items()})
+                subtract(free[node], {k: -v for k, v in requests.items()})  # given back
         left: list[Resources] = []
         where: dict[Slot, str] = {}
         biggest_first = sorted(wants, key=lambda w: w[0])
@@ -246,6 +246,20 @@ class Ledger:
             self.debt[kind] = debt
         return ok, where
 
+    def take(self, node: str, kind: CapacityType, requests: Resources, selector: Mapping[str, str]) -> bool:
+        """Reserve room for one pod on ``node`` if it is a usable node of ``kind`` and has it."""
+        n = self.nodes.get(node)
+        if n is None or n.kind != kind or not n.schedulable or not fits(self.free[node], requests):
+            return False
+        if any(n.labels.get(k) != v for k, v in selector.items()):
+            return False
+        subtract(self.free[node], requests)
+        return True
+
+    def credit(self, node: str, requests: Resources) -> None:
+        if node in self.free:
+            subtract(self.free[node], {k: -v for k, v in requests.items()})
+
     def within_budget(self, policy: PolicyInfo, namespace: str, kind: CapacityType, want: Resources) -> bool:
         limits = budget(policy, kind)
         spent = self.spent.get((namespace, kind), {})
@@ -275,6 +289,19 @@ class Shape:
     def wants(self, bound: Mapping[Slot, str], hints: Mapping[Slot, str]) -> list[Want]:
         """The replicas without a pod on a node yet."""
         return [(s, self.requests[s[0]], self.selectors[s[0]], hints.get(s)) for s in self.slots() if s not in bound]
+
+
+@dataclass
+class Held:
+    """What an admitted run holds during a plan (pass 1), and what pass 2 changes."""
+
+    option: Option
+    shape: Shape
+    bound: dict[Slot, str]  # replicas with a pod on a healthy node
+    hints: dict[Slot, str]  # the admitted placement
+    placed: dict[Slot, str]  # where each replica is or will be
+    missing: list[Slot] = field(default_factory=list)  # replicas without a place now
+    credits: list[tuple[str, Resources]] = field(default_factory=list)  # taken from the ledger for them
 
 
 def shape(t: TrainerInfo, workers: int, resources: ResourceRequirements | None) -> Shape:
@@ -356,30 +383,49 @@ class Planner:
 
     def bound(self, t: TrainerInfo, admission: str | None, kind: CapacityType | None = None) -> dict[Slot, str]:
         """Replicas of the run with a pod on a healthy node (of ``kind``), created under
-        ``admission`` or before any: they keep their place."""
+        ``admission`` or before any: they keep their place. A pod being deleted keeps it for its
+        replacement (it still holds the node until it is gone); a replica whose pod succeeded
+        needs no place ("")."""
         out: dict[Slot, str] = {}
-        for pod in self.pods.get(t.uid, ()):
+        ordered = sorted(self.pods.get(t.uid, ()), key=lambda p: (not p.succeeded, not p.deleting))
+        for pod in ordered:  # the live pod of a replica decides, then one being deleted, then a finished one
+            if pod.role not in ROLES or pod.admission not in (admission, None):
+                continue
+            slot: Slot = (pod.role, pod.index)
+            if pod.succeeded:
+                out[slot] = ""
+                continue
             self.requests[(t.uid, pod.role, pod.index)] = pod.requests
             node = self.nodes.get(pod.node)
             if (
                 node is not None
-                and not pod.deleting
-                and pod.admission in (admission, None)
                 and pod.node not in self.lost
                 and pod.node not in self.reclaimed
-                and pod.role in ("master", "worker", "ps")
                 and (kind is None or node.kind == kind)
             ):
-                out[(pod.role, pod.index)] = pod.node  # type: ignore[index]
+                out[slot] = pod.node
         return out
+
+    def alive(self, t: TrainerInfo, slot: Slot) -> bool:
+        """Whether the replica has an unfinished pod on a node that still exists."""
+        return any(
+            (p.role, p.index) == slot
+            and not p.deleting
+            and not p.succeeded
+            and p.node in self.nodes
+            and p.node not in self.lost
+            for p in self.pods.get(t.uid, ())
+        )
 
     def endangered(self, t: TrainerInfo) -> tuple[list[str], list[str]]:
         """Nodes under the run's live pods that are lost, and that are being reclaimed."""
         lost, reclaimed = set(), set()
         for pod in self.pods.get(t.uid, ()):
-            if pod.node in self.lost and not pod.deleting:
+            if pod.deleting or pod.succeeded:
+                continue
+            if pod.node in self.lost:
                 lost.add(pod.node)
-            elif pod.node in self.reclaimed and not pod.deleting:
+            elif pod.node in self.reclaimed:
                 reclaimed.add(pod.node)
         return sorted(lost), sorted(reclaimed)
 
@@ -506,9 +552,10 @@ class Planner:
             ((t, p) for t, p in governed if t.grant is not None and t.quota.capacity_type is not None),
             key=lambda tp: (tp[0].quota.admitted_time or "", tp[0].namespace, tp[0].name),
         )
+        held = {t.uid: self.hold_current(t, policy) for t, policy in admitted}
         renegotiate: list[tuple[TrainerInfo, PolicyInfo, RenegotiationStatus]] = []
         for t, policy in admitted:
-            moving = self.keep(t, policy)
+            moving = self.keep(t, policy, held[t.uid])
             if moving is not None:
                 renegotiate.append((t, policy, moving))
 
@@ -547,33 +594,83 @@ class Planner:
 
     def ungoverned(self, t: TrainerInfo) -> Verdict:
         # A run admitted before its policy went away keeps its admission (its pods stay).
-        keep = t.quota.model_copy(update={"policy": None, "cost": None}).to_k8s() if t.grant else {}
+        # Its placement goes: nothing keeps the nodes free for it any more (nor re-places it).
+        keep: dict[str, Any] = {}
+        if t.grant is not None and t.quota.contribution is not None:
+            contribution = t.quota.contribution.model_copy(
+                update={"grant": t.grant.model_copy(update={"placement": None})}
+            )
+            keep = t.quota.model_copy(update={"policy": None, "cost": None, "contribution": contribution}).to_k8s()
         return Verdict(keep, _condition("True", "NoQuotaPolicy", "no QuotaPolicy covers this namespace"))
 
-    def keep(self, t: TrainerInfo, policy: PolicyInfo) -> RenegotiationStatus | None:
-        """Re-check an admitted run; returns why it must be renegotiated, else reserves it."""
-        grant = t.grant
-        kind = t.quota.capacity_type
+    def hold_current(self, t: TrainerInfo, policy: PolicyInfo) -> Held:
+        """Pass 1 for an admitted run: what it holds now — its pods on healthy nodes, and its admitted
+        nodes that still have room for its other replicas — taken from the ledger before any run
+        grows, moves or is admitted."""
+        grant, kind = t.grant, t.quota.capacity_type
         assert grant is not None
         assert kind is not None
+        option = Option(kind, grant.workers, grant.resources, 100 if grant.resources is None else 0)
+        s = shape(t, option.workers, option.resources)
         bound = self.bound(t, grant.id)
         hints = hints_of(grant)
+        slots = set(s.slots())
+        held = Held(option, s, bound, hints, {k: v for k, v in bound.items() if k in slots})
+        for slot in s.slots():
+            if slot in held.placed:
+                continue
+            role = slot[0]
+            hint = hints.get(slot)
+            if hint and self.ledger.take(hint, kind, s.requests[role], s.selectors[role]):
+                held.placed[slot] = hint
+                held.credits.append((hint, s.requests[role]))
+            else:
+                held.missing.append(slot)
+        self.count(t, policy, kind, s.reserved, +1)
+        return held
+
+    def count(self, t: TrainerInfo, policy: PolicyInfo, kind: CapacityType, reserved: Resources, sign: int) -> None:
+        """Add (or take back) a run's reservation to its namespace budget and its policy's summary."""
+        self.ledger.spend(t.namespace, kind, {n: a * sign for n, a in reserved.items()})
+        used = self.summary(policy)["used"].setdefault(kind, {})
+        for name, amount in reserved.items():
+            used[name] = used.get(name, Decimal(0)) + amount * sign
+        self.summary(policy)["admitted"] += sign
+
+    def unhold(self, t: TrainerInfo, policy: PolicyInfo, held: Held) -> None:
+        for node, requests in held.credits:
+            self.ledger.credit(node, requests)
+        self.count(t, policy, held.option.kind, held.shape.reserved, -1)
+
+    def keep(self, t: TrainerInfo, policy: PolicyInfo, held: Held) -> RenegotiationStatus | None:
+        """Pass 2 for an admitted run: new places for replicas that lost theirs, growth, a scale;
+        returns why it must be renegotiated (after taking its reservation back), else records it."""
+        grant = t.grant
+        assert grant is not None
+        kind, s = held.option.kind, held.shape
         prio = priority(policy, t.spec) or 0
         lost, reclaimed = self.endangered(t)
-        # A replica without a pod on a node whose admitted node is gone (its pod was lost with
-        # it and removed, or never started) needs a new place as much as a pod on a lost node.
+        # A replica with no pod left anywhere whose admitted node is gone (its pod went with the
+        # node, or never started) needs a new place as much as a pod on a lost node.
         gone = {
-            node for slot, node in hints.items() if slot not in bound and (node not in self.nodes or node in self.lost)
+            held.hints[slot]
+            for slot in held.missing
+            if slot in held.hints
+            and not self.alive(t, slot)
+            and (held.hints[slot] not in self.nodes or held.hints[slot] in self.lost)
         }
         lost = sorted(set(lost) | gone)
-        percent = 100 if grant.resources is None else 0  # lowered resources are kept as they are
-        current = Option(kind, grant.workers, grant.resources, percent)
-        before = t.quota.renegotiation
+        if held.missing:  # another node of the same capacity, if one has room
+            wants = [(slot, s.requests[slot[0]], s.selectors[slot[0]], None) for slot in held.missing]
+            ok, where = self.ledger.place(kind, wants, commit=False)
+            if ok:
+                self.ledger.place(kind, wants, commit=True)
+                held.placed.update(where)
+                held.credits.extend((where[slot], s.requests[slot[0]]) for slot in held.missing)
+                held.missing.clear()
 
-        if lost or reclaimed:
-            if self.try_option(t, policy, current, bound, hints):
-                self.hold(t, policy, prio, current, grant.id, bound, hints, None, "Admitted")
-                return None
+        if held.missing and (lost or reclaimed):
+            before = t.quota.renegotiation
             since = before.since if before is not None else self.now
             nodes = sorted(set(lost) | set(reclaimed))
             why = "; ".join(
@@ -591,7 +688,7 @@ class Planner:
                     nodes=nodes[:MAX_NODES_NAMED],
                     waiting_for_checkpoint=True,
                 )
-                self.hold(t, policy, prio, current, grant.id, bound, hints, status, "ReclaimPending", requeue=left)
+                self.record(t, policy, prio, held, status, "ReclaimPending", requeue=left)
                 return None
             detail = (
                 "its pods there are gone"
@@ -602,6 +699,7 @@ class Planner:
                 if t.spec.checkpoint is not None
                 else "the run has no checkpoints to wait for"
             )
+            self.unhold(t, policy, held)
             return RenegotiationStatus(
                 reason="NodeLost" if lost else "SpotReclaimed",
                 message=f"{why}; {detail}",
@@ -610,42 +708,76 @@ class Planner:
             )
 
         lo, hi = worker_bounds(t.spec)
-        if grant.workers != hi:
-            # A scale, or an elastic run admitted smaller than it asked: the most workers that fit
-            # on the same capacity with the same pod size; the old admission holds meanwhile.
-            for workers in range(hi, lo - 1, -1):
-                candidate = Option(kind, workers, grant.resources, percent)
-                if self.try_option(t, policy, candidate, bound, hints):
-                    self.hold(t, policy, prio, candidate, grant.id, bound, hints, None, "Admitted")
-                    return None
-            self.hold(t, policy, prio, current, grant.id, bound, hints, None, "WaitingForCapacity")
+        if held.option.workers > hi:  # scaled down: the smaller run always fits where it was
+            self.unhold(t, policy, held)
+            smaller = replace(held.option, workers=hi)
+            placement = self.reserve(t, policy, smaller, held.bound, held.hints)
+            self.verdicts[t.uid] = self.admitted_verdict(t, policy, prio, smaller, placement, None, "Admitted")
             return None
-        self.hold(t, policy, prio, current, grant.id, bound, hints, None, "Admitted")
+        for workers in range(hi, held.option.workers, -1):  # grow (a scale, or elastic room)
+            if self.grow(t, policy, held, workers):
+                break
+        reason = "WaitingForCapacity" if held.option.workers < lo else "Admitted"
+        self.record(t, policy, prio, held, None, reason)
         return None
 
-    def hold(
+    def grow(self, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: int) -> bool:
+        """Add workers to an admitted run in place (same capacity, pod size and admission)."""
+        bigger = shape(t, workers, held.option.resources)
+        extra = {n: a - held.shape.reserved.get(n, Decimal(0)) for n, a in bigger.reserved.items()}
+        if not self.ledger.within_budget(policy, t.namespace, held.option.kind, extra):
+            return False
+        wants = bigger.wants({**held.placed, **dict.fromkeys(held.missing, "")}, {})
+        ok, where = self.ledger.place(held.option.kind, wants, commit=False)
+        if not ok:
+            return False
+        self.ledger.place(held.option.kind, wants, commit=True)
+        self.count(t, policy, held.option.kind, extra, +1)
+        self.summary(policy)["admitted"] -= 1  # the same run, grown
+        held.placed.update(where)
+        held.credits.extend((where[w[0]], w[1]) for w in wants)
+        held.option, held.shape = replace(held.option, workers=workers), bigger
+        return True
+
+    def record(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        prio: int,
+        held: Held,
+        renegotiation: RenegotiationStatus | None,
+        reason: str,
+        requeue: float | None = None,
+    ) -> None:
+        where: dict[str, list[str]] = {
+            role: [held.placed.get((role, i)) or held.hints.get((role, i)) or "" for i in range(n)]
+            for role, n in held.shape.counts.items()
+        }
+        self.verdicts[t.uid] = self.admitted_verdict(
+            t, policy, prio, held.option, where, renegotiation, reason, requeue
+        )
+
+    def admitted_verdict(
         self,
         t: TrainerInfo,
         policy: PolicyInfo,
         prio: int,
         option: Option,
-        grant_id: str,
-        bound: Mapping[Slot, str],
-        hints: Mapping[Slot, str],
+        where: dict[str, list[str]],
         renegotiation: RenegotiationStatus | None,
         reason: str,
         requeue: float | None = None,
-    ) -> None:
-        where = self.reserve(t, policy, option, bound, hints)
+    ) -> Verdict:
+        """The verdict for a run that keeps its admission (same id)."""
+        assert t.grant is not None
         s = shape(t, option.workers, option.resources)
-        status = self.admitted(t, policy, prio, option, grant_id, where, t.quota.renegotiations, renegotiation)
+        status = self.admitted(t, policy, prio, option, t.grant.id, where, t.quota.renegotiations, renegotiation)
         if reason == "WaitingForCapacity":
             message = (
                 f"the run keeps its admission ({option.workers} workers on {option.kind}) until its new size, "
                 f"{t.spec.topology.workers} workers, fits {option.kind} capacity"
             )
-            self.verdicts[t.uid] = Verdict(status, _condition("False", reason, message))
-            return
+            return Verdict(status, _condition("False", reason, message))
         message = self.admitted_message(policy, option, s)
         if renegotiation is not None:
             message = f"{renegotiation.message}; still {message}"
@@ -654,14 +786,13 @@ class Planner:
             reason == "Admitted"
             and before is not None
             and (before.status, before.reason, before.observed_generation) == ("True", "Renegotiated", t.generation)
-            and t.grant is not None
             and t.grant.workers == option.workers
         ):
             reason, message = before.reason, before.message  # the move stays on record until the next change
         events: tuple[tuple[str, str, str], ...] = ()
         if renegotiation is not None and t.quota.renegotiation is None:
             events = (("Warning", "SpotReclaimed", renegotiation.message),)
-        self.verdicts[t.uid] = Verdict(status, _condition("True", reason, message), events, requeue_after=requeue)
+        return Verdict(status, _condition("True", reason, message), events, requeue_after=requeue)
 
     @staticmethod
     def admitted_message(policy: PolicyInfo, option: Option, s: Shape) -> str:
