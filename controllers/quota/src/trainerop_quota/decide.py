@@ -256,6 +256,10 @@ class Ledger:
         subtract(self.free[node], requests)
         return True
 
+    def owe(self, kind: CapacityType, requests: Resources) -> None:
+        """An admitted pod no node has room for now: later admissions must leave room for it."""
+        self.debt[kind] = total([(self.debt.get(kind, {}), 1), (requests, 1)])
+
     def credit(self, node: str, requests: Resources) -> None:
         if node in self.free:
             subtract(self.free[node], {k: -v for k, v in requests.items()})
@@ -455,11 +459,7 @@ class Planner:
         its earlier place / "" when it does not fit now)."""
         s = shape(t, option.workers, option.resources)
         _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, self.surplus(t, s, bound))
-        self.ledger.spend(t.namespace, option.kind, s.reserved)
-        used = self.summary(policy)["used"].setdefault(option.kind, {})
-        for name, amount in s.reserved.items():
-            used[name] = used.get(name, Decimal(0)) + amount
-        self.summary(policy)["admitted"] += 1
+        self.count(t, policy, option.kind, s.reserved, +1)
         nodes = {**hints, **where, **bound}
         return {role: [nodes.get((role, i), "") for i in range(n)] for role, n in s.counts.items()}
 
@@ -707,6 +707,8 @@ class Planner:
                 nodes=nodes[:MAX_NODES_NAMED],
             )
 
+        for slot in held.missing:  # waiting for room (a foreign pod took its node): still owed
+            self.ledger.owe(kind, s.requests[slot[0]])
         lo, hi = worker_bounds(t.spec)
         if held.option.workers > hi:  # scaled down: the smaller run always fits where it was
             self.unhold(t, policy, held)
