@@ -1,5 +1,7 @@
 """kopf adapter of the audit controller."""
 
+import json
+import sys
 from typing import Any
 
 import kopf
@@ -7,10 +9,20 @@ import kopf
 from trainerop_common.api import kind_info
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
+from trainerop_common.redaction import redact
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
 from .decide import OWNED_FIELDS, TrainerFacts, creator_of, decide
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Every record is also one JSON line on stdout (the controller's logs go to stderr), for a log
+    forwarder such as fluent-bit to ship to a SIEM; secret-looking values are masked."""
+    line = {"apiVersion": record["apiVersion"], "kind": record["kind"], "metadata": record["metadata"]}
+    line["spec"] = redact(record["spec"])
+    sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
+    sys.stdout.flush()
 
 
 class AuditController:
@@ -42,7 +54,8 @@ class AuditController:
         records = [r for r in await self.records.values() if r["metadata"].get("namespace") == facts.namespace]
         decision = decide(facts, records)
         for record in decision.create:
-            await self.rt.kube.create("AuditLog", record, namespace=facts.namespace)
+            if await self.rt.kube.create("AuditLog", record, namespace=facts.namespace):
+                emit(record)
         await self.writer.write(body, decision.status, (), rfc3339(self.rt.clock.now()))
 
 
