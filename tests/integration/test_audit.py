@@ -103,3 +103,22 @@ def test_every_record_is_one_json_line_on_the_controllers_stdout(cluster: Cluste
     assert line["kind"] == "AuditLog"
     assert line["metadata"]["namespace"] == namespace
     assert line["spec"] == stored["spec"]
+
+
+def test_operator_actions_are_recorded_with_the_controllers_identity(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(TRAINER, namespace)
+    sa = "system:serviceaccount:trainer-operator-system:trainer-operator-"
+
+    def action(name: str) -> dict[str, Any] | None:
+        items = json.loads(cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "json"))["items"]
+        return next((r["spec"] for r in items if r["spec"]["action"] == name), None)
+
+    started = eventually(lambda: action("Started"), what="the run's start recorded")
+    assert started["actor"] == sa + "trainer"
+    assert started["trainer"]["name"] == NAME
+    cluster.kubectl(
+        "patch", "trainer", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}'
+    )
+    suspended = eventually(lambda: action("Suspended"), what="the suspension recorded")
+    assert (suspended["actor"], suspended["reason"]) == (sa + "trainer", "SuspendedByUser")
+    assert suspended["generation"] == 2

@@ -75,7 +75,12 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
     assert controllers <= set(by_kind(objects, "ClusterRoleBinding"))
     # Users' roles aggregate into the built-in edit/admin/view roles instead of being bound.
     users = set(by_kind(objects, "ClusterRole")) - controllers
-    assert users == {"trainer-operator-edit", "trainer-operator-view", "trainer-operator-cluster-profile-reader"}
+    assert users == {
+        "trainer-operator-edit",
+        "trainer-operator-view",
+        "trainer-operator-cluster-profile-reader",
+        "trainer-operator-audit-admin",  # bound by a platform to its auditors, per namespace or cluster-wide
+    }
     for name in ("trainer-operator-edit", "trainer-operator-view"):
         assert any(
             k.startswith("rbac.authorization.k8s.io/aggregate-to-")

@@ -38,6 +38,21 @@ def run(name: str, workers: int = 1, gpus: int = 8, domain: str | None = None, *
     return body
 
 
+def domain_free(cluster: Cluster, domain: str) -> None:
+    """Wait until no pod (of any namespace: earlier tests' namespaces may still be going) holds
+    the nodes of ``domain``, so what a test expects of them is what it gets."""
+    k = int(domain.removeprefix("nvl-"))
+    nodes = {f"kwok-gpu-{2 * k}", f"kwok-gpu-{2 * k + 1}"}
+
+    def free() -> bool:
+        pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+        return not any(
+            p["spec"].get("nodeName") in nodes and p["status"].get("phase") not in ("Succeeded", "Failed") for p in pods
+        )
+
+    eventually(free, timeout=120, what=f"the nodes of {domain} to be free")
+
+
 @pytest.fixture
 def policy(cluster: Cluster, namespace: str) -> Iterator[Any]:
     """Apply a QuotaPolicy that covers only this test's namespace; removed afterwards."""
@@ -94,6 +109,7 @@ def events(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
 
 def test_spot_first_then_on_demand_then_waiting(cluster: Cluster, namespace: str, policy: Any) -> None:
     policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="SpotFirst")
+    domain_free(cluster, "nvl-1")
     cluster.apply(run("first", domain="nvl-1"), namespace)
     q = eventually(lambda: admitted_on(cluster, namespace, "first", "spot"), what="admission on spot")
     assert q["contribution"]["grant"] == {"id": "spot-0", "workers": 1, "placement": {"worker": ["kwok-gpu-3"]}}
@@ -134,6 +150,7 @@ def test_spot_first_then_on_demand_then_waiting(cluster: Cluster, namespace: str
 def test_a_deleted_spot_node_moves_the_run_to_on_demand(cluster: Cluster, namespace: str, policy: Any) -> None:
     prices = {"onDemand": {GPU: "3.00"}, "spot": {GPU: "1.00"}}
     policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, prices=prices)
+    domain_free(cluster, "nvl-2")
     cluster.apply(run("moving", domain="nvl-2"), namespace)
     q = eventually(lambda: admitted_on(cluster, namespace, "moving", "spot"), what="admission on spot")
     assert (q["cost"]["perHour"], q["cost"]["onDemandPerHour"], q["cost"]["savingsPercent"]) == ("8.00", "24.00", 67)

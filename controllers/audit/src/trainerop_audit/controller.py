@@ -9,6 +9,7 @@ import kopf
 from trainerop_common.api import kind_info
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
+from trainerop_common.conditions import parse
 from trainerop_common.redaction import redact
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
@@ -42,7 +43,8 @@ class AuditController:
             self.rt.requeue([(key[0], trainer)])
 
     async def reconcile(self, body: Body) -> None:
-        meta = body["metadata"]
+        meta, status = body["metadata"], body.get("status") or {}
+        replicas: dict[str, Any] = (status.get("topology") or {}).get("replicas") or {}
         facts = TrainerFacts(
             namespace=meta["namespace"],
             name=meta["name"],
@@ -50,6 +52,13 @@ class AuditController:
             generation=int(meta.get("generation", 0)),
             creator=creator_of(meta.get("managedFields")),
             created=meta.get("creationTimestamp") or rfc3339(self.rt.clock.now()),
+            conditions=parse(status.get("conditions")),
+            checkpoint=(status.get("checkpoint") or {}).get("latest"),
+            checkpoint_time=(status.get("checkpoint") or {}).get("lastCommitTime"),
+            restarts=sum(int(r.get("restarts") or 0) for r in replicas.values()),
+            last_failure=max(
+                (str(r["lastFailureTime"]) for r in replicas.values() if r.get("lastFailureTime")), default=None
+            ),
         )
         records = [r for r in await self.records.values() if r["metadata"].get("namespace") == facts.namespace]
         decision = decide(facts, records)
