@@ -229,12 +229,8 @@ def test_fifty_trainers_at_once_never_over_commit(cluster: Cluster, namespace: s
         new = admitted - ever
         ever |= admitted
         if new:
-            # Let this wave settle a moment (more admissions may follow); every admitted gang gets
-            # all its pods onto nodes (no partial start); then free its capacity.
-            time.sleep(2)
-            admitted = observe()
-            ever |= admitted
-
+            # Every admitted gang gets all its pods onto nodes (no partial start); then its
+            # capacity is freed for the next wave.
             def all_placed(admitted: set[str] = admitted) -> bool:
                 pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
                 on_nodes: dict[str, int] = {}
@@ -246,6 +242,8 @@ def test_fifty_trainers_at_once_never_over_commit(cluster: Cluster, namespace: s
                 return all(on_nodes.get(name, 0) == runs[name][0] for name in admitted)
 
             eventually(all_placed, timeout=120, what="every admitted run's pods on nodes")
+            admitted = observe()  # and whatever was admitted meanwhile
+            ever |= admitted
             cluster.kubectl("delete", "trainer", "-n", namespace, "--wait=false", *sorted(admitted))
         time.sleep(0.5)
     assert observations >= 10

@@ -56,13 +56,14 @@ def _short(*parts: str) -> str:
 
 
 def record(
-    t: TrainerFacts, action: str, actor: str, reason: str, message: str, time: str, generation: int
+    t: TrainerFacts, action: str, actor: str, reason: str, message: str, time: str, generation: int, key: str = ""
 ) -> dict[str, Any]:
+    """An AuditLog named from what it records (``key``, else its time and reason), so it is written once."""
     return {
         "apiVersion": API_VERSION,
         "kind": "AuditLog",
         "metadata": {
-            "name": f"{t.name}-{action.lower()}-{_short(t.uid, action, time, reason)}",  # what it records
+            "name": f"{t.name}-{action.lower()}-{_short(t.uid, action, key or f'{time}/{reason}')}",
             "namespace": t.namespace,
             "labels": {TRAINER_LABEL: t.name, UID_LABEL: t.uid},
         },
@@ -92,8 +93,17 @@ def operator_records(t: TrainerFacts) -> list[dict[str, Any]]:
     if t.restarts and t.last_failure:  # one record per replacement count: the Restarting condition
         # stays True through several failures in a row
         message = f"pod replaced after a failure (restart {t.restarts})"
-        out.append(record(t, "Restarted", OPERATOR + "trainer", "PodFailed", message, t.last_failure, t.generation))
-        out[-1]["metadata"]["name"] = f"{t.name}-restarted-{_short(t.uid, 'Restarted', str(t.restarts))}"
+        restarted = record(
+            t,
+            "Restarted",
+            OPERATOR + "trainer",
+            "PodFailed",
+            message,
+            t.last_failure,
+            t.generation,
+            key=str(t.restarts),
+        )  # named by the count, not the time
+        out.append(restarted)
     if t.checkpoint and t.checkpoint_time:
         message = f"checkpoint {t.checkpoint} committed"
         out.append(
