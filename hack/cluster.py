@@ -30,7 +30,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,17 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
+SERVER_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+    "127.0.0.1",
+    "10.0.0.1",
+)
+
+
 def make_pki(pki: Path) -> None:
     """One CA that signs the API server's serving cert and every client cert, plus the SA key."""
     pki.mkdir(parents=True, exist_ok=True)
@@ -180,51 +191,47 @@ def make_pki(pki: Path) -> None:
     )
     (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     _write_key(pki / "ca.key", ca_key)
-
-    def issue(name: str, cn: str, org: str | None, server: bool) -> None:
-        key = _key()
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(cn, org))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(now + dt.timedelta(days=365))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-        )
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [
-                        x509.DNSName("localhost"),
-                        x509.DNSName("kubernetes"),
-                        x509.DNSName("kubernetes.default"),
-                        x509.DNSName("kubernetes.default.svc"),
-                        x509.DNSName("kubernetes.default.svc.cluster.local"),
-                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-                    ]
-                ),
-                critical=False,
-            )
-        cert = builder.sign(ca_key, hashes.SHA256())
-        (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_key(pki / f"{name}.key", key)
-
-    issue("apiserver", "kube-apiserver", None, server=True)
-    issue("admin", "trainer-operator-admin", "system:masters", server=False)
-    issue("controller-manager", "system:kube-controller-manager", None, server=False)
-    issue("scheduler", "system:kube-scheduler", None, server=False)
-    issue("kwok", "kwok-controller", "system:masters", server=False)
-    issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters", server=False)
+    issue_certificate(pki, "apiserver", "kube-apiserver", None, SERVER_NAMES)
+    issue_certificate(pki, "admin", "trainer-operator-admin", "system:masters")
+    issue_certificate(pki, "controller-manager", "system:kube-controller-manager", None)
+    issue_certificate(pki, "scheduler", "system:kube-scheduler", None)
+    issue_certificate(pki, "kwok", "kwok-controller", "system:masters")
+    issue_certificate(pki, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
     _write_key(pki / "sa.key", _key())
+
+
+def issue_certificate(pki: Path, name: str, cn: str, org: str | None, server_names: Sequence[str] = ()) -> Path:
+    """``<name>.crt``/``.key`` signed by the CA in ``pki``: a serving certificate for
+    ``server_names`` (DNS names or IP addresses), else a client certificate; returns the .crt."""
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    key = _key()
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server_names else ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn, org))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if server_names:
+        alt: list[x509.GeneralName] = []
+        for host in server_names:
+            try:
+                alt.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                alt.append(x509.DNSName(host))
+        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki / f"{name}.key", key)
+    return pki / f"{name}.crt"
 
 
 def kubeconfig(run: Path, user: str) -> Path:

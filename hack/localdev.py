@@ -15,12 +15,14 @@ The cluster is the one in $KUBECONFIG, else the local one from hack/cluster.py.
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,6 +35,8 @@ NAMESPACE = "trainer-operator-system"
 CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit")
 GATES = ("profile", "quota", "checkpoint", "audit")
 METRICS_PORT_BASE = cluster.PORT_BASE + 20
+AUDIT_WEBHOOK_PORT = cluster.PORT_BASE + 30
+WEBHOOK = REPO / "deploy" / "controllers" / "audit" / "webhook.yaml"
 
 
 def admin_kubeconfig() -> Path:
@@ -72,6 +76,27 @@ def install() -> None:
         "--timeout=60s",
     )
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump(local_webhook()))
+
+
+def webhook_certificate() -> tuple[Path, Path]:
+    """The audit webhook's serving certificate for 127.0.0.1, signed by the local cluster's CA."""
+    pki = cluster.RUN_DIR / "pki"
+    cert = pki / "audit-webhook.crt"
+    if not cert.exists():
+        cluster.issue_certificate(pki, "audit-webhook", "trainer-operator-audit-webhook", None, ["127.0.0.1"])
+    return cert, pki / "audit-webhook.key"
+
+
+def local_webhook() -> dict[str, Any]:
+    """deploy/'s audit webhook configuration, calling the local process instead of a Service."""
+    webhook_certificate()
+    config = next(d for d in yaml.safe_load_all(WEBHOOK.read_text()) if d["kind"] == "ValidatingWebhookConfiguration")
+    config["metadata"].pop("annotations", None)  # no cert-manager here: the CA bundle is given
+    ca = base64.b64encode((cluster.RUN_DIR / "pki" / "ca.crt").read_bytes()).decode()
+    for hook in config["webhooks"]:
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{AUDIT_WEBHOOK_PORT}/audit", "caBundle": ca}
+    return dict(config)
 
 
 def service_account_kubeconfig(controller: str) -> Path:
@@ -109,8 +134,14 @@ def executable(controller: str) -> str:
     return str(candidate)
 
 
-def ready_check(port: int) -> Callable[[], bool]:
-    return lambda: cluster.http_ok(f"http://127.0.0.1:{port}/readyz")
+def ready_check(port: int, controller: str = "") -> Callable[[], bool]:
+    """The controller is watching; the audit controller also serves its webhook."""
+    ready = f"http://127.0.0.1:{port}/readyz"
+    if controller != "audit":
+        return lambda: cluster.http_ok(ready)
+    hook = f"https://127.0.0.1:{AUDIT_WEBHOOK_PORT}/healthz"
+    ca = cluster.RUN_DIR / "pki" / "ca.crt"
+    return lambda: cluster.http_ok(ready) and cluster.http_ok(hook, ca=ca)
 
 
 def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = None) -> dict[str, int]:
@@ -130,9 +161,23 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
         }
         if controller == "trainer":
             env["TRAINEROP_GATES"] = ",".join(gates)
-        comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready_check(port), timeout=60)
+        if controller == "audit":
+            cert, key = webhook_certificate()
+            env.setdefault("TRAINEROP_WEBHOOK_ADDRESS", "127.0.0.1")
+            env.setdefault("TRAINEROP_WEBHOOK_PORT", str(AUDIT_WEBHOOK_PORT))
+            env.setdefault("TRAINEROP_WEBHOOK_CERT_FILE", str(cert))
+            env.setdefault("TRAINEROP_WEBHOOK_KEY_FILE", str(key))
+        comp = cluster.Component(
+            f"controller-{controller}", [executable(controller)], ready_check(port, controller), timeout=60
+        )
         cluster.start(run, comp, env=env)
     return ports
+
+
+def restart(controller: str, extra_env: dict[str, str] | None = None) -> None:
+    """Restart one controller (the others keep running), e.g. with other settings."""
+    cluster.stop_processes(state_dir(), [f"controller-{controller}"])
+    start(extra_env=extra_env)
 
 
 def stop() -> None:

@@ -60,7 +60,7 @@ def _scratch_namespace(cluster: Cluster) -> Iterator[str]:
     # The seed Trainer checkpoints to the PVC pvc-backups: every test namespace has one.
     cluster.apply({"apiVersion": "v1", "kind": "List", "items": cluster_tool.checkpoint_volume(name)})
     yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false")
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
     cluster.kubectl("delete", "persistentvolume", f"{name}-pvc-backups", "--wait=false")
 
 

@@ -1,7 +1,10 @@
-"""AuditLog records cannot be changed by anyone, and only audit admins may delete them."""
+"""The audit trail: users' requests recorded with their identity by the audit webhook, operator
+actions with the acting controller's identity, records nobody can change and only audit admins
+delete, one JSON line per record on stdout, and retention that records itself."""
 
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,21 +13,123 @@ from hack import localdev
 from tests.harness import Cluster, KubectlError, eventually
 
 NAME = "audited"
+API = "trainer.operator.kubeflow.org/v1alpha1"
 TRAINER: dict[str, Any] = {
-    "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+    "apiVersion": API,
     "kind": "Trainer",
     "metadata": {"name": NAME},
-    "spec": {"epochs": 1, "image": "busybox"},
+    "spec": {"epochs": 1, "image": "busybox", "topology": {"workers": 1}},
 }
+SA = "system:serviceaccount:trainer-operator-system:trainer-operator-"
+
+
+def records(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "json"))[
+        "items"
+    ]
+    return items
+
+
+def find(cluster: Cluster, namespace: str, what: str, **want: Any) -> dict[str, Any]:
+    """The first record whose spec has these values (``objectRef__resource`` reads objectRef.resource)."""
+
+    def matches(spec: dict[str, Any]) -> bool:
+        for key, value in want.items():
+            node: Any = spec
+            for part in key.split("__"):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node != value:
+                return False
+        return True
+
+    return eventually(lambda: next((r for r in records(cluster, namespace) if matches(r["spec"])), None), what=what)
+
+
+def a_user(cluster: Cluster, namespace: str, role: str = "edit") -> str:
+    user = f"dev-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl(
+        "create", "rolebinding", f"{user}-{role}", "-n", namespace, f"--clusterrole={role}", f"--user={user}"
+    )
+    eventually(
+        lambda: (
+            cluster.kubectl("auth", "can-i", "create", "trainers", "-n", namespace, f"--as={user}").strip() == "yes"
+        ),
+        what="the edit role to aggregate the operator's rules",
+    )
+    return user
 
 
 def first_record(cluster: Cluster, namespace: str) -> str:
-    def listed() -> str | None:
-        names = cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "name").split()
-        return names[0].split("/", 1)[1] if names else None
-
     cluster.apply(TRAINER, namespace)
-    return eventually(listed, what="the Trainer's creation record")
+    return str(find(cluster, namespace, "the Trainer's creation record", action="Created")["metadata"]["name"])
+
+
+def test_users_requests_are_recorded_with_their_identity_and_verb(cluster: Cluster, namespace: str) -> None:
+    user = a_user(cluster, namespace)
+    as_user = (f"--as={user}", "--as-group=team-a", "-n", namespace)
+    cluster.kubectl("apply", "--dry-run=server", "-f", "-", *as_user, stdin=json.dumps(TRAINER))
+    cluster.kubectl("create", "-f", "-", *as_user, stdin=json.dumps(TRAINER))
+    uid = cluster.get("trainer", NAME, namespace)["metadata"]["uid"]
+    created = find(cluster, namespace, "the creation", action="Created", objectRef__resource="trainers")
+    spec = created["spec"]
+    assert spec["user"]["username"] == user
+    assert "team-a" in spec["user"]["groups"]
+    assert (spec["verb"], spec["stage"]) == ("create", "RequestReceived")
+    assert spec["objectRef"] == {
+        "resource": "trainers",
+        "namespace": namespace,
+        "name": NAME,
+        "uid": uid,
+        "apiGroup": "trainer.operator.kubeflow.org",
+        "apiVersion": "v1alpha1",
+    }
+    assert len(spec["auditID"]) == 36
+    assert created["metadata"]["name"] == f"{NAME}-created-{uid[:8]}"  # one creation record, the webhook's
+    merge = ("patch", "trainer", NAME, "--type=merge", "-p")
+    cluster.kubectl(*merge, '{"spec":{"epochs":2}}', *as_user)
+    cluster.kubectl("scale", "trainer", NAME, "--replicas=2", *as_user)
+    cluster.kubectl(*merge, '{"spec":{"runPolicy":{"suspend":true}}}', *as_user)
+    cluster.kubectl(*merge, '{"spec":{"runPolicy":{"suspend":false}}}', *as_user)
+    cluster.apply({"apiVersion": API, "kind": "TrainingProfile", "metadata": {"name": "p"}, "spec": {}}, namespace)
+    cluster.kubectl("delete", "trainingprofile", "p", *as_user)
+    cluster.kubectl("delete", "trainer", NAME, *as_user)
+    expected = [
+        ("Updated", "update", "trainers", None, {"changed": "spec.epochs"}),
+        ("Scaled", "update", "trainers", "scale", {"from": "1", "to": "2"}),
+        ("Suspended", "update", "trainers", None, {"changed": "spec.runPolicy.suspend"}),
+        ("Resumed", "update", "trainers", None, {"changed": "spec.runPolicy.suspend"}),
+        ("Deleted", "delete", "trainingprofiles", None, None),
+        ("Deleted", "delete", "trainers", None, None),
+    ]
+    for action, verb, resource, subresource, details in expected:
+        found = find(
+            cluster,
+            namespace,
+            f"{action} {resource} by {user}",
+            action=action,
+            user__username=user,
+            objectRef__resource=resource,
+        )["spec"]
+        assert (found["verb"], found["objectRef"].get("subresource"), found.get("details")) == (
+            verb,
+            subresource,
+            details,
+        ), action
+    # The admin's own profile creation is recorded too, and no dry run is.
+    admin = find(cluster, namespace, "the admin's profile", action="Created", objectRef__resource="trainingprofiles")
+    assert admin["spec"]["user"]["username"] == "trainer-operator-admin"
+    creations = [r for r in records(cluster, namespace) if r["spec"]["action"] == "Created"]
+    assert len(creations) == 2, [r["metadata"]["name"] for r in creations]
+
+
+def test_a_namespace_deletion_leaves_its_trainers_deletion_on_record(cluster: Cluster, namespace: str) -> None:
+    first_record(cluster, namespace)
+    uid = cluster.get("trainer", NAME, namespace)["metadata"]["uid"]
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    # Nothing can be created in a namespace being deleted: the record goes to the operator's.
+    deleted = find(cluster, "trainer-operator-system", "the Trainer's deletion", action="Deleted", objectRef__uid=uid)
+    assert deleted["spec"]["user"]["username"] == "system:serviceaccount:kube-system:namespace-controller"
+    assert deleted["spec"]["objectRef"]["namespace"] == namespace
 
 
 def test_an_audit_record_cannot_be_changed_even_by_a_cluster_admin(cluster: Cluster, namespace: str) -> None:
@@ -33,7 +138,7 @@ def test_an_audit_record_cannot_be_changed_even_by_a_cluster_admin(cluster: Clus
     for args in (
         ("label", "auditlog", record, "tampered=yes"),
         ("annotate", "auditlog", record, "note=changed"),
-        ("patch", "auditlog", record, "--type=merge", "-p", json.dumps({"spec": {"actor": "someone-else"}})),
+        ("patch", "auditlog", record, "--type=merge", "-p", json.dumps({"spec": {"user": {"username": "x"}}})),
     ):
         with pytest.raises(KubectlError) as refused:
             cluster.kubectl(*args, "-n", namespace)  # the admin kubeconfig: system:masters
@@ -48,12 +153,7 @@ def test_an_audit_record_cannot_be_changed_even_by_a_cluster_admin(cluster: Clus
 
 def test_users_read_audit_records_and_only_audit_admins_delete_them(cluster: Cluster, namespace: str) -> None:
     record = first_record(cluster, namespace)
-    user, auditor = f"dev-{uuid.uuid4().hex[:6]}", f"auditor-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "rolebinding", "dev-edit", "-n", namespace, "--clusterrole=edit", f"--user={user}")
-    eventually(
-        lambda: cluster.kubectl("auth", "can-i", "list", "auditlogs", "-n", namespace, f"--as={user}").strip() == "yes",
-        what="the edit role to aggregate the operator's rules",
-    )
+    user, auditor = a_user(cluster, namespace), f"auditor-{uuid.uuid4().hex[:6]}"
     assert record in cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "name", f"--as={user}")
     forged = cluster.get("auditlog", record, namespace)
     forged["metadata"] = {"name": "forged", "namespace": namespace}
@@ -81,10 +181,14 @@ def test_users_read_audit_records_and_only_audit_admins_delete_them(cluster: Clu
     )
     with pytest.raises(KubectlError):
         cluster.kubectl("create", "-n", namespace, "-f", "-", f"--as={auditor}", stdin=json.dumps(forged))
-    # Records outlive their Trainer (no owner reference); deleting old ones is the audit admin's job.
+    # Records outlive their Trainer (no owner reference); deleting old ones is the audit admin's
+    # job, and that deletion is itself recorded.
     cluster.kubectl("delete", "trainer", NAME, "-n", namespace)
     cluster.kubectl("delete", "auditlog", record, "-n", namespace, f"--as={auditor}")
-    assert record not in cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "name")
+    assert record not in {r["metadata"]["name"] for r in records(cluster, namespace)}
+    deletion = find(cluster, namespace, "the deletion of the record", action="Deleted", objectRef__name=record)
+    assert deletion["spec"]["user"]["username"] == auditor
+    assert deletion["spec"]["objectRef"]["resource"] == "auditlogs"
 
 
 def test_every_record_is_one_json_line_on_the_controllers_stdout(cluster: Cluster, namespace: str) -> None:
@@ -107,18 +211,74 @@ def test_every_record_is_one_json_line_on_the_controllers_stdout(cluster: Cluste
 
 def test_operator_actions_are_recorded_with_the_controllers_identity(cluster: Cluster, namespace: str) -> None:
     cluster.apply(TRAINER, namespace)
-    sa = "system:serviceaccount:trainer-operator-system:trainer-operator-"
-
-    def action(name: str) -> dict[str, Any] | None:
-        items = json.loads(cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "json"))["items"]
-        return next((r["spec"] for r in items if r["spec"]["action"] == name), None)
-
-    started = eventually(lambda: action("Started"), what="the run's start recorded")
-    assert started["actor"] == sa + "trainer"
-    assert started["trainer"]["name"] == NAME
+    started = find(cluster, namespace, "the run's start recorded", action="Started")["spec"]
+    assert started["user"]["username"] == SA + "trainer"
+    assert (started["verb"], started["stage"]) == ("patch", "ResponseComplete")
+    assert started["objectRef"]["name"] == NAME
+    assert started["objectRef"]["subresource"] == "status"
     cluster.kubectl(
         "patch", "trainer", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}'
     )
-    suspended = eventually(lambda: action("Suspended"), what="the suspension recorded")
-    assert (suspended["actor"], suspended["reason"]) == (sa + "trainer", "SuspendedByUser")
-    assert suspended["generation"] == 2
+    suspended = find(cluster, namespace, "the suspension recorded", action="Suspended", user__username=SA + "trainer")
+    assert suspended["spec"]["reason"] == "SuspendedByUser"
+    assert suspended["spec"]["generation"] == 2
+    trainer = cluster.get("trainer", NAME, namespace)
+    recorded = trainer["status"]["audit"]["recorded"]
+    assert recorded["created"] is True
+    assert set(recorded["conditions"]) >= {"Running", "Suspended"}
+
+
+@pytest.fixture
+def strict_retention(cluster: Cluster) -> Iterator[int]:
+    """The audit controller restarted to keep at most 3 records per namespace, checking every second."""
+    limit = 3
+    localdev.restart("audit", {"TRAINEROP_RETENTION_RECORDS": str(limit), "TRAINEROP_RETENTION_INTERVAL_SECONDS": "1"})
+    yield limit
+    localdev.restart("audit")
+
+
+def test_retention_keeps_the_newest_records_and_records_what_it_deleted(
+    cluster: Cluster, namespace: str, strict_retention: int
+) -> None:
+    cluster.apply(TRAINER, namespace)
+    user = a_user(cluster, namespace)
+    for epochs in range(2, 6):  # four users' updates: more records than the limit
+        cluster.kubectl(
+            "patch",
+            "trainer",
+            NAME,
+            "-n",
+            namespace,
+            f"--as={user}",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"epochs": epochs}}),
+        )
+    pruned = find(cluster, namespace, "a retention pass", action="Pruned")
+    assert pruned["spec"]["user"]["username"] == SA + "audit"
+    assert pruned["spec"]["objectRef"]["resource"] == "auditlogs"
+
+    def settled() -> list[dict[str, Any]] | None:
+        now = records(cluster, namespace)
+        return now if len(now) <= strict_retention else None
+
+    kept = eventually(settled, what=f"at most {strict_retention} records left")
+    names = {r["metadata"]["name"] for r in kept}
+    assert any(r["spec"]["action"] == "Pruned" for r in kept), names
+    # What went is named in the retention records, and is not written again by the controller
+    # although the Trainer's status still shows those actions.
+    deleted = set()
+    for r in records(cluster, namespace):
+        if r["spec"]["action"] == "Pruned":
+            deleted |= set(r["spec"]["message"].split(": ", 1)[1].split(", "))
+    assert deleted
+    assert not deleted & {r["metadata"]["name"] for r in records(cluster, namespace)}
+    uid = cluster.get("trainer", NAME, namespace)["metadata"]["uid"]
+
+    def counted() -> bool:
+        # The controller has reconciled the Trainer since the deletions: its summary counts what is left.
+        mine = [r for r in records(cluster, namespace) if r["spec"]["objectRef"].get("uid") == uid]
+        return bool(cluster.get("trainer", NAME, namespace)["status"]["audit"]["records"] == len(mine))
+
+    eventually(counted, what="the Trainer's audit summary to count what retention left")
+    assert not deleted & {r["metadata"]["name"] for r in records(cluster, namespace)}

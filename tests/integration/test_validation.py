@@ -195,15 +195,19 @@ def test_audit_records_are_immutable(cluster: Cluster, namespace: str) -> None:
         "kind": "AuditLog",
         "metadata": {"name": "manual-record"},
         "spec": {
-            "trainer": {"name": "x"},
+            "auditID": "00000000-0000-4000-8000-000000000000",
+            "stage": "ResponseComplete",
+            "verb": "patch",
+            "user": {"username": "admin"},
+            "objectRef": {"resource": "trainers", "name": "x"},
+            "requestReceivedTimestamp": "2026-01-01T00:00:00Z",
+            "stageTimestamp": "2026-01-01T00:00:00Z",
             "action": "Started",
-            "actor": "admin",
-            "time": "2026-01-01T00:00:00Z",
         },
     }
     cluster.apply(record, namespace)
     with pytest.raises(KubectlError) as rejected:
-        cluster.apply(edit(record, set_path("spec.actor", "someone-else")), namespace)
+        cluster.apply(edit(record, set_path("spec.verb", "update")), namespace)
     assert "AuditLog records are immutable" in rejected.value.stderr
 
 

@@ -1,42 +1,77 @@
-from dataclasses import replace
+"""The audit controller's pure decisions: operator actions from status, the watermark that keeps
+retention from being undone, the record of a creation the webhook did not observe."""
 
-from trainerop_audit.decide import TrainerFacts, creator_of, decide
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from trainerop_audit.decide import UNOBSERVED_AFTER_SECONDS, Recorded, TrainerFacts, decide, manager_of
+from trainerop_common.api import AuditLog
 from trainerop_common.api.base import Condition
 
+CREATED = datetime(2026, 1, 1, tzinfo=UTC)
+LATER = CREATED + timedelta(hours=1)
 FACTS = TrainerFacts("ns", "llama", "0123456789abcdef", 1, "kubectl-client-side-apply", "2026-01-01T00:00:00Z")
+SA = "system:serviceaccount:trainer-operator-system:trainer-operator-"
 
 
-def test_a_new_trainer_gets_its_creation_record() -> None:
-    d = decide(FACTS, [])
+def recorded_after(d_status: dict[str, object]) -> Recorded:
+    audit = d_status["audit"]
+    assert isinstance(audit, dict)
+    return Recorded.parse(audit["recorded"])
+
+
+def test_a_creation_the_webhook_did_not_observe_is_recorded_with_an_unknown_user_after_a_grace() -> None:
+    early = decide(FACTS, [], CREATED + timedelta(seconds=5))
+    assert early.create == ()
+    assert early.recheck_after == UNOBSERVED_AFTER_SECONDS - 5
+    assert recorded_after(early.status).created is False  # asked again, not forgotten
+    d = decide(FACTS, [], LATER)
     (record,) = d.create
     assert record["metadata"]["name"] == "llama-created-01234567"
-    assert record["spec"]["action"] == "Created"
-    assert record["spec"]["actor"] == "kubectl-client-side-apply"
+    spec = record["spec"]
+    assert (spec["action"], spec["verb"], spec["stage"], spec["user"]) == (
+        "Created",
+        "create",
+        "ResponseComplete",
+        {"username": "unknown"},
+    )
+    assert "kubectl-client-side-apply" in spec["message"]
+    assert spec["objectRef"] == {
+        "resource": "trainers",
+        "namespace": "ns",
+        "name": "llama",
+        "uid": "0123456789abcdef",
+        "apiGroup": "trainer.operator.kubeflow.org",
+        "apiVersion": "v1alpha1",
+    }
     assert "ownerReferences" not in record["metadata"], "the trail must outlive the Trainer"
-    assert d.status == {"audit": {"records": 1, "lastRecord": "llama-created-01234567"}}
+    AuditLog.model_validate(record)  # the CRD's own model accepts it
+    assert d.status["audit"]["records"] == 1
+    assert recorded_after(d.status).created is True
 
 
-def test_existing_records_are_not_written_again_and_are_counted() -> None:
-    existing = decide(FACTS, []).create[0]
-    d = decide(FACTS, [existing])
+def test_the_webhooks_creation_record_is_not_duplicated() -> None:
+    webhook_record = decide(FACTS, [], LATER).create[0]  # same name as the webhook's record
+    d = decide(FACTS, [webhook_record], CREATED)
     assert d.create == ()
-    assert d.status == {"audit": {"records": 1, "lastRecord": "llama-created-01234567"}}
+    assert d.recheck_after is None
+    assert recorded_after(d.status).created is True
 
 
 def test_records_of_an_earlier_trainer_with_the_same_name_do_not_count() -> None:
-    earlier = decide(TrainerFacts("ns", "llama", "ffff", 1, "x", "2025-01-01T00:00:00Z"), []).create[0]
-    d = decide(FACTS, [earlier])
+    earlier = decide(TrainerFacts("ns", "llama", "ffff", 1, "x", "2025-01-01T00:00:00Z"), [], LATER).create[0]
+    d = decide(FACTS, [earlier], LATER)
     assert len(d.create) == 1
     assert d.status["audit"]["records"] == 1
 
 
-def test_creator_is_the_first_spec_manager() -> None:
+def test_manager_is_the_first_spec_manager() -> None:
     fields = [
         {"manager": "kubectl-client-side-apply", "operation": "Update"},
         {"manager": "trainer-operator/trainer", "operation": "Apply", "subresource": "status"},
     ]
-    assert creator_of(fields) == "kubectl-client-side-apply"
-    assert creator_of(None) == "unknown"
+    assert manager_of(fields) == "kubectl-client-side-apply"
+    assert manager_of(None) == "unknown"
 
 
 def cond(type_: str, status: str, reason: str, time: str, generation: int = 1) -> Condition:
@@ -62,31 +97,85 @@ RUNNING = replace(
     checkpoint_time="2026-01-01T00:10:00Z",
     restarts=2,
     last_failure="2026-01-01T00:08:00Z",
+    recorded=Recorded(created=True),
 )
 
 
 def test_operator_actions_are_recorded_with_the_acting_controllers_identity() -> None:
-    d = decide(RUNNING, [])
-    got = {(r["spec"]["action"], r["spec"]["actor"], r["spec"]["time"]) for r in d.create}
-    sa = "system:serviceaccount:trainer-operator-system:trainer-operator-"
-    assert got == {
-        ("Created", "kubectl-client-side-apply", "2026-01-01T00:00:00Z"),
-        ("Admitted", sa + "quota", "2026-01-01T00:00:01Z"),
-        ("Started", sa + "trainer", "2026-01-01T00:00:05Z"),
-        ("Restarted", sa + "trainer", "2026-01-01T00:08:00Z"),
-        ("Checkpointed", sa + "checkpoint", "2026-01-01T00:10:00Z"),
+    d = decide(RUNNING, [], LATER)
+    got = {
+        (r["spec"]["action"], r["spec"]["user"]["username"], r["spec"]["stageTimestamp"], r["spec"]["verb"])
+        for r in d.create
     }
-    assert decide(RUNNING, d.create).create == ()  # written once, however often the Trainer is seen
+    assert got == {
+        ("Admitted", SA + "quota", "2026-01-01T00:00:01Z", "patch"),
+        ("Started", SA + "trainer", "2026-01-01T00:00:05Z", "patch"),
+        ("Restarted", SA + "trainer", "2026-01-01T00:08:00Z", "patch"),
+        ("Checkpointed", SA + "checkpoint", "2026-01-01T00:10:00Z", "patch"),
+    }
+    for r in d.create:
+        assert r["spec"]["objectRef"]["subresource"] == "status"
+        assert r["spec"]["stage"] == "ResponseComplete"
+        assert "system:serviceaccounts" in r["spec"]["user"]["groups"]
+        AuditLog.model_validate(r)
+    ids = {r["spec"]["auditID"] for r in d.create}
+    assert len(ids) == 4
+    assert ids == {r["spec"]["auditID"] for r in decide(RUNNING, [], LATER).create}  # stable
+    # Seen again with its watermark, nothing is written again.
+    again = replace(RUNNING, recorded=recorded_after(d.status))
+    assert decide(again, d.create, LATER).create == ()
+
+
+def test_records_removed_by_retention_are_not_written_again() -> None:
+    d = decide(RUNNING, [], LATER)
+    after_retention = replace(RUNNING, recorded=recorded_after(d.status))
+    assert decide(after_retention, [], LATER + timedelta(days=400)).create == ()
+
+
+def test_without_a_watermark_existing_records_are_not_written_twice() -> None:
+    d = decide(RUNNING, [], LATER)
+    assert decide(RUNNING, d.create, LATER).create == ()
 
 
 def test_each_restart_and_each_new_transition_is_a_record_of_its_own() -> None:
-    first = decide(RUNNING, []).create
+    first = decide(RUNNING, [], LATER)
     later = replace(
         RUNNING,
         restarts=3,
         conditions=[*RUNNING.conditions[:3], cond("Suspended", "True", "SuspendedByUser", "2026-01-01T00:20:00Z")],
+        recorded=recorded_after(first.status),
     )
-    second = decide(later, first).create
-    assert {r["spec"]["action"] for r in second} == {"Restarted", "Suspended"}
-    resumed = replace(later, conditions=[cond("Suspended", "False", "Resumed", "2026-01-01T00:30:00Z")])
-    assert {r["spec"]["action"] for r in decide(resumed, [*first, *second]).create} == {"Resumed"}
+    second = decide(later, first.create, LATER)
+    assert {r["spec"]["action"] for r in second.create} == {"Restarted", "Suspended"}
+    resumed = replace(
+        later,
+        conditions=[cond("Suspended", "False", "Resumed", "2026-01-01T00:30:00Z")],
+        recorded=recorded_after(second.status),
+    )
+    assert {r["spec"]["action"] for r in decide(resumed, [], LATER).create} == {"Resumed"}
+    # Running again after a stop is a new transition, so a new record.
+    restarted = replace(resumed, conditions=[cond("Running", "True", "AllPodsRunning", "2026-01-01T00:40:00Z")])
+    assert [r["spec"]["action"] for r in decide(restarted, [], LATER).create] == ["Started"]
+
+
+def test_a_new_checkpoint_is_recorded_once() -> None:
+    first = decide(RUNNING, [], LATER)
+    newer = replace(
+        RUNNING,
+        checkpoint="llama-step-200",
+        checkpoint_time="2026-01-01T00:20:00Z",
+        recorded=recorded_after(first.status),
+    )
+    (record,) = decide(newer, [], LATER).create
+    assert record["spec"]["action"] == "Checkpointed"
+    assert "llama-step-200" in record["spec"]["message"]
+
+
+def test_summary_counts_the_trainers_records_and_names_the_latest() -> None:
+    d = decide(RUNNING, [], LATER)
+    audit = d.status["audit"]
+    assert isinstance(audit, dict)
+    assert audit["records"] == 4
+    latest = max(d.create, key=lambda r: r["spec"]["stageTimestamp"])
+    assert audit["lastRecord"] == latest["metadata"]["name"]
+    assert latest["spec"]["action"] == "Checkpointed"

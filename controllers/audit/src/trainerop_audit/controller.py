@@ -1,20 +1,33 @@
-"""kopf adapter of the audit controller."""
+"""kopf adapter of the audit controller: records operator actions from Trainers' status, serves the
+audit webhook that records users' requests, applies retention."""
 
+import asyncio
 import json
+import logging
 import sys
 from typing import Any
 
 import kopf
+from lightkube import ApiError
+from prometheus_client import Counter
 
-from trainerop_common.api import kind_info
+from trainerop_common.api import GROUP, kind_info
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import parse
+from trainerop_common.kube import is_namespace_terminating
 from trainerop_common.redaction import redact
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
-from .decide import OWNED_FIELDS, TrainerFacts, creator_of, decide
+from .decide import OWNED_FIELDS, Recorded, TrainerFacts, decide, manager_of
+from .record import OPERATOR_NAMESPACE
+from .retention import Retention, expired, pruned_record
+from .webhook import AuditWebhook
+
+log = logging.getLogger("trainerop.audit")
+RECORDS = Counter("audit_records_total", "AuditLog records created.", ["source"])
+PRUNED = Counter("audit_records_pruned_total", "AuditLog records deleted by retention.")
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -31,27 +44,95 @@ class AuditController:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.records = ObjectCache.for_kind(runtime.kube, "AuditLog")
-        self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, ())
+        kube = runtime.kube
+        self.records = ObjectCache.for_kind(kube, "AuditLog", index=lambda r: str(r["metadata"].get("namespace", "")))
+        self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, ())
+        cfg = runtime.config
+        self.retention = Retention(cfg.retention_days, cfg.retention_records)
+        self.webhook = AuditWebhook(self.write, runtime.clock, OPERATOR_NAMESPACE)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def write(self, record: dict[str, Any], source: str) -> bool:
+        """Create one record (idempotent by name) and print it; False if it existed already.
+
+        A namespace being deleted takes its records with it and accepts no new ones: what happens
+        there while it goes (its Trainers deleted, ...) is recorded in the operator's namespace."""
+        try:
+            created = await self.rt.kube.create("AuditLog", record, namespace=record["metadata"]["namespace"])
+        except ApiError as err:
+            if not is_namespace_terminating(err) or record["metadata"]["namespace"] == OPERATOR_NAMESPACE:
+                raise
+            record = {**record, "metadata": {**record["metadata"], "namespace": OPERATOR_NAMESPACE}}
+            created = await self.rt.kube.create("AuditLog", record, namespace=OPERATOR_NAMESPACE)
+        if created:
+            RECORDS.labels(source).inc()
+            emit(record)
+        return created
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.records.register(registry, self._record_changed)
 
+        @kopf.on.startup(registry=registry)
+        async def start(**_: Any) -> None:
+            cfg = self.rt.config
+            if cfg.webhook_port:
+                self.webhook.self_user = await self.rt.kube.whoami()
+                await self.webhook.start(
+                    cfg.webhook_address, cfg.webhook_port, cfg.webhook_cert_file, cfg.webhook_key_file
+                )
+            else:
+                log.warning("audit webhook not served (--webhook-port 0): users' requests are not recorded")
+            if self.retention.active:
+                self._tasks.append(asyncio.create_task(self._retention_forever()))
+
+        @kopf.on.cleanup(registry=registry)
+        async def stop(**_: Any) -> None:
+            for task in self._tasks:
+                task.cancel()
+            await self.webhook.stop()
+
     def _record_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
-        trainer = body.get("spec", {}).get("trainer", {}).get("name")
+        labels = body.get("metadata", {}).get("labels") or {}
+        trainer = labels.get(f"{GROUP}/trainer-name")
         if trainer:
             self.rt.requeue([(key[0], trainer)])
+
+    async def _retention_forever(self) -> None:
+        while True:
+            try:
+                await self.apply_retention()
+            except Exception:  # a failed pass is retried on the next; the loop must go on
+                log.exception("audit retention pass failed; retrying in %ss", self.rt.config.retention_interval_seconds)
+            await asyncio.sleep(self.rt.config.retention_interval_seconds)
+
+    async def apply_retention(self) -> int:
+        """One retention pass; returns how many records it deleted."""
+        now = self.rt.clock.now()
+        deleted = 0
+        for namespace, names in expired(await self.records.values(), now, self.retention).items():
+            try:
+                for name in names:
+                    if await self.rt.kube.delete("AuditLog", name, namespace=namespace):
+                        deleted += 1
+                        PRUNED.inc()
+                await self.write(pruned_record(namespace, names, self.retention, now), "retention")
+            except ApiError as err:  # one namespace's refusal does not hold up the others
+                log.warning("audit retention in namespace %s failed: %s", namespace, err)
+                continue
+            log.info("audit retention deleted %d record(s)", len(names), extra={"namespace": namespace})
+        return deleted
 
     async def reconcile(self, body: Body) -> None:
         meta, status = body["metadata"], body.get("status") or {}
         replicas: dict[str, Any] = (status.get("topology") or {}).get("replicas") or {}
+        now = self.rt.clock.now()
         facts = TrainerFacts(
             namespace=meta["namespace"],
             name=meta["name"],
             uid=meta["uid"],
             generation=int(meta.get("generation", 0)),
-            creator=creator_of(meta.get("managedFields")),
-            created=meta.get("creationTimestamp") or rfc3339(self.rt.clock.now()),
+            manager=manager_of(meta.get("managedFields")),
+            created=meta.get("creationTimestamp") or rfc3339(now),
             conditions=parse(status.get("conditions")),
             checkpoint=(status.get("checkpoint") or {}).get("latest"),
             checkpoint_time=(status.get("checkpoint") or {}).get("lastCommitTime"),
@@ -59,13 +140,14 @@ class AuditController:
             last_failure=max(
                 (str(r["lastFailureTime"]) for r in replicas.values() if r.get("lastFailureTime")), default=None
             ),
+            recorded=Recorded.parse((status.get("audit") or {}).get("recorded")),
         )
-        records = [r for r in await self.records.values() if r["metadata"].get("namespace") == facts.namespace]
-        decision = decide(facts, records)
+        decision = decide(facts, await self.records.grouped(facts.namespace), now)
         for record in decision.create:
-            if await self.rt.kube.create("AuditLog", record, namespace=facts.namespace):
-                emit(record)
-        await self.writer.write(body, decision.status, (), rfc3339(self.rt.clock.now()))
+            await self.write(record, "operator")
+        await self.writer.write(body, decision.status, (), rfc3339(now))
+        if decision.recheck_after is not None:
+            self.rt.requeue_after((facts.namespace, facts.name), decision.recheck_after)
 
 
 entry = run_entrypoint("audit", AuditController)

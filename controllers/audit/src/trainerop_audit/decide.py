@@ -1,26 +1,65 @@
-"""The audit controller's decision core: pure, table-tested, no I/O.
+"""The audit controller's decision core for operator actions: pure, table-tested, no I/O.
 
-It decides which AuditLog records a Trainer is missing and the ``status.audit`` summary: the
-record of its creation (one per Trainer UID), and one per operator action read from the status
-the controllers share — each condition's transition to the state that means an action (quota
-admission, start, restart, suspension, resumption, success, failure) and each newly committed
-checkpoint — with the identity of the controller that owns that condition. Record names are made
-from what they record, so a record is written once however often the Trainer is seen, and again
-after a restart of this controller nothing is written twice. Records carry no owner reference, so
-the trail outlives the Trainer.
+It decides which AuditLog records a Trainer is missing and the ``status.audit`` summary: one per
+operator action read from the status the controllers share — each condition's transition to the
+state that means an action (quota admission, start, suspension, resumption, success, failure),
+each pod replacement and each newly committed checkpoint — with the identity of the controller
+that owns that part of the status. ``status.audit.recorded`` remembers what was recorded, so a
+record removed by retention is not written again, and a restarted controller writes nothing
+twice. A Trainer whose creation the audit webhook did not observe (it was down, or not deployed)
+gets a creation record that says the requester is unknown.
 """
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from trainerop_common.api import API_VERSION, GROUP
 from trainerop_common.api.base import Condition
+from trainerop_common.clock import parse_time
+
+from .record import (
+    audit_record,
+    derived_audit_id,
+    operator_user,
+    record_name,
+    stamp_of,
+    subject_uid,
+    trainer_ref,
+)
 
 OWNED_FIELDS = ("audit",)
-TRAINER_LABEL = f"{GROUP}/trainer-name"
-UID_LABEL = f"{GROUP}/trainer-uid"
+# How long the creation of a Trainer may go without the webhook's record before this controller
+# records it with an unknown requester: longer than the webhook retries a failed write.
+UNOBSERVED_AFTER_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """``status.audit.recorded``: what has been recorded for this Trainer already."""
+
+    created: bool = False
+    conditions: Mapping[str, str] = field(default_factory=dict)  # type -> lastTransitionTime
+    restarts: int = 0
+    checkpoint: str | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "Recorded":
+        raw = raw or {}
+        return cls(
+            created=bool(raw.get("created")),
+            conditions=dict(raw.get("conditions") or {}),
+            restarts=int(raw.get("restarts") or 0),
+            checkpoint=raw.get("checkpoint"),
+        )
+
+    def to_k8s(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"created": self.created, "restarts": self.restarts}
+        if self.conditions:
+            out["conditions"] = dict(sorted(self.conditions.items()))
+        if self.checkpoint:
+            out["checkpoint"] = self.checkpoint
+        return out
 
 
 @dataclass(frozen=True)
@@ -29,16 +68,16 @@ class TrainerFacts:
     name: str
     uid: str
     generation: int
-    creator: str  # the field manager that created the spec, e.g. kubectl-client-side-apply
+    manager: str  # the field manager that created the spec, e.g. kubectl-client-side-apply
     created: str  # metadata.creationTimestamp
     conditions: Sequence[Condition] = ()
     checkpoint: str | None = None  # status.checkpoint.latest
     checkpoint_time: str | None = None  # status.checkpoint.lastCommitTime
     restarts: int = 0  # pods replaced after a failure, all roles (status.topology.replicas)
     last_failure: str | None = None  # the latest of their lastFailureTime
+    recorded: Recorded = Recorded()
 
 
-OPERATOR = "system:serviceaccount:trainer-operator-system:trainer-operator-"
 # (condition type, status, reason or None for any) -> (action, the controller that acts)
 ACTIONS: dict[tuple[str, str, str | None], tuple[str, str]] = {
     ("QuotaAdmitted", "True", "Admitted"): ("Admitted", "quota"),
@@ -51,107 +90,124 @@ ACTIONS: dict[tuple[str, str, str | None], tuple[str, str]] = {
 }
 
 
-def _short(*parts: str) -> str:
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
+def created_name(name: str, uid: str) -> str:
+    """The creation record's name; the webhook's record of the request and this controller's
+    fallback share it, so a Trainer has one."""
+    return f"{name}-created-{uid[:8]}"
 
 
-def record(
-    t: TrainerFacts, action: str, actor: str, reason: str, message: str, time: str, generation: int, key: str = ""
+def operator_record(
+    t: TrainerFacts, action: str, controller: str, reason: str, message: str, time: str, generation: int, key: str
 ) -> dict[str, Any]:
-    """An AuditLog named from what it records (``key``, else its time and reason), so it is written once."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "AuditLog",
-        "metadata": {
-            "name": f"{t.name}-{action.lower()}-{_short(t.uid, action, key or f'{time}/{reason}')}",
-            "namespace": t.namespace,
-            "labels": {TRAINER_LABEL: t.name, UID_LABEL: t.uid},
-        },
-        "spec": {
-            "trainer": {"name": t.name, "uid": t.uid},
-            "action": action,
-            "actor": actor,
-            "reason": reason,
-            "message": message[:4096],
-            "time": time,
-            "generation": generation,
-        },
-    }
+    """What the status written by ``controller`` shows it did: a status patch, complete."""
+    return audit_record(
+        name=record_name(t.name, action, t.uid, action, key),
+        namespace=t.namespace,
+        audit_id=derived_audit_id(t.uid, action, key),
+        stage="ResponseComplete",
+        verb="patch",
+        user=operator_user(controller),
+        object_ref=trainer_ref(t.namespace, t.name, t.uid, "status"),
+        received=time,
+        stamp=time,
+        action=action,
+        reason=reason,
+        message=message,
+        generation=generation,
+    )
 
 
-def operator_records(t: TrainerFacts) -> list[dict[str, Any]]:
-    """One record per action the controllers' status shows has happened."""
+def unobserved_creation(t: TrainerFacts) -> dict[str, Any]:
+    return audit_record(
+        name=created_name(t.name, t.uid),
+        namespace=t.namespace,
+        audit_id=derived_audit_id(t.uid, "Created"),
+        stage="ResponseComplete",
+        verb="create",
+        user={"username": "unknown"},
+        object_ref=trainer_ref(t.namespace, t.name, t.uid),
+        received=t.created,
+        stamp=t.created,
+        action="Created",
+        reason="RequestNotObserved",
+        message=(
+            f"Trainer {t.name} created by an unknown user (field manager {t.manager}): the audit webhook "
+            "did not observe the request (not deployed, or unreachable then)"
+        ),
+        generation=1,
+    )
+
+
+def operator_records(t: TrainerFacts) -> tuple[list[dict[str, Any]], Recorded]:
+    """One record per action the status shows that was not recorded before, and the new watermark."""
     out = []
+    seen = dict(t.recorded.conditions)
     for c in t.conditions:
         found = ACTIONS.get((c.type, c.status, c.reason)) or ACTIONS.get((c.type, c.status, None))
-        if found is None:
+        if found is None or seen.get(c.type) == c.last_transition_time:
             continue
         action, controller = found
+        seen[c.type] = c.last_transition_time
+        key = f"{c.type}/{c.last_transition_time}/{c.reason}"
         out.append(
-            record(t, action, OPERATOR + controller, c.reason, c.message, c.last_transition_time, c.observed_generation)
+            operator_record(
+                t, action, controller, c.reason, c.message, c.last_transition_time, c.observed_generation, key
+            )
         )
-    if t.restarts and t.last_failure:  # one record per replacement count: the Restarting condition
-        # stays True through several failures in a row
+    restarts = t.recorded.restarts
+    if t.restarts > restarts and t.last_failure:
+        # One record per replacement count seen: the Restarting condition stays True through
+        # several failures in a row, so the count is what says another pod was replaced.
         message = f"pod replaced after a failure (restart {t.restarts})"
-        restarted = record(
-            t,
-            "Restarted",
-            OPERATOR + "trainer",
-            "PodFailed",
-            message,
-            t.last_failure,
-            t.generation,
-            key=str(t.restarts),
-        )  # named by the count, not the time
-        out.append(restarted)
-    if t.checkpoint and t.checkpoint_time:
-        message = f"checkpoint {t.checkpoint} committed"
         out.append(
-            record(t, "Checkpointed", OPERATOR + "checkpoint", "Committed", message, t.checkpoint_time, t.generation)
+            operator_record(
+                t, "Restarted", "trainer", "PodFailed", message, t.last_failure, t.generation, str(t.restarts)
+            )
         )
-    return out
+        restarts = t.restarts
+    checkpoint = t.recorded.checkpoint
+    if t.checkpoint and t.checkpoint_time and t.checkpoint != checkpoint:
+        message = f"checkpoint {t.checkpoint} committed"
+        key = f"{t.checkpoint}/{t.checkpoint_time}"
+        out.append(
+            operator_record(t, "Checkpointed", "checkpoint", "Committed", message, t.checkpoint_time, t.generation, key)
+        )
+        checkpoint = t.checkpoint
+    return out, Recorded(created=True, conditions=seen, restarts=restarts, checkpoint=checkpoint)
 
 
 @dataclass(frozen=True)
 class Decision:
     create: tuple[dict[str, Any], ...]
     status: dict[str, Any]
+    recheck_after: float | None = None  # seconds; waiting for the webhook's creation record
 
 
-def creator_of(managed_fields: Sequence[Mapping[str, Any]] | None) -> str:
+def manager_of(managed_fields: Sequence[Mapping[str, Any]] | None) -> str:
     for entry in managed_fields or ():
         if entry.get("subresource") != "status" and entry.get("manager"):
             return str(entry["manager"])
     return "unknown"
 
 
-def created_record(t: TrainerFacts) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "AuditLog",
-        "metadata": {
-            "name": f"{t.name}-created-{t.uid[:8]}",
-            "namespace": t.namespace,
-            "labels": {TRAINER_LABEL: t.name, UID_LABEL: t.uid},
-        },
-        "spec": {
-            "trainer": {"name": t.name, "uid": t.uid},
-            "action": "Created",
-            "actor": t.creator,
-            "reason": "TrainerCreated",
-            "message": f"Trainer {t.name} created",
-            "time": t.created,
-            "generation": t.generation if t.generation else 1,
-        },
-    }
-
-
-def decide(t: TrainerFacts, records: Sequence[Mapping[str, Any]]) -> Decision:
-    mine = [r for r in records if r.get("spec", {}).get("trainer", {}).get("uid") == t.uid]
+def decide(t: TrainerFacts, records: Sequence[Mapping[str, Any]], now: datetime) -> Decision:
+    """``records``: the AuditLogs of the Trainer's namespace."""
+    mine = [r for r in records if subject_uid(r) == t.uid]
     have = {r["metadata"]["name"] for r in mine}
-    create = tuple(r for r in [created_record(t), *operator_records(t)] if r["metadata"]["name"] not in have)
+    wanted, recorded = operator_records(t)
+    recheck = None
+    if not t.recorded.created and created_name(t.name, t.uid) not in have:
+        age = (now - parse_time(t.created)).total_seconds()
+        if age >= UNOBSERVED_AFTER_SECONDS:
+            wanted.insert(0, unobserved_creation(t))
+        else:
+            recheck = UNOBSERVED_AFTER_SECONDS - age
+            recorded = Recorded(False, recorded.conditions, recorded.restarts, recorded.checkpoint)
+    create = tuple(r for r in wanted if r["metadata"]["name"] not in have)
     # Count what is about to be created too, so the summary is written once, not twice.
     trail = [*mine, *create]
-    latest = max(trail, key=lambda r: (r["spec"].get("time", ""), r["metadata"]["name"]), default=None)
-    status = {"audit": {"records": len(trail), **({"lastRecord": latest["metadata"]["name"]} if latest else {})}}
-    return Decision(create=create, status=status)
+    latest = max(trail, key=lambda r: (stamp_of(r), r["metadata"]["name"]), default=None)
+    summary: dict[str, Any] = {"records": len(trail), "recorded": recorded.to_k8s()}
+    if latest:
+        summary["lastRecord"] = latest["metadata"]["name"]
+    return Decision(create=create, status={"audit": summary}, recheck_after=recheck)

@@ -12,11 +12,11 @@ from typing import Any
 import kopf
 from prometheus_client import Counter, Histogram
 
-from trainerop_common.api import GROUP, VERSION, Checkpoint, Trainer, kind_info
+from trainerop_common.api import Checkpoint, Trainer, kind_info
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.checkpoint_storage import Location, S3Error, open_location
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
@@ -33,7 +33,6 @@ from .decide import (
     Storage,
     Verdict,
     decide,
-    parse_time,
 )
 
 COMMITS = Counter("checkpoint_commits_total", "Checkpoints committed (every shard reached a quorum).")
@@ -76,11 +75,9 @@ class CheckpointController:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         kube = runtime.kube
-        self.checkpoints = ObjectCache(
-            lambda: kube.list_all("Checkpoint"),
-            GROUP,
-            VERSION,
-            "checkpoints",
+        self.checkpoints = ObjectCache.for_kind(
+            kube,
+            "Checkpoint",
             index=lambda o: (o["metadata"].get("namespace", ""), o.get("spec", {}).get("trainer", "")),
         )
         self.claims = ObjectCache(

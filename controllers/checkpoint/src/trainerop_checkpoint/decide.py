@@ -18,7 +18,7 @@ from trainerop_common.api import Checkpoint, Contribution, PodContribution
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.checkpoint_layout import MOUNT, checkpoint_dir, checkpoint_path, copy_key
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import has_master
 
@@ -38,10 +38,6 @@ Verdict = Literal["ok", "missing", "mismatch", "unreadable"]
 def quorum(replication: int) -> int:
     """A majority of a shard's copies."""
     return replication // 2 + 1
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)

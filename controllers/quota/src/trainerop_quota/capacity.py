@@ -7,7 +7,6 @@ termination taint (the notice spot providers give before they take a node back).
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -221,7 +220,3 @@ def fits(free: Mapping[str, Decimal], want: Mapping[str, Decimal]) -> bool:
 
 def subtract(free: Resources, used: Mapping[str, Decimal]) -> None:
     _add(free, used, -1)
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))

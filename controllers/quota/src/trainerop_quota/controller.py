@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from trainerop_common.api import QuotaPolicy, Trainer, kind_info
 from trainerop_common.api.trainer import QuotaStatus, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired, parse
 from trainerop_common.contracts import (
     ADMISSION_ANNOTATION,
@@ -38,7 +38,7 @@ from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 from trainerop_common.tracing import record_span
 
-from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, parse_time, pod_requests, quantity_text
+from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, pod_requests, quantity_text
 from .decide import CONDITION, OWNED_FIELDS, Plan, PolicyInfo, TrainerInfo, Verdict, World, plan
 
 ADMITTED = Gauge("quota_admitted_trainers", "Trainers holding a quota admission, by capacity type.", ["capacity_type"])

@@ -26,7 +26,7 @@ from trainerop_common.api import Contribution, Grant
 from trainerop_common.api.base import Condition, ConditionStatus, PodContribution, ResourceRequirements
 from trainerop_common.api.quota import CapacityType, Preference, QuotaPolicySpec
 from trainerop_common.api.trainer import CostStatus, QuotaStatus, RenegotiationStatus, TrainerSpec
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired, find
 from trainerop_common.contracts import ADMISSION_ANNOTATION
 from trainerop_common.quantity import format_quantity, parse_quantity
@@ -40,7 +40,6 @@ from .capacity import (
     adjusted,
     fits,
     node_usage,
-    parse_time,
     placement,
     role_counts,
     role_requests,

@@ -13,7 +13,7 @@ from typing import Any
 from trainerop_common.api import GROUP, Contribution, Grant, RunPolicyDefaults
 from trainerop_common.api.base import Condition, ResourceRequirements
 from trainerop_common.api.trainer import Phase, ProgressStatus, ReplicaStatus, TrainerSpec, TrainerStatus
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired, find
 from trainerop_common.contracts import has_master
 
@@ -61,10 +61,6 @@ class RoleHistory:
 
 
 History = Mapping[str, RoleHistory]
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)

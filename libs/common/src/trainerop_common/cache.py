@@ -39,9 +39,11 @@ class ObjectCache:
         self._gone: set[tuple[Key, str]] = set()  # deleted by the watch before the first list ended
 
     @classmethod
-    def for_kind(cls, kube: "Kube", kind: str) -> "ObjectCache":
+    def for_kind(
+        cls, kube: "Kube", kind: str, index: Callable[[Mapping[str, Any]], Hashable] | None = None
+    ) -> "ObjectCache":
         """A cache of one of the operator's own kinds."""
-        return cls(lambda: kube.list_all(kind), GROUP, VERSION, kind_info(kind).plural)
+        return cls(lambda: kube.list_all(kind), GROUP, VERSION, kind_info(kind).plural, index=index)
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> Key:

@@ -29,3 +29,13 @@ class FixedClock:
 def rfc3339(moment: datetime) -> str:
     """The timestamp format Kubernetes uses (second precision, Z suffix)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(moment: datetime) -> str:
+    """Microsecond precision, as in the API server's audit events."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 timestamp as Kubernetes writes it (``Z`` or an offset, any precision)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

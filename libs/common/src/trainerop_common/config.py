@@ -52,6 +52,13 @@ class ControllerConfig:
     restart_backoff_cap_seconds: float = 60.0
     node_lost_seconds: float = 40.0
     secret_recheck_seconds: float = 10.0
+    webhook_address: str = "0.0.0.0"
+    webhook_port: int = 0
+    webhook_cert_file: str = "/etc/trainer-operator/webhook/tls.crt"
+    webhook_key_file: str = "/etc/trainer-operator/webhook/tls.key"
+    retention_days: float = 0.0
+    retention_records: int = 0
+    retention_interval_seconds: float = 300.0
 
     @property
     def gate_conditions(self) -> tuple[str, ...]:
@@ -110,11 +117,23 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
             "how long a Secret's existence is trusted; a missing one is looked for again after this long",
             float,
         )
+    if controller == "audit":
+        flag("webhook-address", "address the audit webhook (HTTPS) listens on")
+        flag("webhook-port", "port of the audit webhook that records users' requests (0: not served)", int)
+        flag("webhook-cert-file", "the webhook's serving certificate (PEM); re-read when it changes")
+        flag("webhook-key-file", "the webhook's private key (PEM)")
+        flag("retention-days", "delete audit records older than this many days (0: keep)", float)
+        flag("retention-records", "keep at most this many audit records per namespace (0: no limit)", int)
+        flag("retention-interval-seconds", "how often retention runs", float)
     a = p.parse_args(argv)
     gates = _csv(getattr(a, "gates", ""))
     unknown = set(gates) - set(CONCERNS)
     if unknown:
         p.error(f"unknown gate(s) {sorted(unknown)}; choose from {', '.join(CONCERNS)}")
+    if getattr(a, "retention_days", 0) < 0 or getattr(a, "retention_records", 0) < 0:
+        p.error("--retention-days and --retention-records must be 0 (no limit) or more")
+    if getattr(a, "retention_interval_seconds", 1) <= 0:
+        p.error("--retention-interval-seconds must be more than 0")
     if a.qps <= 0 or a.burst < 1 or a.workers < 0:
         p.error("--qps must be > 0, --burst at least 1, --workers at least 0 (0: no limit)")
     derived = {"controller", "namespaces", "pod_name", "gates"}

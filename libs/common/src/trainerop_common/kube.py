@@ -14,6 +14,7 @@ from lightkube.generic_resource import (
     create_global_resource,
     create_namespaced_resource,
 )
+from lightkube.resources.authentication_v1 import SelfSubjectReview
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import (
     Event,
@@ -75,6 +76,14 @@ def is_conflict(err: ApiError) -> bool:
 
 def is_not_found(err: ApiError) -> bool:
     return bool(err.status.code == 404)
+
+
+def is_namespace_terminating(err: ApiError) -> bool:
+    """Refused because the namespace is being deleted (nothing can be created in it any more)."""
+    causes = (err.status.details.causes if err.status.details else None) or []
+    return err.status.code == 403 and (
+        any(c.reason == "NamespaceTerminating" for c in causes) or "being terminated" in (err.status.message or "")
+    )
 
 
 class Kube:
@@ -252,6 +261,12 @@ class Kube:
                 return False
             raise
         return True
+
+    async def whoami(self) -> str:
+        """The username the API server authenticates this controller as (SelfSubjectReview)."""
+        review = await self._call("create", self._client.create(SelfSubjectReview()))
+        info = review.status.userInfo if review.status else None
+        return str(info.username) if info and info.username else ""
 
     async def close(self) -> None:
         await self._client.close()

@@ -189,11 +189,13 @@ KINDS: tuple[KindInfo, ...] = (
         short_names=("audit",),
         has_status=False,
         columns=(
-            PrinterColumn("Trainer", ".spec.trainer.name"),
+            PrinterColumn("Resource", ".spec.objectRef.resource"),
+            PrinterColumn("Object", ".spec.objectRef.name"),
             PrinterColumn("Action", ".spec.action"),
-            PrinterColumn("Actor", ".spec.actor"),
-            PrinterColumn("Reason", ".spec.reason"),
-            PrinterColumn("Time", ".spec.time", "date"),
+            PrinterColumn("User", ".spec.user.username"),
+            PrinterColumn("Verb", ".spec.verb", priority=1),
+            PrinterColumn("Reason", ".spec.reason", priority=1),
+            PrinterColumn("Time", ".spec.stageTimestamp", "date"),
         ),
     ),
 )

@@ -1,40 +1,76 @@
-"""The ``AuditLog`` kind: one immutable record of something the operator did."""
+"""The ``AuditLog`` kind: one immutable record of an action on a training workload.
 
-from typing import Literal
+Its fields follow the Kubernetes audit Event (``audit.k8s.io/v1``: auditID, stage, verb, user,
+objectRef, requestReceivedTimestamp, stageTimestamp) so that a SIEM that reads the API server's
+audit log reads these too; ``action``, ``reason``, ``message``, ``generation`` and ``details`` say
+what the request meant for the workload.
+"""
+
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import K8sModel, ObjectName, cel
+from .base import K8sModel, cel
 
 AuditAction = Literal[
+    # user actions, observed by the audit webhook
     "Created",
-    "Admitted",
-    "Started",
+    "Updated",
     "Scaled",
-    "Restarted",
     "Suspended",
     "Resumed",
+    "Deleted",
+    # operator actions, read from the status the controllers share
+    "Admitted",
+    "Started",
+    "Restarted",
     "Checkpointed",
     "Succeeded",
     "Failed",
-    "Deleted",
+    # the audit controller's own retention
+    "Pruned",
 ]
+AuditStage = Literal["RequestReceived", "ResponseComplete"]
 
 
-class AuditSubject(K8sModel):
-    name: ObjectName
-    uid: str = Field(default="", max_length=64)
+class AuditUser(K8sModel):
+    """Who acted, as the API server authenticated them."""
+
+    username: str = Field(min_length=1, max_length=512)
+    uid: str | None = Field(default=None, max_length=128)
+    groups: list[Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=64)
+
+
+class AuditObjectRef(K8sModel):
+    """What was acted on."""
+
+    resource: str = Field(min_length=1, max_length=63, description="e.g. trainers, trainingprofiles")
+    namespace: str | None = Field(default=None, max_length=63)
+    name: str | None = Field(default=None, max_length=253, description="Unset for a collection.")
+    uid: str | None = Field(default=None, max_length=64)
+    api_group: str | None = Field(default=None, max_length=253)
+    api_version: str | None = Field(default=None, max_length=63)
+    subresource: str | None = Field(default=None, max_length=63, description="e.g. scale, status")
 
 
 class AuditLogSpec(K8sModel):
-    trainer: AuditSubject
+    level: Literal["Metadata"] = "Metadata"
+    audit_id: str = Field(alias="auditID", min_length=1, max_length=64)
+    stage: AuditStage = Field(
+        description="RequestReceived: a user's request, recorded when it reached admission (after "
+        "authentication and authorization, before it was stored). ResponseComplete: an action the "
+        "stored status shows has happened."
+    )
+    verb: str = Field(min_length=1, max_length=32, description="create, update, patch, delete")
+    user: AuditUser
+    object_ref: AuditObjectRef
+    request_received_timestamp: str = Field(json_schema_extra={"format": "date-time"})
+    stage_timestamp: str = Field(json_schema_extra={"format": "date-time"})
     action: AuditAction
-    actor: str = Field(min_length=1, max_length=256, description="Who did it (controller or user).")
     reason: str = Field(default="", max_length=1024)
     message: str = Field(default="", max_length=4096)
-    time: str = Field(json_schema_extra={"format": "date-time"})
     generation: int = Field(default=0, ge=0)
-    details: dict[str, str] | None = None
+    details: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(default=None, max_length=32)
 
 
 class AuditLog(K8sModel):

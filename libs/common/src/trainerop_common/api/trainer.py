@@ -309,11 +309,23 @@ class CheckpointStatus(K8sModel):
     contribution: Contribution | None = None
 
 
+class AuditRecorded(K8sModel):
+    """What the audit controller has recorded already, so that a record removed by retention
+    is not written again: per condition type the transition time recorded, the restart count
+    and the checkpoint."""
+
+    created: bool = False
+    conditions: dict[str, str] | None = None
+    restarts: int = Field(default=0, ge=0)
+    checkpoint: str | None = None
+
+
 class AuditStatus(K8sModel):
     """Written by the audit controller: a summary of the run's audit trail."""
 
-    records: int = Field(default=0, ge=0)
+    records: int = Field(default=0, ge=0, description="This run's records that exist now.")
     last_record: str | None = None
+    recorded: AuditRecorded | None = None
 
 
 class TrainerStatus(K8sModel):

@@ -1,0 +1,109 @@
+"""The shape of one AuditLog record (the Kubernetes audit Event's fields) and how it is named.
+
+Every record is named from what it records, so that writing it twice (a retried request, a
+restarted controller, two replicas) creates it once.
+"""
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from trainerop_common.api import API_VERSION, GROUP
+
+TRAINER_LABEL = f"{GROUP}/trainer-name"
+UID_LABEL = f"{GROUP}/trainer-uid"
+RESOURCE_LABEL = f"{GROUP}/audited-resource"
+
+OPERATOR_NAMESPACE = "trainer-operator-system"
+OPERATOR_PREFIX = f"system:serviceaccount:{OPERATOR_NAMESPACE}:trainer-operator-"
+SERVICE_ACCOUNT_GROUPS = (
+    "system:serviceaccounts",
+    f"system:serviceaccounts:{OPERATOR_NAMESPACE}",
+    "system:authenticated",
+)
+
+
+def short_hash(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
+
+
+def derived_audit_id(*parts: str) -> str:
+    """A stable auditID for a record that no single API request stands for."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{GROUP}/audit/" + "/".join(parts)))
+
+
+def record_name(object_name: str, action: str, *key: str) -> str:
+    return f"{object_name[:200]}-{action.lower()}-{short_hash(*key)}"
+
+
+def operator_user(controller: str) -> dict[str, Any]:
+    return {"username": OPERATOR_PREFIX + controller, "groups": list(SERVICE_ACCOUNT_GROUPS)}
+
+
+def trainer_ref(namespace: str, name: str, uid: str, subresource: str | None = None) -> dict[str, Any]:
+    ref = {"resource": "trainers", "namespace": namespace, "name": name, "uid": uid, "apiGroup": GROUP}
+    ref["apiVersion"] = API_VERSION.split("/")[1]
+    if subresource:
+        ref["subresource"] = subresource
+    return ref
+
+
+def labels_for(ref: Mapping[str, Any]) -> dict[str, str]:
+    labels = {RESOURCE_LABEL: str(ref["resource"])}
+    if ref["resource"] == "trainers" and ref.get("name"):
+        labels[TRAINER_LABEL] = str(ref["name"])[:63]
+        if ref.get("uid"):
+            labels[UID_LABEL] = str(ref["uid"])
+    return labels
+
+
+def audit_record(
+    *,
+    name: str,
+    namespace: str,
+    audit_id: str,
+    stage: str,
+    verb: str,
+    user: Mapping[str, Any],
+    object_ref: Mapping[str, Any],
+    received: str,
+    stamp: str,
+    action: str,
+    reason: str,
+    message: str,
+    generation: int = 0,
+    details: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """An AuditLog. It carries no owner reference, so the trail outlives what it records."""
+    spec: dict[str, Any] = {
+        "level": "Metadata",
+        "auditID": audit_id,
+        "stage": stage,
+        "verb": verb,
+        "user": dict(user),
+        "objectRef": dict(object_ref),
+        "requestReceivedTimestamp": received,
+        "stageTimestamp": stamp,
+        "action": action,
+        "reason": reason[:1024],
+        "message": message[:4096],
+        "generation": max(generation, 0),
+    }
+    if details:
+        spec["details"] = {k: v[:1024] for k, v in details.items()}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AuditLog",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels_for(object_ref)},
+        "spec": spec,
+    }
+
+
+def subject_uid(record: Mapping[str, Any]) -> str | None:
+    ref = record.get("spec", {}).get("objectRef") or {}
+    return ref.get("uid") if ref.get("resource") == "trainers" else None
+
+
+def stamp_of(record: Mapping[str, Any]) -> str:
+    return str(record.get("spec", {}).get("stageTimestamp") or "")
