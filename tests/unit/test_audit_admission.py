@@ -168,7 +168,7 @@ def test_deleting_an_audit_record_is_recorded_unless_retention_did_it() -> None:
         review("CREATE", TRAINER, dryRun=True),
         review("CONNECT", TRAINER),
         review("CREATE", TRAINER, resource="pods"),
-        review("UPDATE", changed(epochs=9), TRAINER, subResource="status"),
+        review("UPDATE", changed(epochs=9), TRAINER, subResource="status"),  # no status change
         review("CREATE", {"metadata": {"name": "x"}}, resource="auditlogs"),
     ],
 )
@@ -182,3 +182,11 @@ def test_changed_paths_name_fields_never_values() -> None:
         "spec.d",
     ]
     assert changed_paths(1, 1, "spec") == []
+
+
+def test_a_status_write_by_someone_other_than_the_operator_is_recorded() -> None:
+    faked = copy.deepcopy(TRAINER)
+    faked["status"] = {"phase": "Succeeded"}
+    record = observed(review("UPDATE", faked, TRAINER, subResource="status"))
+    assert (record["spec"]["action"], record["spec"]["details"]) == ("Updated", {"changed": "status"})
+    assert record["spec"]["objectRef"]["subresource"] == "status"

@@ -37,9 +37,20 @@ def test_expired(rule: Retention, want: dict[str, list[str]]) -> None:
     assert expired(RECORDS, NOW, rule) == want
 
 
+def test_records_of_the_earlier_shape_age_by_their_own_time() -> None:
+    old_shape = {
+        "metadata": {"name": "old-shape", "namespace": "a"},
+        "spec": {"time": rec("x", 10)["spec"]["stageTimestamp"]},
+    }
+    assert expired([old_shape, rec("r4", 1)], NOW, Retention(max_age_days=30)) == {}
+    assert expired([old_shape, rec("r4", 1)], NOW, Retention(max_age_days=5)) == {"a": ["old-shape"]}
+    stored = {"metadata": {"name": "s", "namespace": "a", "creationTimestamp": "2026-11-29T00:00:00Z"}, "spec": {}}
+    assert expired([stored], NOW, Retention(max_age_days=30)) == {}
+
+
 def test_a_record_without_a_readable_time_is_the_oldest() -> None:
-    odd = {"metadata": {"name": "old-shape", "namespace": "a"}, "spec": {"time": "2026-01-01T00:00:00Z"}}
-    assert expired([odd, rec("r4", 1)], NOW, Retention(max_age_days=30)) == {"a": ["old-shape"]}
+    odd = {"metadata": {"name": "odd", "namespace": "a"}, "spec": {"stageTimestamp": "not a time"}}
+    assert expired([odd, rec("r4", 1)], NOW, Retention(max_age_days=30)) == {"a": ["odd"]}
 
 
 def test_retention_converges_with_its_own_records_counted() -> None:

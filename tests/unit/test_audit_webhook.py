@@ -2,6 +2,7 @@
 a failed write in the background, and starts serving once its certificate appears."""
 
 import asyncio
+import os
 import ssl
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,13 +37,14 @@ class Writes:
 
     def __init__(self, failures: list[BaseException] | None = None) -> None:
         self.records: list[dict[str, Any]] = []
+        self.calls: list[bool] = []  # print_existing of each attempt
         self.failures = failures or []
         self.done = asyncio.Event()
 
-    async def __call__(self, record: dict[str, Any], source: str) -> bool:
+    async def __call__(self, record: dict[str, Any], print_existing: bool) -> bool:
+        self.calls.append(print_existing)
         if self.failures:
             raise self.failures.pop(0)
-        assert source == "user"
         self.records.append(record)
         self.done.set()
         return True
@@ -100,6 +102,27 @@ async def test_a_failed_write_is_retried_and_the_request_still_allowed(pki: Path
         await hook.stop()
     assert answer["response"]["allowed"] is True
     assert len(writes.records) == 1
+    # A later attempt may find what an earlier, failed-looking one created: it prints it then.
+    assert writes.calls == [False, True, True]
+
+
+async def test_an_update_the_api_server_retries_is_recorded_once(pki: Path) -> None:
+    old = {"metadata": {"name": "llama", "namespace": "team-a", "uid": "abc"}, "spec": {"epochs": 1}}
+    new = {
+        "metadata": {"name": "llama", "namespace": "team-a", "uid": "abc", "resourceVersion": "9"},
+        "spec": {"epochs": 2},
+    }
+    update: dict[str, Any] = {**REVIEW["request"], "operation": "UPDATE", "object": new, "oldObject": old}
+    retried = {**update, "uid": "another-uid", "oldObject": {**old, "status": {"phase": "Running"}}}
+    back = {**update, "uid": "third-uid", "object": old, "oldObject": new}
+    writes = Writes()
+    hook = await serve(pki, writes)
+    try:
+        for request in (update, retried, back):
+            await post(pki, hook, {"request": request})
+    finally:
+        await hook.stop()
+    assert [r["spec"]["auditID"] for r in writes.records] == [update["uid"], "third-uid"]
 
 
 async def test_a_refused_write_is_not_retried_and_never_denies(pki: Path) -> None:
@@ -107,7 +130,8 @@ async def test_a_refused_write_is_not_retried_and_never_denies(pki: Path) -> Non
     hook = await serve(pki, writes)
     try:
         _, answer = await post(pki, hook, REVIEW)
-        _, again = await post(pki, hook, {"request": {"uid": "x", "operation": "CREATE", "object": "not an object"}})
+        broken = {"uid": "x", "operation": "CREATE", "resource": {"resource": "trainers"}, "object": "not an object"}
+        _, again = await post(pki, hook, {"request": broken})  # observe() fails on it: still allowed
         status, _ = await post(pki, hook, "not a review")
     finally:
         await hook.stop()
@@ -131,3 +155,34 @@ async def test_the_webhook_serves_once_its_certificate_is_mounted(pki: Path, tmp
         await hook.stop()
     assert status == 200
     assert len(writes.records) == 1
+
+
+async def test_a_rotated_certificate_is_served_and_a_bad_one_does_not_break_tls(pki: Path, tmp_path: Path) -> None:
+    for suffix in ("crt", "key"):
+        (tmp_path / f"hook.{suffix}").write_bytes((pki / f"webhook.{suffix}").read_bytes())
+    writes = Writes()
+    hook = await serve(tmp_path, writes, cert="hook")
+    try:
+        await post(pki, hook, REVIEW)
+        # A certificate that does not match the key (a half-written rotation): the old one goes on.
+        cluster.issue_certificate(pki, "other", "other", None, ["127.0.0.1"])
+        os.utime(tmp_path / "hook.key", (1, 1))
+        (tmp_path / "hook.crt").write_bytes((pki / "other.crt").read_bytes())
+        for _ in range(5):
+            await asyncio.sleep(0.02)  # several reload periods
+        status, _ = await post(pki, hook, REVIEW)
+        assert status == 200
+        (tmp_path / "hook.key").write_bytes((pki / "other.key").read_bytes())  # the rotation completes
+        served = None
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            served = await asyncio.get_running_loop().run_in_executor(None, peer_certificate, hook.port)
+            if served == (pki / "other.crt").read_text():
+                break
+        assert served == (pki / "other.crt").read_text()
+    finally:
+        await hook.stop()
+
+
+def peer_certificate(port: int) -> str:
+    return ssl.get_server_certificate(("127.0.0.1", port))

@@ -179,3 +179,21 @@ def test_summary_counts_the_trainers_records_and_names_the_latest() -> None:
     latest = max(d.create, key=lambda r: r["spec"]["stageTimestamp"])
     assert audit["lastRecord"] == latest["metadata"]["name"]
     assert latest["spec"]["action"] == "Checkpointed"
+
+
+def test_each_renegotiation_is_recorded_though_the_admission_stays_true() -> None:
+    first = decide(RUNNING, [], LATER)
+    moved = replace(
+        RUNNING,
+        conditions=[cond("QuotaAdmitted", "True", "Renegotiated", "2026-01-01T00:00:01Z"), *RUNNING.conditions[1:]],
+        renegotiations=1,
+        recorded=recorded_after(first.status),
+    )
+    d = decide(moved, [], LATER)
+    (record,) = d.create
+    assert (record["spec"]["action"], record["spec"]["reason"]) == ("Admitted", "Renegotiated")
+    assert record["spec"]["user"]["username"] == SA + "quota"
+    again = replace(moved, renegotiations=2, recorded=recorded_after(d.status))
+    (second,) = decide(again, [], LATER).create
+    assert second["metadata"]["name"] != record["metadata"]["name"]
+    assert decide(replace(again, recorded=recorded_after(decide(again, [], LATER).status)), [], LATER).create == ()

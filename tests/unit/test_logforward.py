@@ -79,7 +79,7 @@ def test_the_shipped_config_parses_and_uses_only_what_the_forwarder_runs() -> No
     assert [e["name"] for e in config.filters] == ["parser", "lua", "rewrite_tag"]
     assert [(e["alias"], e["match"]) for e in config.outputs] == [("siem-audit", "audit.*"), ("siem-logs", "kube.*")]
     assert [o.url for o in pipeline.outputs] == ["http://127.0.0.1:8080/audit", "http://127.0.0.1:8080/logs"]
-    assert config.inputs[0]["path"] == "/var/log/containers/trainer-operator-*_trainer-operator-system_*.log"
+    assert config.inputs[0]["path"] == "/var/log/containers/trainer-operator-*_trainer-operator-system_controller-*.log"
 
 
 def test_the_component_mounts_the_config_and_sets_every_variable_it_reads() -> None:
@@ -272,6 +272,10 @@ def test_an_audit_record_goes_to_the_audit_output_and_a_log_line_to_the_log_outp
     )
     other = tmp_path / POD_LOG.format(c="audit").replace("_trainer-operator-system_", "_team-a_")
     other.write_text(cri(json.dumps(AUDIT), "stdout"))  # another namespace: not tailed
+    forwarder = tmp_path / (
+        "trainer-operator-log-forwarding-x2x4z_trainer-operator-system_fluent-bit-" + "b" * 64 + ".log"
+    )
+    forwarder.write_text(cri(json.dumps(LOG)))  # fluent-bit's own log: not tailed (no loop)
     with Receiver() as receiver:
         pipeline = run(tmp_path, receiver)
     assert receiver.records("/audit") == [AUDIT]  # as printed: the CRI fields are dropped

@@ -7,6 +7,8 @@ one ``AdmissionReview`` request into the AuditLog that records it (or nothing: a
 update that changes nothing a user controls, the audit controller's own retention).
 """
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,8 +66,13 @@ def update_action(
     if subresource == "scale":
         before, after = (old.get("spec") or {}).get("replicas"), (new.get("spec") or {}).get("replicas")
         return None if before == after else ("Scaled", {"from": str(before), "to": str(after)})
+    if subresource == "status":
+        # The controllers' own status writes do not come here (the webhook's matchCondition); anyone
+        # else writing status could fake an operator action, so that is recorded.
+        changes = changed_paths(old.get("status"), new.get("status"), "status")
+        return ("Updated", {"changed": ", ".join(changes)}) if changes else None
     if subresource:
-        return None  # status is the controllers' (their actions are recorded from it)
+        return None
     changes = changed_paths(old.get("spec"), new.get("spec"), "spec")
     changes += _metadata_changes(old.get("metadata") or {}, new.get("metadata") or {})
     if not changes:
@@ -76,6 +83,29 @@ def update_action(
     if resource == "trainers" and all(c.startswith("spec.topology.workers") for c in changes):
         return "Scaled", {**details, "from": str(_workers(old)), "to": str(_workers(new))}
     return "Updated", details
+
+
+def transition_key(review: Mapping[str, Any]) -> str:
+    """What a request changes, from whose hand: the API server calls admission again with a new
+    request UID when an update conflicts with another write (a status write, say) and is retried,
+    and the retry carries the same key, so it is recorded once."""
+    req = review.get("request") or {}
+
+    def state(obj: Any) -> Any:
+        if not isinstance(obj, Mapping):
+            return None
+        meta = obj.get("metadata") or {}
+        annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in IGNORED_ANNOTATIONS}
+        return [obj.get("spec"), meta.get("labels"), annotations]
+
+    parts = [
+        req.get("operation"),
+        req.get("subResource"),
+        (req.get("userInfo") or {}).get("username"),
+        state(req.get("oldObject")),
+        state(req.get("object")),
+    ]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def observe(

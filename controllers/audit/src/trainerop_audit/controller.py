@@ -20,7 +20,7 @@ from trainerop_common.redaction import redact
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
-from .decide import OWNED_FIELDS, Recorded, TrainerFacts, decide, manager_of
+from .decide import OWNED_FIELDS, Recorded, TrainerFacts, created_name, decide, manager_of
 from .record import OPERATOR_NAMESPACE
 from .retention import Retention, expired, pruned_record
 from .webhook import AuditWebhook
@@ -49,11 +49,18 @@ class AuditController:
         self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, ())
         cfg = runtime.config
         self.retention = Retention(cfg.retention_days, cfg.retention_records)
-        self.webhook = AuditWebhook(self.write, runtime.clock, OPERATOR_NAMESPACE)
+        self.webhook = AuditWebhook(
+            lambda record, again: self.write(record, "user", print_existing=again), runtime.clock, OPERATOR_NAMESPACE
+        )
         self._tasks: list[asyncio.Task[None]] = []
+        if cfg.webhook_port:
+            runtime.readiness.append(
+                lambda: None if self.webhook.serving.is_set() else "the audit webhook is not serving (see the log)"
+            )
 
-    async def write(self, record: dict[str, Any], source: str) -> bool:
-        """Create one record (idempotent by name) and print it; False if it existed already.
+    async def write(self, record: dict[str, Any], source: str, print_existing: bool = False) -> bool:
+        """Create one record (idempotent by name) and print it; False if it existed already (then
+        printed only if ``print_existing``: an earlier attempt of the same write may have created it).
 
         A namespace being deleted takes its records with it and accepts no new ones: what happens
         there while it goes (its Trainers deleted, ...) is recorded in the operator's namespace."""
@@ -66,6 +73,7 @@ class AuditController:
             created = await self.rt.kube.create("AuditLog", record, namespace=OPERATOR_NAMESPACE)
         if created:
             RECORDS.labels(source).inc()
+        if created or print_existing:
             emit(record)
         return created
 
@@ -106,16 +114,18 @@ class AuditController:
             await asyncio.sleep(self.rt.config.retention_interval_seconds)
 
     async def apply_retention(self) -> int:
-        """One retention pass; returns how many records it deleted."""
+        """One retention pass; returns how many records it deleted. It reads the records from the
+        API server (a cache may lag its own deletions), and records what it deletes before it
+        deletes (a pass cut short leaves a record of what it meant to delete, never the reverse)."""
         now = self.rt.clock.now()
         deleted = 0
-        for namespace, names in expired(await self.records.values(), now, self.retention).items():
+        for namespace, names in expired(await self.rt.kube.list_all("AuditLog"), now, self.retention).items():
             try:
+                await self.write(pruned_record(namespace, names, self.retention, now), "retention")
                 for name in names:
                     if await self.rt.kube.delete("AuditLog", name, namespace=namespace):
                         deleted += 1
                         PRUNED.inc()
-                await self.write(pruned_record(namespace, names, self.retention, now), "retention")
             except ApiError as err:  # one namespace's refusal does not hold up the others
                 log.warning("audit retention in namespace %s failed: %s", namespace, err)
                 continue
@@ -140,9 +150,11 @@ class AuditController:
             last_failure=max(
                 (str(r["lastFailureTime"]) for r in replicas.values() if r.get("lastFailureTime")), default=None
             ),
+            renegotiations=int((status.get("quota") or {}).get("renegotiations") or 0),
             recorded=Recorded.parse((status.get("audit") or {}).get("recorded")),
         )
-        decision = decide(facts, await self.records.grouped(facts.namespace), now)
+        pending = self.webhook.pending(created_name(facts.name, facts.uid))
+        decision = decide(facts, await self.records.grouped(facts.namespace), now, creation_pending=pending)
         for record in decision.create:
             await self.write(record, "operator")
         await self.writer.write(body, decision.status, (), rfc3339(now))

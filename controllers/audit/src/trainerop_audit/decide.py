@@ -11,7 +11,7 @@ gets a creation record that says the requester is unknown.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +41,7 @@ class Recorded:
     created: bool = False
     conditions: Mapping[str, str] = field(default_factory=dict)  # type -> lastTransitionTime
     restarts: int = 0
+    renegotiations: int = 0
     checkpoint: str | None = None
 
     @classmethod
@@ -50,11 +51,14 @@ class Recorded:
             created=bool(raw.get("created")),
             conditions=dict(raw.get("conditions") or {}),
             restarts=int(raw.get("restarts") or 0),
+            renegotiations=int(raw.get("renegotiations") or 0),
             checkpoint=raw.get("checkpoint"),
         )
 
     def to_k8s(self) -> dict[str, Any]:
         out: dict[str, Any] = {"created": self.created, "restarts": self.restarts}
+        if self.renegotiations:
+            out["renegotiations"] = self.renegotiations
         if self.conditions:
             out["conditions"] = dict(sorted(self.conditions.items()))
         if self.checkpoint:
@@ -75,13 +79,13 @@ class TrainerFacts:
     checkpoint_time: str | None = None  # status.checkpoint.lastCommitTime
     restarts: int = 0  # pods replaced after a failure, all roles (status.topology.replicas)
     last_failure: str | None = None  # the latest of their lastFailureTime
+    renegotiations: int = 0  # status.quota.renegotiations: the admission moved or shrunk
     recorded: Recorded = Recorded()
 
 
 # (condition type, status, reason or None for any) -> (action, the controller that acts)
 ACTIONS: dict[tuple[str, str, str | None], tuple[str, str]] = {
-    ("QuotaAdmitted", "True", "Admitted"): ("Admitted", "quota"),
-    ("QuotaAdmitted", "True", "Renegotiated"): ("Admitted", "quota"),
+    ("QuotaAdmitted", "True", "Admitted"): ("Admitted", "quota"),  # renegotiations: counted below
     ("Running", "True", None): ("Started", "trainer"),
     ("Suspended", "True", None): ("Suspended", "trainer"),
     ("Suspended", "False", "Resumed"): ("Resumed", "trainer"),
@@ -165,6 +169,18 @@ def operator_records(t: TrainerFacts) -> tuple[list[dict[str, Any]], Recorded]:
             )
         )
         restarts = t.restarts
+    renegotiations = t.recorded.renegotiations
+    if t.renegotiations > renegotiations:
+        # A renegotiated admission stays True (no transition): its count says it moved again.
+        quota = next((c for c in t.conditions if c.type == "QuotaAdmitted"), None)
+        message = quota.message if quota else f"admission renegotiated ({t.renegotiations})"
+        time = quota.last_transition_time if quota else t.created
+        out.append(
+            operator_record(
+                t, "Admitted", "quota", "Renegotiated", message, time, t.generation, f"renegotiation/{t.renegotiations}"
+            )
+        )
+        renegotiations = t.renegotiations
     checkpoint = t.recorded.checkpoint
     if t.checkpoint and t.checkpoint_time and t.checkpoint != checkpoint:
         message = f"checkpoint {t.checkpoint} committed"
@@ -173,7 +189,7 @@ def operator_records(t: TrainerFacts) -> tuple[list[dict[str, Any]], Recorded]:
             operator_record(t, "Checkpointed", "checkpoint", "Committed", message, t.checkpoint_time, t.generation, key)
         )
         checkpoint = t.checkpoint
-    return out, Recorded(created=True, conditions=seen, restarts=restarts, checkpoint=checkpoint)
+    return out, Recorded(True, seen, restarts, renegotiations, checkpoint)
 
 
 @dataclass(frozen=True)
@@ -190,19 +206,22 @@ def manager_of(managed_fields: Sequence[Mapping[str, Any]] | None) -> str:
     return "unknown"
 
 
-def decide(t: TrainerFacts, records: Sequence[Mapping[str, Any]], now: datetime) -> Decision:
-    """``records``: the AuditLogs of the Trainer's namespace."""
+def decide(
+    t: TrainerFacts, records: Sequence[Mapping[str, Any]], now: datetime, creation_pending: bool = False
+) -> Decision:
+    """``records``: the AuditLogs of the Trainer's namespace; ``creation_pending``: the webhook is
+    still writing its record of the creation."""
     mine = [r for r in records if subject_uid(r) == t.uid]
     have = {r["metadata"]["name"] for r in mine}
     wanted, recorded = operator_records(t)
     recheck = None
     if not t.recorded.created and created_name(t.name, t.uid) not in have:
         age = (now - parse_time(t.created)).total_seconds()
-        if age >= UNOBSERVED_AFTER_SECONDS:
+        if age >= UNOBSERVED_AFTER_SECONDS and not creation_pending:
             wanted.insert(0, unobserved_creation(t))
         else:
-            recheck = UNOBSERVED_AFTER_SECONDS - age
-            recorded = Recorded(False, recorded.conditions, recorded.restarts, recorded.checkpoint)
+            recheck = max(UNOBSERVED_AFTER_SECONDS - age, 1.0)
+            recorded = replace(recorded, created=False)
     create = tuple(r for r in wanted if r["metadata"]["name"] not in have)
     # Count what is about to be created too, so the summary is written once, not twice.
     trail = [*mine, *create]

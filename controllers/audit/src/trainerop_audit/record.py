@@ -101,9 +101,17 @@ def audit_record(
 
 
 def subject_uid(record: Mapping[str, Any]) -> str | None:
-    ref = record.get("spec", {}).get("objectRef") or {}
-    return ref.get("uid") if ref.get("resource") == "trainers" else None
+    """The uid of the Trainer a record is about (also in records of the shape before audit Events)."""
+    spec = record.get("spec", {})
+    ref = spec.get("objectRef") or {}
+    if ref:
+        return ref.get("uid") if ref.get("resource") == "trainers" else None
+    return (spec.get("trainer") or {}).get("uid")
 
 
 def stamp_of(record: Mapping[str, Any]) -> str:
-    return str(record.get("spec", {}).get("stageTimestamp") or "")
+    """When it happened; for a record of the earlier shape its ``time``, else when it was stored."""
+    spec = record.get("spec", {})
+    return str(
+        spec.get("stageTimestamp") or spec.get("time") or record.get("metadata", {}).get("creationTimestamp") or ""
+    )

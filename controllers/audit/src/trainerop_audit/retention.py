@@ -7,7 +7,7 @@ the limit, so a pass leaves room for it).
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainerop_common.api import GROUP, VERSION
@@ -26,12 +26,17 @@ class Retention:
         return self.max_age_days > 0 or self.max_records > 0
 
 
-def _older_than(record: Mapping[str, Any], cutoff: datetime) -> bool:
-    stamp = stamp_of(record)
+def _moment(record: Mapping[str, Any]) -> datetime:
+    """When it happened (timestamps come in second and microsecond precision: compare times, not
+    strings); a record without a readable time is as old as can be."""
     try:
-        return parse_time(stamp) < cutoff
+        return parse_time(stamp_of(record))
     except ValueError:
-        return True  # no readable time (a record of an older shape): as old as can be
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def _older_than(record: Mapping[str, Any], cutoff: datetime) -> bool:
+    return _moment(record) < cutoff
 
 
 def expired(records: Sequence[Mapping[str, Any]], now: datetime, rule: Retention) -> dict[str, list[str]]:
@@ -41,7 +46,7 @@ def expired(records: Sequence[Mapping[str, Any]], now: datetime, rule: Retention
         by_namespace.setdefault(str(r["metadata"].get("namespace", "")), []).append(r)
     out: dict[str, list[str]] = {}
     for namespace, items in sorted(by_namespace.items()):
-        items = sorted(items, key=lambda r: (stamp_of(r), r["metadata"]["name"]))
+        items = sorted(items, key=lambda r: (_moment(r), r["metadata"]["name"]))
         gone = (
             [r for r in items if _older_than(r, now - timedelta(days=rule.max_age_days))] if rule.max_age_days else []
         )
@@ -74,7 +79,7 @@ def pruned_record(namespace: str, names: Sequence[str], rule: Retention, now: da
         stamp=stamp,
         action="Pruned",
         reason="RetentionPolicy",
-        message=f"deleted {len(names)} audit record(s) {' or '.join(limits)}: {listed}",
+        message=f"deletes {len(names)} audit record(s) {' or '.join(limits)}: {listed}",
         details={
             "deleted": str(len(names)),
             "maxAgeDays": f"{rule.max_age_days:g}",

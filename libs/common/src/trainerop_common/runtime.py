@@ -101,6 +101,8 @@ class Runtime:
         self._controller: Controller | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.ready = asyncio.Event()
+        # More that /readyz waits for: each returns what is not ready yet, or None.
+        self.readiness: list[Callable[[], str | None]] = []
 
     # -- events ---------------------------------------------------------------------------------
     def event(self, body: Body, type_: str, reason: str, message: str) -> None:
@@ -293,9 +295,12 @@ class Health:
         return web.Response(text="ok\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        if self._runtime.ready.is_set():
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="not ready: not yet watching the API server\n")
+        if not self._runtime.ready.is_set():
+            return web.Response(status=503, text="not ready: not yet watching the API server\n")
+        waiting = [w for w in (check() for check in self._runtime.readiness) if w]
+        if waiting:
+            return web.Response(status=503, text=f"not ready: {'; '.join(waiting)}\n")
+        return web.Response(text="ready\n")
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

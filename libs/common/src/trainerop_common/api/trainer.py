@@ -311,12 +311,13 @@ class CheckpointStatus(K8sModel):
 
 class AuditRecorded(K8sModel):
     """What the audit controller has recorded already, so that a record removed by retention
-    is not written again: per condition type the transition time recorded, the restart count
-    and the checkpoint."""
+    is not written again: per condition type the transition time recorded, the restart and
+    renegotiation counts and the checkpoint."""
 
     created: bool = False
     conditions: dict[str, str] | None = None
     restarts: int = Field(default=0, ge=0)
+    renegotiations: int = Field(default=0, ge=0)
     checkpoint: str | None = None
 
 
