@@ -40,7 +40,7 @@ step "Waiting for every controller to report on the Trainer"
 for condition in ProfileResolved QuotaAdmitted CheckpointReady; do
   kubectl wait --for=condition=$condition trainer/llama-7b-finetune --timeout=60s
 done
-kubectl wait --for=jsonpath='{.status.audit.records}'=1 trainer/llama-7b-finetune --timeout=60s
+kubectl wait --for=jsonpath='{.status.audit.recorded.created}'=true trainer/llama-7b-finetune --timeout=60s
 kubectl wait --for=jsonpath='{.status.phase}'=Running trainer/llama-7b-finetune --timeout=120s
 
 step "A Trainer that only names the profile (examples/profiles/trainer.yaml) and the profile's Secret"

@@ -113,12 +113,15 @@ async def test_an_update_the_api_server_retries_is_recorded_once(pki: Path) -> N
         "spec": {"epochs": 2},
     }
     update: dict[str, Any] = {**REVIEW["request"], "operation": "UPDATE", "object": new, "oldObject": old}
+    # The API server's retry after a conflict; its first attempt may have read a stale copy.
+    stale = {**old, "spec": {"epochs": 0}}
     retried = {**update, "uid": "another-uid", "oldObject": {**old, "status": {"phase": "Running"}}}
+    first = {**update, "oldObject": stale}
     back = {**update, "uid": "third-uid", "object": old, "oldObject": new}
     writes = Writes()
     hook = await serve(pki, writes)
     try:
-        for request in (update, retried, back):
+        for request in (first, retried, back):
             await post(pki, hook, {"request": request})
     finally:
         await hook.stop()

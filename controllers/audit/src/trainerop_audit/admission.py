@@ -86,25 +86,19 @@ def update_action(
 
 
 def transition_key(review: Mapping[str, Any]) -> str:
-    """What a request changes, from whose hand: the API server calls admission again with a new
-    request UID when an update conflicts with another write (a status write, say) and is retried,
-    and the retry carries the same key, so it is recorded once."""
+    """What a request makes of an object, from whose hand. The API server calls admission again,
+    with a new request UID, when an update conflicts with another write (a status write, say) and
+    is retried; its first attempt may even have started from a stale cached copy of the object, so
+    only the new state identifies the request: a retry carries the same key and is recorded once."""
     req = review.get("request") or {}
-
-    def state(obj: Any) -> Any:
-        if not isinstance(obj, Mapping):
-            return None
-        meta = obj.get("metadata") or {}
+    new = req.get("object")
+    state = None
+    if isinstance(new, Mapping):
+        meta = new.get("metadata") or {}
         annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in IGNORED_ANNOTATIONS}
-        return [obj.get("spec"), meta.get("labels"), annotations]
-
-    parts = [
-        req.get("operation"),
-        req.get("subResource"),
-        (req.get("userInfo") or {}).get("username"),
-        state(req.get("oldObject")),
-        state(req.get("object")),
-    ]
+        state = [new.get("spec"), new.get("status") if req.get("subResource") == "status" else None]
+        state += [meta.get("labels"), annotations]
+    parts = [req.get("operation"), req.get("subResource"), (req.get("userInfo") or {}).get("username"), state]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
