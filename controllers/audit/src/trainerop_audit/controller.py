@@ -84,7 +84,10 @@ class AuditController:
         async def start(**_: Any) -> None:
             cfg = self.rt.config
             if cfg.webhook_port:
-                self.webhook.self_user = await self.rt.kube.whoami()
+                try:
+                    self.webhook.self_user = await self.rt.kube.whoami()
+                except ApiError as err:  # then its retention deletes are recorded one by one too
+                    log.warning("could not learn this controller's own identity (SelfSubjectReview): %s", err)
                 await self.webhook.start(
                     cfg.webhook_address, cfg.webhook_port, cfg.webhook_cert_file, cfg.webhook_key_file
                 )
