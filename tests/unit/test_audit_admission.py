@@ -190,3 +190,11 @@ def test_a_status_write_by_someone_other_than_the_operator_is_recorded() -> None
     record = observed(review("UPDATE", faked, TRAINER, subResource="status"))
     assert (record["spec"]["action"], record["spec"]["details"]) == ("Updated", {"changed": "status"})
     assert record["spec"]["objectRef"]["subresource"] == "status"
+
+
+def test_a_user_in_very_many_groups_still_gets_a_valid_record() -> None:
+    r = review("CREATE", TRAINER)
+    r["request"]["userInfo"] = {"username": "bob", "groups": [f"group-{i}-" + "x" * 300 for i in range(200)]}
+    groups = observed(r)["spec"]["user"]["groups"]  # observed() validates against the CRD's model
+    assert len(groups) == 64
+    assert all(len(g) == 256 for g in groups)

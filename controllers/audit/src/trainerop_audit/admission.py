@@ -23,6 +23,7 @@ AUDITED = {
     "clustertrainingprofiles": "ClusterTrainingProfile",
 }
 VERBS = {"CREATE": "create", "UPDATE": "update", "DELETE": "delete"}
+MAX_GROUPS = 64
 # Deletes every object of a namespace being deleted; its audit records go with the namespace (the
 # namespace's deletion is in the API server's own audit log), so these are not recorded one by one.
 NAMESPACE_CONTROLLER = "system:serviceaccount:kube-system:namespace-controller"
@@ -150,7 +151,7 @@ def observe(
     who = {"username": str(user.get("username") or "unknown")}
     if user.get("uid"):
         who["uid"] = str(user["uid"])
-    groups = [str(g) for g in user.get("groups") or []]
+    groups = [str(g)[:256] for g in user.get("groups") or []][:MAX_GROUPS]  # what the CRD holds
     said = f" from {details['from']} to {details['to']}" if "to" in details else ""
     said += f" ({details['changed']})" if details.get("changed") else ""
     return audit_record(
