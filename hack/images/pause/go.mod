@@ -1,0 +1,3 @@
+module trainer-operator/pause
+
+go 1.22

@@ -1,0 +1,32 @@
+"""The real node's configuration (hack/node.py): what this machine was found to need."""
+
+import tomllib
+from pathlib import Path
+
+from hack import node
+
+
+def test_containerd_keeps_oom_scores_it_may_set_and_uses_debians_cni_plugins() -> None:
+    config = tomllib.loads(node.containerd_config(Path("/run/x")))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True  # a negative score is refused on this machine
+    assert cri["sandbox_image"] == node.PAUSE_IMAGE
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    assert cri["cni"]["bin_dir"] == "/usr/lib/cni"
+    assert config["grpc"]["address"] == "/run/x/containerd/containerd.sock"
+
+
+def test_the_kubelet_runs_on_cgroup_v1_with_cgroupfs_and_taints_its_node() -> None:
+    config = node.kubelet_config(Path("/run/x"), Path("/pki/ca.crt"), "192.0.2.2")
+    assert (config["cgroupDriver"], config["failCgroupV1"]) == ("cgroupfs", False)
+    assert config["containerRuntimeEndpoint"] == "unix:///run/x/containerd/containerd.sock"
+    assert config["address"] == "192.0.2.2"
+    assert config["authentication"]["anonymous"] == {"enabled": False}
+    assert config["registerWithTaints"] == [{"key": node.NODE_LABEL, "value": "true", "effect": "NoSchedule"}]
+
+
+def test_pods_get_addresses_from_the_bridge() -> None:
+    bridge, portmap = node.cni_config()["plugins"]
+    assert bridge["type"] == "bridge"
+    assert bridge["ipam"]["ranges"] == [[{"subnet": node.POD_SUBNET}]]
+    assert portmap["type"] == "portmap"
