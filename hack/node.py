@@ -8,7 +8,9 @@ from the binary cache, images built and imported locally (there is no registry).
 
 It needs the Debian packages containerd, runc, containernetworking-plugins, buildah and
 busybox-static (`apt-get install -y ...`; up says which are missing) and Go (the pause image is
-built from hack/images/pause). The node is named real-0, labelled and tainted
+built from hack/images/pause, CoreDNS from its Go module, once, into the cache). CoreDNS serves
+cluster.local on 10.0.0.10 (added to lo), the kubelet's clusterDNS, so headless Services resolve
+in pods. The node is named real-0, labelled and tainted
 trainer.operator.kubeflow.org/real-node=true (NoSchedule), so only pods that tolerate the taint
 run there; kwok's fake GPU nodes keep everything else. Its state and logs live in
 ~/.cache/trainer-operator/cluster/node.
@@ -51,6 +53,9 @@ POD_SUBNET = "10.88.0.0/16"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # the kubelet's default sandbox image name
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.36"  # the controllers' --init-image default
 KUBELET_HEALTH = 10248
+DNS_IP = "10.0.0.10"  # the kubelet's clusterDNS, in the Service range; CoreDNS binds it on lo
+COREDNS_VERSION = "v1.12.4"
+COREDNS_HEALTH = cluster.PORT_BASE + 26
 
 
 def node_dir() -> Path:
@@ -111,7 +116,7 @@ def host_ip() -> str:
     out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True).stdout
     for line in out.splitlines():
         fields = line.split()
-        if "inet" in fields:
+        if "inet" in fields and fields[1] != "lo":  # lo also holds the cluster DNS address
             return fields[fields.index("inet") + 1].split("/")[0]
     raise cluster.ClusterError("this machine has no global IPv4 address for the node (`ip -4 addr` shows none)")
 
@@ -135,7 +140,7 @@ def kubelet_config(run: Path, ca: Path, address: str) -> dict[str, Any]:
             "anonymous": {"enabled": False},
         },
         "authorization": {"mode": "Webhook"},
-        "clusterDNS": ["10.0.0.10"],
+        "clusterDNS": [DNS_IP],
         "clusterDomain": "cluster.local",
         "resolvConf": "/etc/resolv.conf",
         "runtimeRequestTimeout": "2m",
@@ -206,11 +211,60 @@ def images(run: Path) -> None:
         shutil.rmtree(context, ignore_errors=True)
         (context / "rootfs" / "bin").mkdir(parents=True)
         shutil.copy2(shutil.which("busybox") or "/bin/busybox", context / "rootfs" / "bin" / "busybox")
-        for applet in ("sh", "sleep", "echo", "cat", "ls", "env", "hostname", "nslookup", "true", "false", "wget"):
+        applets = ("sh", "sleep", "echo", "cat", "ls", "env", "hostname", "nslookup", "true", "false", "wget", "seq")
+        for applet in applets:
             (context / "rootfs" / "bin" / applet).symlink_to("busybox")
         archive = build_image(run, BUSYBOX_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sh"]\n')
         ctr(run, "images", "import", str(archive))
     cluster.say(f"images {PAUSE_IMAGE} and {BUSYBOX_IMAGE} in containerd ({time.monotonic() - t0:.1f}s)")
+
+
+def corefile(kubeconfig: Path) -> str:
+    """cluster.local from the API server (Services, headless Services' pods); nothing else: no upstream."""
+    return f"""cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
+    bind {DNS_IP}
+    errors
+    health 127.0.0.1:{COREDNS_HEALTH}
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+    cache 5
+}}
+"""
+
+
+def coredns_binary() -> Path:
+    """CoreDNS built from its Go module, once, into the cache (about 3 minutes on 2 cores)."""
+    target = cluster.CACHE_ROOT / f"coredns-{COREDNS_VERSION}"
+    binary = target / "coredns"
+    if not binary.exists():
+        cluster.say(f"building CoreDNS {COREDNS_VERSION} from its Go module (once; a few minutes)")
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["go", "install", f"github.com/coredns/coredns@{COREDNS_VERSION}"],
+            env={**os.environ, "GOBIN": str(target)},
+            cwd=target,
+            check=True,
+        )
+    return binary
+
+
+def dns(run: Path, admin: Path) -> None:
+    """CoreDNS serving cluster.local on the clusterDNS address, which pods reach through the bridge."""
+    on_lo = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
+    if f" {DNS_IP}/" not in on_lo:
+        subprocess.run(["ip", "addr", "add", f"{DNS_IP}/32", "dev", "lo"], check=True)
+    (run / "Corefile").write_text(corefile(admin))
+    coredns = cluster.Component(
+        "coredns",
+        [str(coredns_binary()), "-conf", str(run / "Corefile")],
+        lambda: cluster.http_ok(f"http://127.0.0.1:{COREDNS_HEALTH}/health"),
+        timeout=60,
+    )
+    cluster.start(run, coredns)
 
 
 def node_ready(kubeconfig: Path) -> bool:
@@ -257,6 +311,7 @@ def up(_: argparse.Namespace) -> int:
     )
     cluster.start(run, containerd)
     images(run)
+    dns(run, admin)
     if not (pki / f"kubelet-{NODE}.crt").exists():
         cluster.issue_certificate(pki, f"kubelet-{NODE}", f"system:node:{NODE}", "system:nodes")
     kubeconfig = cluster.kubeconfig(cluster.RUN_DIR, f"kubelet-{NODE}")
@@ -284,7 +339,7 @@ def up(_: argparse.Namespace) -> int:
 
 def down(_: argparse.Namespace) -> int:
     run = node_dir()
-    for name in cluster.stop_processes(run, ["kubelet", "containerd"]):
+    for name in cluster.stop_processes(run, ["kubelet", "containerd", "coredns"]):
         cluster.say(f"stopped {name}")
     admin = cluster.RUN_DIR / "admin.kubeconfig"
     if admin.exists() and cluster.http_ok(
@@ -294,6 +349,10 @@ def down(_: argparse.Namespace) -> int:
             [str(cluster.bin_dir() / "kubectl"), f"--kubeconfig={admin}", "delete", "node", NODE, "--ignore-not-found"],
             capture_output=True,
         )
+    # The pods' bridge and the DNS address: a stale bridge with the same subnet would take the
+    # replies meant for the next node's pods.
+    subprocess.run(["ip", "link", "del", cni_config()["plugins"][0]["bridge"]], capture_output=True)
+    subprocess.run(["ip", "addr", "del", f"{DNS_IP}/32", "dev", "lo"], capture_output=True)
     # What the kubelet and containerd left mounted (volumes, sandbox /dev/shm, overlay roots).
     mounts = subprocess.run(["findmnt", "-rno", "TARGET"], capture_output=True, text=True).stdout.split()
     for target in sorted((m for m in mounts if m.startswith(str(run))), key=len, reverse=True):
@@ -304,7 +363,7 @@ def down(_: argparse.Namespace) -> int:
 def status(_: argparse.Namespace) -> int:
     run = node_dir()
     healthy = True
-    for name in ("containerd", "kubelet"):
+    for name in ("containerd", "coredns", "kubelet"):
         pid = cluster.running_pid(run, name)
         healthy &= pid is not None
         print(f"{name:12} pid={pid or '-':<8} log={run / 'logs' / f'{name}.log'}")

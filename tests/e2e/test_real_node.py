@@ -56,3 +56,25 @@ def test_a_containers_exit_code_reaches_the_pod_status(cluster: Cluster, namespa
     assert done["status"]["phase"] == "Failed"
     (state,) = done["status"]["containerStatuses"]
     assert state["state"]["terminated"]["exitCode"] == 3
+
+
+def test_a_headless_service_name_resolves_in_a_pod(cluster: Cluster, namespace: str, real_node: str) -> None:
+    """The rendezvous contract: a replica's headless Service name resolves to its pod (CoreDNS)."""
+    name = f"dns-check.{namespace}.svc.cluster.local"
+    script = f"for i in $(seq 60); do nslookup {name} && exit 0; sleep 1; done; exit 1"
+    manifest = pod("dns", script)
+    manifest["metadata"]["labels"] = {"app": "dns-check"}
+    cluster.apply(manifest, namespace)
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "dns-check"},
+            "spec": {"clusterIP": "None", "selector": {"app": "dns-check"}, "publishNotReadyAddresses": True},
+        },
+        namespace,
+    )
+    done = eventually(lambda: finished(cluster, namespace, "dns"), timeout=120, what="the pod to finish")
+    logs = cluster.kubectl("logs", "dns", "-n", namespace)
+    assert done["status"]["phase"] == "Succeeded", logs
+    assert done["status"]["podIP"] in logs  # the name resolved to the pod's own address

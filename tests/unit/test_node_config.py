@@ -30,3 +30,11 @@ def test_pods_get_addresses_from_the_bridge() -> None:
     assert bridge["type"] == "bridge"
     assert bridge["ipam"]["ranges"] == [[{"subnet": node.POD_SUBNET}]]
     assert portmap["type"] == "portmap"
+
+
+def test_coredns_serves_cluster_local_on_the_kubelets_dns_address_only() -> None:
+    corefile = node.corefile(Path("/k/admin.kubeconfig"))
+    assert f"bind {node.DNS_IP}" in corefile
+    assert "kubeconfig /k/admin.kubeconfig" in corefile
+    assert "forward" not in corefile  # no upstream: this machine has no internet
+    assert node.kubelet_config(Path("/r"), Path("/ca"), "192.0.2.2")["clusterDNS"] == [node.DNS_IP]
