@@ -21,7 +21,7 @@ from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
 from .decide import OWNED_FIELDS, Recorded, TrainerFacts, created_name, decide, manager_of
-from .record import OPERATOR_NAMESPACE
+from .record import OPERATOR_NAMESPACE, subject_uid
 from .retention import Retention, expired, pruned_record
 from .webhook import AuditWebhook
 
@@ -45,7 +45,8 @@ class AuditController:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         kube = runtime.kube
-        self.records = ObjectCache.for_kind(kube, "AuditLog", index=lambda r: str(r["metadata"].get("namespace", "")))
+        # Grouped by the Trainer they are about: a reconcile reads its own records, not the namespace's.
+        self.records = ObjectCache.for_kind(kube, "AuditLog", index=lambda r: subject_uid(r) or "")
         self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, ())
         cfg = runtime.config
         self.retention = Retention(cfg.retention_days, cfg.retention_records)
@@ -157,7 +158,7 @@ class AuditController:
             recorded=Recorded.parse((status.get("audit") or {}).get("recorded")),
         )
         pending = self.webhook.pending(created_name(facts.name, facts.uid))
-        decision = decide(facts, await self.records.grouped(facts.namespace), now, creation_pending=pending)
+        decision = decide(facts, await self.records.grouped(facts.uid), now, creation_pending=pending)
         for record in decision.create:
             await self.write(record, "operator")
         await self.writer.write(body, decision.status, (), rfc3339(now))

@@ -209,8 +209,8 @@ def manager_of(managed_fields: Sequence[Mapping[str, Any]] | None) -> str:
 def decide(
     t: TrainerFacts, records: Sequence[Mapping[str, Any]], now: datetime, creation_pending: bool = False
 ) -> Decision:
-    """``records``: the AuditLogs of the Trainer's namespace; ``creation_pending``: the webhook is
-    still writing its record of the creation."""
+    """``records``: AuditLogs, of which the Trainer's count (the adapter passes only those);
+    ``creation_pending``: the webhook is still writing its record of the creation."""
     mine = [r for r in records if subject_uid(r) == t.uid]
     have = {r["metadata"]["name"] for r in mine}
     wanted, recorded = operator_records(t)

@@ -50,7 +50,7 @@ Writer = Callable[[dict[str, Any], bool], Awaitable[bool]]
 def _permanent(err: BaseException) -> bool:
     """A refusal that a retry will not change (e.g. the record is invalid)."""
     code = err.status.code if isinstance(err, ApiError) and err.status else None
-    return code is not None and 400 <= code < 500 and code not in (408, 409, 429)
+    return code is not None and 400 <= code < 500 and code not in (408, 429)  # 409: create() says False
 
 
 class AuditWebhook:
