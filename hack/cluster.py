@@ -79,6 +79,16 @@ class Ports:
 PORTS = Ports()
 
 
+def host_ip() -> str | None:
+    """The machine's first global IPv4 address (not lo, which also holds the cluster DNS address)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if "inet" in fields and fields[1] != "lo":
+            return fields[fields.index("inet") + 1].split("/")[0]
+    return None
+
+
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -404,8 +414,10 @@ def components(run: Path, bins: Path) -> list[Component]:
             [
                 str(bins / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{PORTS.etcd_client}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                # Pods on the real node reach the API server through the kubernetes Service
+                # (kube-proxy's rules lead 10.0.0.1:443 to the advertised address).
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={host_ip() or '127.0.0.1'}",
                 f"--secure-port={PORTS.apiserver}",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -486,7 +498,9 @@ def components(run: Path, bins: Path) -> list[Component]:
                 "mini",
                 f"-dir={run / 'seaweedfs'}",
                 "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
+                # Every address: pods on the real node reach S3 at the node's address. S3 needs
+                # the cluster's key; SeaweedFS's other ports are open too (a development cluster).
+                "-ip.bind=0.0.0.0",
                 f"-s3.port={PORTS.s3}",
                 f"-master.port={PORTS.s3 + 1}",
                 f"-volume.port={PORTS.s3 + 2}",

@@ -37,6 +37,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hack import cluster
+from hack import images as built
 
 REPO = Path(__file__).resolve().parent.parent
 NODE = "real-0"
@@ -47,15 +48,33 @@ PACKAGES = {
     "buildah": "buildah",
     "busybox": "busybox-static",
     "/usr/lib/cni/bridge": "containernetworking-plugins",
+    "debootstrap": "debootstrap",  # the Debian base of the controllers' and the example's images
 }
 CNI_DIR = Path("/usr/lib/cni")
 POD_SUBNET = "10.88.0.0/16"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # the kubelet's default sandbox image name
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.36"  # the controllers' --init-image default
+# What the tests' pods and the rendezvous wait (sh, nslookup, grep) use.
+BUSYBOX_APPLETS = (
+    "sh",
+    "sleep",
+    "echo",
+    "cat",
+    "ls",
+    "env",
+    "hostname",
+    "nslookup",
+    "grep",
+    "true",
+    "false",
+    "wget",
+    "seq",
+)
 KUBELET_HEALTH = 10248
 DNS_IP = "10.0.0.10"  # the kubelet's clusterDNS, in the Service range; CoreDNS binds it on lo
 COREDNS_VERSION = "v1.12.4"
 COREDNS_HEALTH = cluster.PORT_BASE + 26
+KUBE_PROXY_HEALTH = cluster.PORT_BASE + 27  # and + 28: its metrics
 
 
 def node_dir() -> Path:
@@ -112,13 +131,42 @@ def cni_config() -> dict[str, Any]:
 
 
 def host_ip() -> str:
-    """The machine's first global IPv4 address: the node's address (the kubelet refuses loopback)."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        fields = line.split()
-        if "inet" in fields and fields[1] != "lo":  # lo also holds the cluster DNS address
-            return fields[fields.index("inet") + 1].split("/")[0]
-    raise cluster.ClusterError("this machine has no global IPv4 address for the node (`ip -4 addr` shows none)")
+    """The machine's address: the node's (the kubelet refuses loopback)."""
+    address = cluster.host_ip()
+    if address is None:
+        raise cluster.ClusterError("this machine has no global IPv4 address for the node (`ip -4 addr` shows none)")
+    return address
+
+
+# Pods in a namespace with this annotation tolerate real-0's taint (PodTolerationRestriction), so
+# unmodified manifests such as examples/jax/trainer.yaml run on it, and not on the kwok nodes.
+NODE_TOLERATIONS = {
+    "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
+        [{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
+    )
+}
+
+
+def team_namespace(name: str) -> dict[str, Any]:
+    """A namespace whose pods run on the real node."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": NODE_TOLERATIONS}}
+
+
+def checkpoint_secret(namespace: str, name: str = "checkpoint-credentials") -> dict[str, Any]:
+    """The local S3 server's credentials with an endpoint pods on the node reach (the node's address)."""
+    data = cluster.s3_credentials() | {"AWS_ENDPOINT_URL": f"http://{host_ip()}:{cluster.PORTS.s3}"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": data,
+    }
+
+
+def print_namespace(args: argparse.Namespace) -> int:
+    """The namespace and, in it, the checkpoint credentials Secret (for kubectl apply -f -)."""
+    print(yaml.safe_dump_all([team_namespace(args.name), checkpoint_secret(args.name)]), end="")
+    return 0
 
 
 def kubelet_config(run: Path, ca: Path, address: str) -> dict[str, Any]:
@@ -166,56 +214,29 @@ def ctr(run: Path, *args: str) -> str:
     return result.stdout
 
 
-def build_image(run: Path, name: str, context: Path, containerfile: str) -> Path:
-    """An OCI archive of a FROM-scratch image built with buildah (vfs storage under the node's dir)."""
-    archive = run / "images" / f"{name.rsplit('/', 1)[-1].replace(':', '-')}.tar"
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    (context / "Containerfile").write_text(containerfile)
-    storage = [
-        "--storage-driver",
-        "vfs",
-        "--root",
-        str(run / "buildah" / "root"),
-        "--runroot",
-        str(run / "buildah" / "run"),
-    ]
-    for argv in (
-        ["buildah", *storage, "bud", "-q", "-t", f"localhost/{name}", str(context)],
-        ["buildah", *storage, "push", f"localhost/{name}", f"oci-archive:{archive}:{name}"],
-    ):
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise cluster.ClusterError(f"{' '.join(argv[:4])} failed: {result.stderr.strip()[-2000:]}")
-    return archive
-
-
 def images(run: Path) -> None:
-    """The sandbox (pause) image and a busybox image, built here and imported into containerd."""
-    have = set(ctr(run, "images", "ls", "-q").split())
+    """The sandbox (pause) image and a busybox image, built here (cached layers) and imported into
+    containerd when they changed."""
     t0 = time.monotonic()
-    if PAUSE_IMAGE not in have:
-        context = run / "build" / "pause"
-        shutil.rmtree(context, ignore_errors=True)
-        (context / "rootfs").mkdir(parents=True)
-        source = REPO / "hack" / "images" / "pause"
-        subprocess.run(
-            ["go", "build", "-ldflags", "-s -w", "-o", str(context / "rootfs" / "pause"), "."],
-            cwd=source,
-            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
-            check=True,
-        )
-        archive = build_image(run, PAUSE_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nENTRYPOINT ["/pause"]\n')
-        ctr(run, "images", "import", str(archive))
-    if BUSYBOX_IMAGE not in have:
-        context = run / "build" / "busybox"
-        shutil.rmtree(context, ignore_errors=True)
-        (context / "rootfs" / "bin").mkdir(parents=True)
-        shutil.copy2(shutil.which("busybox") or "/bin/busybox", context / "rootfs" / "bin" / "busybox")
-        applets = ("sh", "sleep", "echo", "cat", "ls", "env", "hostname", "nslookup", "true", "false", "wget", "seq")
-        for applet in applets:
-            (context / "rootfs" / "bin" / applet).symlink_to("busybox")
-        archive = build_image(run, BUSYBOX_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sh"]\n')
-        ctr(run, "images", "import", str(archive))
+    context = run / "build" / "pause"
+    shutil.rmtree(context, ignore_errors=True)
+    (context / "rootfs").mkdir(parents=True)
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(context / "rootfs" / "pause"), "."],
+        cwd=REPO / "hack" / "images" / "pause",
+        env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+        check=True,
+    )
+    archive = built.build_image(PAUSE_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nENTRYPOINT ["/pause"]\n')
+    built.import_into(run, PAUSE_IMAGE, archive)
+    context = run / "build" / "busybox"
+    shutil.rmtree(context, ignore_errors=True)
+    (context / "rootfs" / "bin").mkdir(parents=True)
+    shutil.copy2(shutil.which("busybox") or "/bin/busybox", context / "rootfs" / "bin" / "busybox")
+    for applet in BUSYBOX_APPLETS:
+        (context / "rootfs" / "bin" / applet).symlink_to("busybox")
+    archive = built.build_image(BUSYBOX_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sh"]\n')
+    built.import_into(run, BUSYBOX_IMAGE, archive)
     cluster.say(f"images {PAUSE_IMAGE} and {BUSYBOX_IMAGE} in containerd ({time.monotonic() - t0:.1f}s)")
 
 
@@ -265,6 +286,67 @@ def dns(run: Path, admin: Path) -> None:
         timeout=60,
     )
     cluster.start(run, coredns)
+
+
+def kube_proxy_binary() -> Path:
+    """kube-proxy of the kubelet's version, built once from the foundation's Go module (a copy of
+    it: kube-proxy's extra go.sum lines must not change the key of the binary cache)."""
+    kubelet = cluster.bin_dir() / "kubelet"
+    target = cluster.CACHE_ROOT / "kube-proxy" / cluster.bin_dir().parent.name
+    binary = target / "kube-proxy"
+    if binary.exists():
+        return binary
+    version = subprocess.run([str(kubelet), "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
+    minor = version.split(".")[1]
+    ldflags = "-s -w"
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        ldflags += f" -X {package}.gitVersion={version} -X {package}.gitMajor=1 -X {package}.gitMinor={minor}"
+        ldflags += f" -X {package}.gitTreeState=clean -X {package}.buildDate=1970-01-01T00:00:00Z"
+    cluster.say(f"building kube-proxy {version} from the k8s.io/kubernetes module (once; a minute or more)")
+    work = target.parent / "module"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(REPO / "hack" / "k8s-tools", work, ignore=shutil.ignore_patterns("bin"))
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(binary), "k8s.io/kubernetes/cmd/kube-proxy"],
+        cwd=work,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
+        check=True,
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    return binary
+
+
+def kube_proxy(run: Path) -> None:
+    """kube-proxy (iptables mode) on the node: Services' cluster IPs work from pods and from this
+    machine; the one that matters here is the kubernetes Service, the API server for pods that
+    use their ServiceAccount (the training SDK's heartbeats and checkpoints, in-cluster controllers)."""
+    pki = cluster.RUN_DIR / "pki"
+    if not (pki / "kube-proxy.crt").exists():
+        cluster.issue_certificate(pki, "kube-proxy", "system:kube-proxy", None)
+    config = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(cluster.kubeconfig(cluster.RUN_DIR, "kube-proxy"))},
+        "hostnameOverride": NODE,
+        "clusterCIDR": POD_SUBNET,
+        "bindAddress": "0.0.0.0",
+        "healthzBindAddress": f"127.0.0.1:{KUBE_PROXY_HEALTH}",
+        "metricsBindAddress": f"127.0.0.1:{KUBE_PROXY_HEALTH + 1}",
+        # This machine's conntrack table is not ours to resize.
+        "conntrack": {"maxPerCore": 0},
+        "iptables": {"localhostNodePorts": False},
+        "nodePortAddresses": ["primary"],
+    }
+    (run / "kube-proxy.yaml").write_text(yaml.safe_dump(config))
+    proxy = cluster.Component(
+        "kube-proxy",
+        [str(kube_proxy_binary()), f"--config={run / 'kube-proxy.yaml'}"],
+        lambda: cluster.http_ok(f"http://127.0.0.1:{KUBE_PROXY_HEALTH}/healthz"),
+        timeout=60,
+    )
+    cluster.start(run, proxy)
 
 
 def node_ready(kubeconfig: Path) -> bool:
@@ -333,14 +415,18 @@ def up(_: argparse.Namespace) -> int:
         timeout=120,
     )
     cluster.start(run, kubelet)
+    kube_proxy(run)
     cluster.say(f"node {NODE} is Ready in {time.monotonic() - t0:.1f}s (logs: {run / 'logs'})")
     return 0
 
 
 def down(_: argparse.Namespace) -> int:
     run = node_dir()
-    for name in cluster.stop_processes(run, ["kubelet", "containerd", "coredns"]):
+    for name in cluster.stop_processes(run, ["kube-proxy", "kubelet", "containerd", "coredns"]):
         cluster.say(f"stopped {name}")
+    proxy = cluster.CACHE_ROOT / "kube-proxy" / cluster.bin_dir().parent.name / "kube-proxy"
+    if proxy.exists():  # its iptables rules
+        subprocess.run([str(proxy), "--cleanup"], capture_output=True)
     admin = cluster.RUN_DIR / "admin.kubeconfig"
     if admin.exists() and cluster.http_ok(
         f"https://127.0.0.1:{cluster.PORTS.apiserver}/readyz", ca=cluster.RUN_DIR / "pki" / "ca.crt"
@@ -363,7 +449,7 @@ def down(_: argparse.Namespace) -> int:
 def status(_: argparse.Namespace) -> int:
     run = node_dir()
     healthy = True
-    for name in ("containerd", "coredns", "kubelet"):
+    for name in ("containerd", "coredns", "kubelet", "kube-proxy"):
         pid = cluster.running_pid(run, name)
         healthy &= pid is not None
         print(f"{name:12} pid={pid or '-':<8} log={run / 'logs' / f'{name}.log'}")
@@ -377,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     for name, fn in (("up", up), ("down", down), ("status", status)):
         commands.add_parser(name).set_defaults(fn=fn)
+    namespace = commands.add_parser(
+        "namespace", help="print a namespace whose pods run on the real node, with S3 checkpoint credentials"
+    )
+    namespace.add_argument("name")
+    namespace.set_defaults(fn=print_namespace)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))

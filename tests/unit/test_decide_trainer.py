@@ -255,6 +255,22 @@ def test_gang_scope_restarts_every_worker_but_not_the_parameter_server() -> None
     assert any(e[1] == "GangRestart" for e in d.events)
 
 
+def test_a_gang_starts_again_only_once_all_its_old_pods_are_gone() -> None:
+    s = spec(runPolicy={"restartScope": "Gang"})
+    old = [pod("worker", i, "Running", deleting=True) for i in (1, 2)]
+    going = [*old, pod("ps", 0)]  # worker-0 and worker-3 are gone, 1 and 2 still terminating
+    d = observe(s, going)
+    assert d.create_pods == ()
+    assert d.status["phase"] == "Restarting"
+    gone = [pod("ps", 0)]
+    assert created_names(observe(s, gone, services=[f"t-worker-{i}" for i in range(4)] + ["t-ps-0"])) == [
+        f"t-worker-{i}" for i in range(4)
+    ]
+    # Pod scope: each replica comes back as soon as its own predecessor is gone.
+    pod_scope = spec()
+    assert created_names(observe(pod_scope, going, services=[p.name for p in going])) == ["t-worker-0", "t-worker-3"]
+
+
 @pytest.mark.parametrize("scope", ["Pod", "Gang"])
 def test_a_parameter_server_restart_leaves_workers_running(scope: str) -> None:
     s = spec(runPolicy={"restartScope": scope})

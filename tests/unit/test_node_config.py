@@ -1,9 +1,11 @@
 """The real node's configuration (hack/node.py): what this machine was found to need."""
 
+import json
 import tomllib
 from pathlib import Path
 
-from hack import node
+import pytest
+from hack import cluster, node
 
 
 def test_containerd_keeps_oom_scores_it_may_set_and_uses_debians_cni_plugins() -> None:
@@ -38,3 +40,25 @@ def test_coredns_serves_cluster_local_on_the_kubelets_dns_address_only() -> None
     assert "kubeconfig /k/admin.kubeconfig" in corefile
     assert "forward" not in corefile  # no upstream: this machine has no internet
     assert node.kubelet_config(Path("/r"), Path("/ca"), "192.0.2.2")["clusterDNS"] == [node.DNS_IP]
+
+
+def test_ci_installs_every_package_the_node_and_the_image_builds_need() -> None:
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    line = next(line for line in ci.splitlines() if line.startswith("NODE_PACKAGES="))
+    assert set(line.split("=", 1)[1].strip('"').split()) == set(node.PACKAGES.values())
+
+
+def test_namespaces_for_the_real_node_tolerate_its_taint_and_hold_reachable_s3_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(node, "host_ip", lambda: "192.0.2.7")
+    monkeypatch.setattr(cluster, "s3_credentials", lambda: {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "K": "v"})
+    namespace = node.team_namespace("team")
+    (toleration,) = json.loads(namespace["metadata"]["annotations"]["scheduler.alpha.kubernetes.io/defaultTolerations"])
+    assert toleration == {"key": node.NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+    assert (
+        node.kubelet_config(Path("/r"), Path("/ca"), "192.0.2.7")["registerWithTaints"][0]["key"] == toleration["key"]
+    )
+    secret = node.checkpoint_secret("team")
+    assert secret["metadata"] == {"name": "checkpoint-credentials", "namespace": "team"}
+    assert secret["stringData"] == {"AWS_ENDPOINT_URL": f"http://192.0.2.7:{cluster.PORTS.s3}", "K": "v"}

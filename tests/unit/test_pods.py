@@ -60,7 +60,7 @@ def test_workers_wait_for_the_master_in_an_init_container() -> None:
     worker = pod_manifest(OWNER, SPEC, Replica("worker", 0), {}, PodSettings(init_image="busybox:x"))
     (init,) = worker["spec"]["initContainers"]
     assert init["image"] == "busybox:x"
-    assert "until nslookup llama-master-0" in init["command"][2]
+    assert "until nslookup llama-master-0 | grep -q '^Name:'" in init["command"][2]
     master = pod_manifest(OWNER, SPEC, Replica("master", 0), {}, PodSettings())
     assert "initContainers" not in master["spec"]
 

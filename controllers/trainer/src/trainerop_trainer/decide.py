@@ -576,6 +576,11 @@ def _decide(obs: Observed) -> Decision:
         if h.recent and h.last_failure is not None
     }
     held = [r for r in missing if (backoff_wait.get(r.role) or 0) > 0]
+    # A gang starts again only once every old pod of it is gone: a new pod must not meet a
+    # predecessor (seen on the real node: JAX's coordinator aborts the whole job when a task of
+    # the earlier incarnation connects to it). Parameter servers are not part of the gang.
+    if spec.run_policy.restart_scope == "Gang" and (restart or any(p.deleting and p.role != "ps" for p in pods)):
+        held += [r for r in missing if r.role != "ps" and r not in held]
     # No new pod (not even a replacement) until every gate is open for this generation.
     pod_contributions = {concern: c.pod for concern, c in obs.contributions.items()}
     grant = grant_of(obs.contributions)

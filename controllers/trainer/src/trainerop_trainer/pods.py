@@ -351,12 +351,15 @@ def lease_manifest(owner: Owner, replica: Replica) -> dict[str, Any]:
 
 def wait_for(address: str, settings: PodSettings) -> dict[str, Any]:
     """An init container that waits, without failing, until ``address`` resolves: workers do
-    not crash-loop while the master's pod and DNS record come up."""
+    not crash-loop while the master's pod and DNS record come up. busybox's nslookup exits
+    non-zero when any search domain fails even if an earlier one answered (seen on the real node:
+    the short name resolved in the pod's namespace and the wait went on), so the answer decides."""
+    wait = f"until nslookup {address} | grep -q '^Name:'; do echo waiting for {address}; sleep 2; done"
     return {
         "name": "wait-for-rendezvous",
         "image": settings.init_image,
         "imagePullPolicy": settings.image_pull_policy,
-        "command": ["sh", "-c", f"until nslookup {address}; do echo waiting for {address}; sleep 2; done"],
+        "command": ["sh", "-c", wait],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "32Mi"}},
     }
 

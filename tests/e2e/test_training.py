@@ -1,0 +1,159 @@
+"""The example training job on the real node (examples/jax): three JAX processes in three pods meet
+through the operator's env contract and a headless Service's DNS name, train with real gloo
+collectives, checkpoint every epoch to S3 (committed by the checkpoint controller with a quorum),
+and a worker killed mid-training comes back with its gang from the latest committed checkpoint."""
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hack import images, node
+
+from tests.harness import Cluster, eventually
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jax" / "trainer.yaml"
+EPOCH_LINE = re.compile(r"epoch (\d+)/(\d+) step (\d+) loss ([0-9.]+)")
+RESUME_LINE = re.compile(r"resuming from (\S+): global step (\d+)")
+
+
+@pytest.fixture(scope="module")
+def jax_image(real_node: str) -> str:
+    images.load("jax-example", node.node_dir())
+    return images.IMAGES["jax-example"].ref
+
+
+@pytest.fixture
+def real_namespace(cluster: Cluster, real_node: str) -> Iterator[str]:
+    """A namespace whose pods run on the real node, with the S3 checkpoint credentials Secret."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [node.team_namespace(name)]})
+    cluster.apply(node.checkpoint_secret(name), name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+def example(name: str) -> dict[str, Any]:
+    """examples/jax/trainer.yaml as users apply it, under another name (its checkpoints go to
+    s3://checkpoints/jax-spirals/<namespace>/<name>)."""
+    manifest: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"]["name"] = name
+    return manifest
+
+
+def trainer(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return cluster.get("trainer", name, namespace)
+
+
+def finished(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    obj = trainer(cluster, namespace, name)
+    return obj if obj.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+
+def logs(cluster: Cluster, namespace: str, pod: str) -> str:
+    return cluster.kubectl("logs", "-n", namespace, pod, "-c", "jax")
+
+
+def epochs(log: str) -> list[tuple[int, int, float]]:
+    """(epoch, global step, mean loss) of each epoch a process reported."""
+    return [(int(m[1]), int(m[3]), float(m[4])) for m in EPOCH_LINE.finditer(log)]
+
+
+def checkpoint_phases(cluster: Cluster, namespace: str, name: str) -> dict[int, str]:
+    items = json.loads(
+        cluster.kubectl("get", "checkpoints", "-n", namespace, "-l", f"trainer-name={name}", "-o", "json")
+    )
+    return {c["spec"]["step"]: c.get("status", {}).get("phase", "") for c in items["items"]}
+
+
+def test_the_example_trains_across_three_pods_to_completion(
+    cluster: Cluster, real_namespace: str, jax_image: str
+) -> None:
+    cluster.apply(example("spirals"), real_namespace)
+    done = eventually(lambda: finished(cluster, real_namespace, "spirals"), timeout=600, what="the run to finish")
+    status = done["status"]
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    assert status["topology"]["replicas"]["worker"]["restarts"] == 0
+
+    for index in range(3):
+        log = logs(cluster, real_namespace, f"spirals-worker-{index}")
+        # The env contract and DNS rendezvous: every process joined worker 0's coordinator by name,
+        # and gloo connected it to both peers.
+        assert "joining 3 processes at spirals-worker-0:6666" in log
+        assert f"Rank {index} is connected to 2 peer ranks" in log
+        reported = epochs(log)
+        assert [e for e, _, _ in reported] == list(range(1, 13))
+        assert [s for _, s, _ in reported] == [32 * e for e in range(1, 13)]
+        assert reported[-1][2] < reported[0][2] / 3, reported  # the loss goes down
+        assert "done: 12 epochs, global step 384" in log
+    # Every process saw the same global loss: the gradients were all-reduced.
+    assert len({tuple(epochs(logs(cluster, real_namespace, f"spirals-worker-{i}"))) for i in range(3)}) == 1
+
+    assert status["progress"]["epoch"] == 12
+    assert status["progress"]["step"] == 384
+
+    # The last checkpoint commits (three shards, 2 of 3 verified copies each) after the pods are
+    # done; maxRetention 3 keeps the newest three and collects the rest.
+    def committed() -> dict[str, Any] | None:
+        checkpoint = trainer(cluster, real_namespace, "spirals")["status"].get("checkpoint", {})
+        return checkpoint if checkpoint.get("latestStep") == 384 else None
+
+    checkpoint = eventually(committed, timeout=120, what="the last checkpoint to commit")
+    assert checkpoint["committed"] == 3
+
+    def collected() -> dict[int, str] | None:
+        phases = checkpoint_phases(cluster, real_namespace, "spirals")
+        return phases if list(phases.values()).count("GarbageCollected") == 9 else None
+
+    phases = eventually(collected, timeout=120, what="older checkpoints to be collected")
+    assert {step for step, phase in phases.items() if phase == "Committed"} == {320, 352, 384}
+
+
+def test_a_killed_worker_comes_back_from_the_latest_committed_checkpoint(
+    cluster: Cluster, real_namespace: str, jax_image: str
+) -> None:
+    cluster.apply(example("resumes"), real_namespace)
+
+    def some_committed() -> int | None:
+        obj = trainer(cluster, real_namespace, "resumes")
+        step = obj.get("status", {}).get("checkpoint", {}).get("latestStep")
+        return int(step) if step and step >= 96 and obj["status"]["phase"] == "Running" else None
+
+    committed_before = eventually(some_committed, timeout=300, what="three epochs' checkpoints to commit")
+    victim = cluster.get("pod", "resumes-worker-1", real_namespace)
+    container = victim["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    # The training process itself dies (SIGKILL, as the kernel's OOM killer would do it).
+    node.ctr(node.node_dir(), "tasks", "kill", "--signal", "SIGKILL", container)
+
+    def replaced() -> dict[str, Any] | None:
+        pod = cluster.get("pod", "resumes-worker-1", real_namespace)
+        return pod if pod["metadata"]["uid"] != victim["metadata"]["uid"] else None
+
+    replacement = eventually(replaced, timeout=300, what="a replacement for resumes-worker-1")
+    env = {e["name"]: e.get("value", "") for e in replacement["spec"]["containers"][0]["env"]}
+    resume_from = env["RESUME_FROM"]
+    resumed_step = int(resume_from.rsplit("step-", 1)[1])
+    assert resumed_step >= committed_before
+
+    done = eventually(lambda: finished(cluster, real_namespace, "resumes"), timeout=600, what="the run to finish")
+    status = done["status"]
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    assert status["topology"]["replicas"]["worker"]["restarts"] >= 1
+    events = cluster.kubectl("get", "events", "-n", real_namespace, "--field-selector", "involvedObject.name=resumes")
+    assert "GangRestart" in events
+
+    for index in range(3):
+        log = logs(cluster, real_namespace, f"resumes-worker-{index}")
+        # The whole gang came back from the checkpoint the replacement was given, and the global
+        # step went on from it, not from zero.
+        (resumed,) = RESUME_LINE.findall(log)
+        assert resumed == (resume_from, str(resumed_step))
+        assert "starting from scratch" not in log
+        reported = epochs(log)
+        assert reported[0][1] == resumed_step + 32
+        assert reported[-1][:2] == (12, 384)
+        assert "done: 12 epochs, global step 384" in log
