@@ -112,7 +112,9 @@ S3_ACCESS_KEY = "trainer-operator"
 
 
 def s3_endpoint() -> str:
-    return f"http://127.0.0.1:{PORTS.s3}"
+    """The local S3 server at the machine's address: the same URL works from this machine and from
+    pods on the real node (SeaweedFS listens on every address)."""
+    return f"http://{host_ip() or '127.0.0.1'}:{PORTS.s3}"
 
 
 def s3_credentials(run: Path | None = None) -> dict[str, str]:

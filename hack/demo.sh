@@ -2,9 +2,11 @@
 # The main job: a local cluster (unless $KUBECONFIG names one), the operator's CRDs and RBAC,
 # the five controllers, and the seed README's TrainingProfile and Trainer, with their status.
 #
-# Until the controllers run as pods on a real node, they run here as local processes, each
-# with its own ServiceAccount's token (hack/localdev.py). Stop everything with
-#   .venv/bin/python hack/cluster.py down
+# The controllers first run here as local processes, each with its own ServiceAccount's token
+# (hack/localdev.py), for the kwok part; then, on the local cluster and as root, the real node
+# comes up, the operator is deployed in the cluster from its image (hack/deploy.py) and the JAX
+# example trains on real containers (hack/train_demo.py). Stop everything with
+#   .venv/bin/python hack/node.py down && .venv/bin/python hack/cluster.py down
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 cd "$REPO_ROOT"
@@ -18,7 +20,8 @@ export PATH="$BIN_DIR:$PATH"
 step "Python environment (.venv)"
 hack/dev-env.sh
 
-if [[ -z "${KUBECONFIG:-}" ]]; then
+USER_CLUSTER=${KUBECONFIG:-}
+if [[ -z "$USER_CLUSTER" ]]; then
   step "Local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes"
   .venv/bin/python hack/cluster.py up
   export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
@@ -94,12 +97,42 @@ kubectl get trainer llama-7b-finetune -o jsonpath='{.status}' | python3 -m json.
 step "Controllers"
 .venv/bin/python hack/localdev.py status
 
+if [[ -n "$USER_CLUSTER" ]]; then
+  cat <<MSG
+
+Real training (examples/jax) needs the training image in your cluster and an S3 endpoint for its
+checkpoints: see docs/training-example.md ("On kind"). Stop the local controllers with
+  .venv/bin/python hack/localdev.py stop
+MSG
+  exit 0
+fi
+if [[ $(id -u) != 0 ]]; then
+  cat <<MSG
+
+The real node (containerd, runc and the kubelet running real containers) needs root: run this
+script as root to train examples/jax/trainer.yaml on it. Stop everything with
+  .venv/bin/python hack/cluster.py down
+MSG
+  exit 0
+fi
+
+step "The real node real-0: containerd, runc, CNI, the kubelet, kube-proxy, CoreDNS (hack/node.py)"
+.venv/bin/python hack/node.py up
+
+step "The operator in the cluster: its image from deploy/Dockerfile, deploy/overlays/dev (the local controllers stop)"
+.venv/bin/python hack/localdev.py stop
+.venv/bin/python hack/deploy.py up
+
+step "Training examples/jax/trainer.yaml on real-0: JAX on CPU across 3 pods, a checkpoint per epoch; worker 1 is killed after epoch 4"
+.venv/bin/python hack/train_demo.py
+
 cat <<MSG
 
-The Trainer runs: 4 workers and a parameter server on the kwok GPU nodes (fake nodes run no
-containers; real ones arrive with the real-node work). To look around:
+To look around:
   export KUBECONFIG=$KUBECONFIG PATH=$BIN_DIR:\$PATH
-  kubectl get trainer-operator            # every object of the operator's category
-  kubectl describe trainer llama-7b-finetune
-Stop everything:  .venv/bin/python hack/cluster.py down
+  kubectl get trainer-operator -A         # every object of the operator's category
+  kubectl get trainers,checkpoints,pods -n jax-demo
+  kubectl logs -n jax-demo jax-spirals-worker-0
+  kubectl get pods -n trainer-operator-system -o wide
+Stop everything:  .venv/bin/python hack/node.py down && .venv/bin/python hack/cluster.py down
 MSG

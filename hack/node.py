@@ -153,13 +153,12 @@ def team_namespace(name: str) -> dict[str, Any]:
 
 
 def checkpoint_secret(namespace: str, name: str = "checkpoint-credentials") -> dict[str, Any]:
-    """The local S3 server's credentials with an endpoint pods on the node reach (the node's address)."""
-    data = cluster.s3_credentials() | {"AWS_ENDPOINT_URL": f"http://{host_ip()}:{cluster.PORTS.s3}"}
+    """The local S3 server's credentials (its endpoint is the machine's address, which pods reach)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": namespace},
-        "stringData": data,
+        "stringData": cluster.s3_credentials(),
     }
 
 

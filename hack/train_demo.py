@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             if node.main(["up"]) != 0:
                 return 1
         images.load("jax-example", node.node_dir())
-        kubectl("delete", "trainer", NAME, "-n", args.namespace, "--ignore-not-found", "--wait=true")
+        # Foreground: an earlier run's Checkpoints (same names) are gone before the new one saves.
+        kubectl("delete", "trainer", NAME, "-n", args.namespace, "--ignore-not-found", "--cascade=foreground")
         manifests = [node.team_namespace(args.namespace), node.checkpoint_secret(args.namespace)]
         kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
         kubectl("apply", "-n", args.namespace, "-f", str(EXAMPLE))

@@ -1,11 +1,13 @@
 """Every test here runs real containers on the real node (marker: e2e): the local cluster with
-hack/node.py's node (containerd, runc, the kubelet). Needs root and the Debian packages
-hack/node.py names; the fixture fails saying what is missing."""
+hack/node.py's node (containerd, runc, the kubelet, kube-proxy, CoreDNS). Needs root and the
+Debian packages hack/node.py names; the fixture fails saying what is missing. Tests that train
+use the operator as users deploy it: the five controllers as pods from their image
+(hack/deploy.py, deploy/overlays/dev), not the local processes of the integration tests."""
 
 from collections.abc import Iterator
 
 import pytest
-from hack import node
+from hack import deploy, localdev, node
 
 from tests.harness import Cluster
 
@@ -22,3 +24,13 @@ def real_node(cluster: Cluster) -> Iterator[str]:
         pytest.fail("the real node did not come up; see the message above")
     yield node.NODE
     node.main(["down"])
+
+
+@pytest.fixture(scope="session")
+def operator_in_cluster(cluster: Cluster, real_node: str) -> Iterator[None]:
+    """deploy/overlays/dev with the controllers' image; the local controllers stop meanwhile."""
+    localdev.stop()
+    if deploy.main(["up"]) != 0:
+        pytest.fail("the operator did not come up in the cluster; see the message above")
+    yield
+    deploy.main(["down"])

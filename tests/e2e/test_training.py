@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hack import images, node
+from hack import images, localdev, node
 
 from tests.harness import Cluster, eventually
 
@@ -22,7 +22,7 @@ RESUME_LINE = re.compile(r"resuming from (\S+): global step (\d+)")
 
 
 @pytest.fixture(scope="module")
-def jax_image(real_node: str) -> str:
+def jax_image(real_node: str, operator_in_cluster: None) -> str:
     images.load("jax-example", node.node_dir())
     return images.IMAGES["jax-example"].ref
 
@@ -70,6 +70,27 @@ def checkpoint_phases(cluster: Cluster, namespace: str, name: str) -> dict[int, 
     return {c["spec"]["step"]: c.get("status", {}).get("phase", "") for c in items["items"]}
 
 
+def test_the_controllers_run_in_the_cluster_from_their_image(cluster: Cluster, operator_in_cluster: None) -> None:
+    pods = json.loads(
+        cluster.kubectl(
+            "get", "pods", "-n", localdev.NAMESPACE, "-l", "app.kubernetes.io/part-of=trainer-operator", "-o", "json"
+        )
+    )["items"]
+    running = {
+        p["metadata"]["labels"]["app.kubernetes.io/component"]: p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    assert sorted(running) == sorted(localdev.CONTROLLERS)
+    for pod in running.values():
+        assert pod["spec"]["nodeName"] == node.NODE
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == "trainer-operator:dev"
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert all(c["ready"] for c in pod["status"]["containerStatuses"])
+
+
 def test_the_example_trains_across_three_pods_to_completion(
     cluster: Cluster, real_namespace: str, jax_image: str
 ) -> None:
@@ -95,6 +116,23 @@ def test_the_example_trains_across_three_pods_to_completion(
 
     assert status["progress"]["epoch"] == 12
     assert status["progress"]["step"] == 384
+
+    # The API server called the audit webhook through its Service (kube-proxy) and the pod's
+    # certificate: the creation is on record with the user who made it.
+    records = json.loads(
+        cluster.kubectl(
+            "get",
+            "auditlogs",
+            "-n",
+            real_namespace,
+            "-l",
+            "trainer.operator.kubeflow.org/trainer-name=spirals",
+            "-o",
+            "json",
+        )
+    )
+    created = [r["spec"] for r in records["items"] if r["spec"]["action"] == "Created"]
+    assert [r["user"]["username"] for r in created] == ["trainer-operator-admin"]
 
     # The last checkpoint commits (three shards, 2 of 3 verified copies each) after the pods are
     # done; maxRetention 3 keeps the newest three and collects the rest.
