@@ -89,13 +89,16 @@ def up(args: argparse.Namespace) -> int:
     pki = Path(args.webhook_ca_dir) if args.webhook_ca_dir else (cluster.RUN_DIR / "pki" if local_cluster() else None)
     if pki is not None:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(webhook_secret(pki)))
+    existing = kubectl("get", "deployments", "-n", NAMESPACE, "-o", "name").split()
     cluster.say("applying deploy/overlays/dev: the five controllers' Deployments, RBAC, webhook")
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(localdev.REPO / "deploy" / "overlays" / "dev"))
     if pki is not None:
         config = webhook_configuration((pki / "ca.crt").read_bytes())
         kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(config))
-    # A pod of an earlier image with the same tag would keep running: roll them.
-    kubectl("rollout", "restart", "deployment", "-n", NAMESPACE, *DEPLOYMENTS)
+    # Pods of an earlier build of the same tag would keep running: roll the Deployments that were there.
+    earlier = [name for name in DEPLOYMENTS if f"deployment.apps/{name}" in existing]
+    if earlier:
+        kubectl("rollout", "restart", "deployment", "-n", NAMESPACE, *earlier)
     for name in DEPLOYMENTS:
         cluster.say(f"waiting for {name} to be available")
         kubectl("rollout", "status", "deployment", name, "-n", NAMESPACE, f"--timeout={args.timeout}s")
