@@ -111,10 +111,26 @@ def bin_dir(which: str = "--print-bin-dir") -> Path:
 S3_ACCESS_KEY = "trainer-operator"
 
 
+# Where SeaweedFS listens when the cluster runs as root: an address on lo that this machine's
+# processes and the real node's pods (through the bridge's gateway) reach, and other hosts do
+# not route to (link-local, as NodeLocal DNSCache's 169.254.20.10). Without root: 127.0.0.1.
+SERVICES_ADDRESS = "169.254.20.11"
+
+
+def services_address(create: bool = False) -> str:
+    """SERVICES_ADDRESS if it is on lo (``create``: add it, as root), else 127.0.0.1."""
+    on_lo = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
+    if f" {SERVICES_ADDRESS}/" in on_lo:
+        return SERVICES_ADDRESS
+    if create and os.geteuid() == 0:
+        subprocess.run(["ip", "addr", "add", f"{SERVICES_ADDRESS}/32", "dev", "lo"], check=True)
+        return SERVICES_ADDRESS
+    return "127.0.0.1"
+
+
 def s3_endpoint() -> str:
-    """The local S3 server at the machine's address: the same URL works from this machine and from
-    pods on the real node (SeaweedFS listens on every address)."""
-    return f"http://{host_ip() or '127.0.0.1'}:{PORTS.s3}"
+    """The local S3 server: the same URL works from this machine and from pods on the real node."""
+    return f"http://{services_address()}:{PORTS.s3}"
 
 
 def s3_credentials(run: Path | None = None) -> dict[str, str]:
@@ -499,10 +515,10 @@ def components(run: Path, bins: Path) -> list[Component]:
                 str(bin_dir("--print-s3-bin-dir") / "weed"),
                 "mini",
                 f"-dir={run / 'seaweedfs'}",
-                "-ip=127.0.0.1",
-                # Every address: pods on the real node reach S3 at the node's address. S3 needs
-                # the cluster's key; SeaweedFS's other ports are open too (a development cluster).
-                "-ip.bind=0.0.0.0",
+                # Not every address: only S3 checks a key, the master, volume and filer ports
+                # take anyone.
+                f"-ip={services_address(create=True)}",
+                f"-ip.bind={services_address()}",
                 f"-s3.port={PORTS.s3}",
                 f"-master.port={PORTS.s3 + 1}",
                 f"-volume.port={PORTS.s3 + 2}",
@@ -705,6 +721,7 @@ def down(args: argparse.Namespace) -> int:
         for stopped in stop_processes(run, [name]):
             say(f"stopped {stopped}")
     shutil.rmtree(run)
+    subprocess.run(["ip", "addr", "del", f"{SERVICES_ADDRESS}/32", "dev", "lo"], capture_output=True)
     say(f"removed {run}")
     return 0
 

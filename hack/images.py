@@ -37,6 +37,7 @@ IMAGES_DIR = cluster.CACHE_ROOT / "images"
 SUITE = "bookworm"
 BASE_IMAGE = f"localhost/trainer-operator/python-base:{SUITE}"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
 @dataclass(frozen=True)
@@ -141,19 +142,27 @@ def base() -> str:
     return BASE_IMAGE
 
 
-def debian_mirror() -> str:
-    """The mirror apt already uses (deb822 sources or sources.list), else deb.debian.org."""
-    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
-    for source in sources:
-        if not source.is_file():
-            continue
+def debian_mirror(apt: Path = Path("/etc/apt")) -> str:
+    """$TRAINER_OPERATOR_DEBIAN_MIRROR, else the mirror apt uses for SUITE (deb822 .sources or
+    one-line .list entries; other suites, security and files apt ignores do not count), else
+    deb.debian.org."""
+    override = os.environ.get("TRAINER_OPERATOR_DEBIAN_MIRROR")
+    if override:
+        return override
+    sources = [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*.list"))]
+    for source in [s for s in sources if s.is_file()]:
         for line in source.read_text().splitlines():
             words = line.split()
-            if words[:1] == ["URIs:"] and len(words) > 1 and "security" not in words[1]:
-                return words[1]
-            if words[:1] == ["deb"] and "debian" in line and "security" not in line:
-                return next(w for w in words[1:] if "://" in w)
-    return "http://deb.debian.org/debian"
+            uris = [w for w in words if w.startswith(("http://", "https://"))]
+            if words[:1] == ["deb"] and SUITE in words and uris and "security" not in uris[0]:
+                return uris[0]
+    for source in sorted((apt / "sources.list.d").glob("*.sources")):
+        for stanza in source.read_text().split("\n\n"):
+            fields = dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line[0].isspace())
+            uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
+            if SUITE in suites and uris and "security" not in uris[0]:
+                return uris[0]
+    return DEFAULT_MIRROR
 
 
 def pip_cert() -> str | None:

@@ -6,8 +6,8 @@ from the binary cache, images built and imported locally (there is no registry).
     python hack/node.py status
     python hack/node.py down     # before `python hack/cluster.py down`
 
-It needs the Debian packages containerd, runc, containernetworking-plugins, buildah and
-busybox-static (`apt-get install -y ...`; up says which are missing) and Go (the pause image is
+It needs the Debian packages containerd, runc, containernetworking-plugins, buildah,
+busybox-static and debootstrap (`apt-get install -y ...`; up says which are missing) and Go (the pause image is
 built from hack/images/pause, CoreDNS from its Go module, once, into the cache). CoreDNS serves
 cluster.local on 10.0.0.10 (added to lo), the kubelet's clusterDNS, so headless Services resolve
 in pods. The node is named real-0, labelled and tainted
@@ -153,7 +153,7 @@ def team_namespace(name: str) -> dict[str, Any]:
 
 
 def checkpoint_secret(namespace: str, name: str = "checkpoint-credentials") -> dict[str, Any]:
-    """The local S3 server's credentials (its endpoint is the machine's address, which pods reach)."""
+    """The local S3 server's credentials (its endpoint is on lo, which pods reach through the bridge)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -204,10 +204,12 @@ def socket(run: Path) -> Path:
     return run / "containerd" / "containerd.sock"
 
 
+def ctr_argv(run: Path, *args: str) -> list[str]:
+    return ["ctr", "--address", str(socket(run)), "-n", "k8s.io", *args]
+
+
 def ctr(run: Path, *args: str) -> str:
-    result = subprocess.run(
-        ["ctr", "--address", str(socket(run)), "-n", "k8s.io", *args], capture_output=True, text=True
-    )
+    result = subprocess.run(ctr_argv(run, *args), capture_output=True, text=True)
     if result.returncode != 0:
         raise cluster.ClusterError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
@@ -317,9 +319,11 @@ def kube_proxy_binary() -> Path:
 
 
 def kube_proxy(run: Path) -> None:
-    """kube-proxy (iptables mode) on the node: Services' cluster IPs work from pods and from this
-    machine; the one that matters here is the kubernetes Service, the API server for pods that
-    use their ServiceAccount (the training SDK's heartbeats and checkpoints, in-cluster controllers)."""
+    """kube-proxy (iptables mode) on the node: the kubernetes Service leads pods that use their
+    ServiceAccount (the training SDK's heartbeats and checkpoints, in-cluster controllers) to the
+    API server, and this machine (the API server) reaches Services backed by pods (the audit
+    webhook). A pod reaching a Service backed by a pod on the same bridge also needs the kernel's
+    br_netfilter (bridge-nf-call-iptables); nothing here does that (training uses headless Services)."""
     pki = cluster.RUN_DIR / "pki"
     if not (pki / "kube-proxy.crt").exists():
         cluster.issue_certificate(pki, "kube-proxy", "system:kube-proxy", None)
@@ -419,9 +423,31 @@ def up(_: argparse.Namespace) -> int:
     return 0
 
 
+def remove_containers(run: Path) -> None:
+    """Kill every container of the node: containerd's shims outlive containerd, and the next
+    cluster starts from empty state that knows nothing of them (the pods' processes would run on)."""
+    listing = subprocess.run(ctr_argv(run, "tasks", "ls", "-q"), capture_output=True, text=True)
+    if cluster.running_pid(run, "containerd") is not None and listing.returncode == 0:
+        tasks = listing.stdout.split()
+        for task in tasks:
+            subprocess.run(ctr_argv(run, "tasks", "kill", "--signal", "SIGKILL", task), capture_output=True)
+        for task in tasks:
+            subprocess.run(ctr_argv(run, "tasks", "delete", "--force", task), capture_output=True)
+        if tasks:
+            cluster.say(f"killed {len(tasks)} containers")
+    # A shim whose containerd is already gone (an earlier, interrupted down).
+    shims = subprocess.run(["pgrep", "-f", f"containerd-shim.*-address {socket(run)}"], capture_output=True, text=True)
+    for pid in shims.stdout.split():
+        subprocess.run(["pkill", "-KILL", "-P", pid], capture_output=True)
+        subprocess.run(["kill", "-KILL", pid], capture_output=True)
+
+
 def down(_: argparse.Namespace) -> int:
     run = node_dir()
-    for name in cluster.stop_processes(run, ["kube-proxy", "kubelet", "containerd", "coredns"]):
+    for name in cluster.stop_processes(run, ["kube-proxy", "kubelet"]):
+        cluster.say(f"stopped {name}")
+    remove_containers(run)
+    for name in cluster.stop_processes(run, ["containerd", "coredns"]):
         cluster.say(f"stopped {name}")
     proxy = cluster.CACHE_ROOT / "kube-proxy" / cluster.bin_dir().parent.name / "kube-proxy"
     if proxy.exists():  # its iptables rules

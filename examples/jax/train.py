@@ -154,7 +154,7 @@ def main() -> int:
         return serialize(params, at), at, at // steps_per_epoch
 
     if checkpointer is not None:
-        checkpointer.save_on_sigterm(on_sigterm)
+        checkpointer.save_on_sigterm(on_sigterm, hard_exit=True)  # no wait for peers at exit
 
     started_epoch = step // steps_per_epoch
     for epoch in range(started_epoch, epochs):

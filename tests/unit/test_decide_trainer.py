@@ -262,6 +262,8 @@ def test_a_gang_starts_again_only_once_all_its_old_pods_are_gone() -> None:
     d = observe(s, going)
     assert d.create_pods == ()
     assert d.status["phase"] == "Restarting"
+    restarting = by_type(d)["Restarting"]
+    assert (restarting.reason, "t-worker-1, t-worker-2 to terminate" in restarting.message) == ("Replacing", True)
     gone = [pod("ps", 0)]
     assert created_names(observe(s, gone, services=[f"t-worker-{i}" for i in range(4)] + ["t-ps-0"])) == [
         f"t-worker-{i}" for i in range(4)

@@ -51,7 +51,7 @@ def test_ci_installs_every_package_the_node_and_the_image_builds_need() -> None:
 def test_namespaces_for_the_real_node_tolerate_its_taint_and_hold_reachable_s3_credentials(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(cluster, "host_ip", lambda: "192.0.2.7")
+    monkeypatch.setattr(cluster, "services_address", lambda: cluster.SERVICES_ADDRESS)
     (tmp_path / "s3-secret-key").write_text("k3y\n")
     monkeypatch.setattr(cluster, "RUN_DIR", tmp_path)
     namespace = node.team_namespace("team")
@@ -62,6 +62,6 @@ def test_namespaces_for_the_real_node_tolerate_its_taint_and_hold_reachable_s3_c
     )
     secret = node.checkpoint_secret("team")
     assert secret["metadata"] == {"name": "checkpoint-credentials", "namespace": "team"}
-    # Not 127.0.0.1: pods on the node reach the machine's address.
-    assert secret["stringData"]["AWS_ENDPOINT_URL"] == f"http://192.0.2.7:{cluster.PORTS.s3}"
+    # Not 127.0.0.1: pods on the node reach the services address (on lo) through the bridge.
+    assert secret["stringData"]["AWS_ENDPOINT_URL"] == f"http://169.254.20.11:{cluster.PORTS.s3}"
     assert secret["stringData"]["AWS_SECRET_ACCESS_KEY"] == "k3y"

@@ -579,8 +579,11 @@ def _decide(obs: Observed) -> Decision:
     # A gang starts again only once every old pod of it is gone: a new pod must not meet a
     # predecessor (seen on the real node: JAX's coordinator aborts the whole job when a task of
     # the earlier incarnation connects to it). Parameter servers are not part of the gang.
-    if spec.run_policy.restart_scope == "Gang" and (restart or any(p.deleting and p.role != "ps" for p in pods)):
-        held += [r for r in missing if r.role != "ps" and r not in held]
+    gang_wait = (
+        [r for r in missing if r.role != "ps" and r not in held]
+        if spec.run_policy.restart_scope == "Gang" and (restart or any(p.deleting and p.role != "ps" for p in pods))
+        else []
+    )
     # No new pod (not even a replacement) until every gate is open for this generation.
     pod_contributions = {concern: c.pod for concern, c in obs.contributions.items()}
     grant = grant_of(obs.contributions)
@@ -590,7 +593,7 @@ def _decide(obs: Observed) -> Decision:
         else [
             pin(pod, node) if (node := placed_node(grant, r.role, r.index)) else pod
             for r in missing
-            if r not in held
+            if r not in held and r not in gang_wait
             for pod in [pod_manifest(owner, spec, r, pod_contributions, obs.settings)]
         ]
     )
@@ -611,7 +614,9 @@ def _decide(obs: Observed) -> Decision:
     )
     # A replaced pod's predecessor may still be terminating: that replica is still restarting.
     terminating = [p.name for p in obs.pods if p.deleting and Replica(p.role, p.index) in wanted]
-    phase: Phase = "Restarting" if restart or held or terminating else "Running" if all_running else "Pending"
+    phase: Phase = (
+        "Restarting" if restart or held or gang_wait or terminating else "Running" if all_running else "Pending"
+    )
     if all_running and start is None:
         start = stamp
     before = find(obs.conditions, "Created")
@@ -642,12 +647,15 @@ def _decide(obs: Observed) -> Decision:
         conditions.append(
             Desired.false("Stalled", "HeartbeatsOnTime", "no running pod has been silent for stallTimeoutSeconds")
         )
-    if restart or held or terminating:
+    if restart or held or gang_wait or terminating:
         if failed:
             why, reason = "; ".join(describe_failure(p) for p in failed), "PodFailed"
         elif held:
             why = f"waiting out the restart backoff before replacing {', '.join(r.name(owner.name) for r in held)}"
             reason = "RestartBackoff"
+        elif gang_wait:
+            why = f"restartScope is Gang: waiting for {', '.join(terminating) or 'the old pods'} to terminate"
+            reason = "Replacing"
         else:
             why, reason = f"waiting for {', '.join(terminating)} to terminate before replacing it", "Replacing"
         conditions.append(Desired.true("Restarting", reason, why))

@@ -207,11 +207,12 @@ class Checkpointer:
                 return data
         raise CheckpointError(f"no copy of shard {shard} of {name} matches its sha256")
 
-    def save_on_sigterm(self, state: Callable[[], tuple[bytes, int, int]]) -> None:
+    def save_on_sigterm(self, state: Callable[[], tuple[bytes, int, int]], hard_exit: bool = False) -> None:
         """On SIGTERM (eviction, spot reclaim, scale-down) save ``state()`` -> (data, step, epoch)
         and exit 143, even if the save fails (a failed save must not turn a reclaim into a failed
         run); the pod's grace period (terminationGracePeriodSeconds) bounds the save. A second
-        SIGTERM during the save does not start another one."""
+        SIGTERM during the save does not start another one. ``hard_exit`` leaves with os._exit,
+        skipping exit handlers: JAX's waits at a shutdown barrier for peers that may be gone."""
         saving = False
 
         def handler(signum: int, _frame: FrameType | None) -> None:
@@ -225,6 +226,10 @@ class Checkpointer:
             except Exception as err:
                 print(f"checkpoint on SIGTERM failed: {err}", file=sys.stderr, flush=True)
             finally:
+                if hard_exit:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(128 + signum)
                 raise SystemExit(128 + signum)
 
         signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,47 @@
+"""hack/images.py: which Debian mirror debootstrap uses for the images' base."""
+
+from pathlib import Path
+
+import pytest
+from hack import images
+
+DEBIAN = (
+    "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n\n"
+    "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n"
+)
+FILES = {
+    "sources.list.d/a-docker.sources": "URIs: https://download.docker.com/linux/debian\nSuites: stable\n",
+    "sources.list.d/debian.sources": DEBIAN,
+    "sources.list.d/old.sources.disabled": "URIs: http://ignored.example/debian\nSuites: bookworm\n",
+    "sources.list.d/ubuntu.sources": "URIs: http://archive.ubuntu.com/ubuntu\nSuites: noble noble-updates\n",
+    "sources.list": "deb cdrom:[Debian]/ bookworm main\ndeb http://one-line.example/debian bookworm main\n",
+}
+
+
+def apt_dir(root: Path, *names: str) -> Path:
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(FILES[name])
+    return root
+
+
+@pytest.mark.parametrize(
+    ("files", "mirror"),
+    [
+        (["sources.list.d/a-docker.sources", "sources.list.d/debian.sources"], "http://mirror.example/debian"),
+        (["sources.list.d/old.sources.disabled", "sources.list.d/debian.sources"], "http://mirror.example/debian"),
+        (["sources.list", "sources.list.d/debian.sources"], "http://one-line.example/debian"),
+        (["sources.list.d/ubuntu.sources"], images.DEFAULT_MIRROR),  # another distribution
+        ([], images.DEFAULT_MIRROR),
+    ],
+)
+def test_the_mirror_apt_uses_for_the_suite_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: list[str], mirror: str
+) -> None:
+    monkeypatch.delenv("TRAINER_OPERATOR_DEBIAN_MIRROR", raising=False)
+    assert images.debian_mirror(apt_dir(tmp_path, *files)) == mirror
+
+
+def test_a_mirror_given_in_the_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINER_OPERATOR_DEBIAN_MIRROR", "http://local.example/debian")
+    assert images.debian_mirror(apt_dir(tmp_path, "sources.list.d/debian.sources")) == "http://local.example/debian"
