@@ -5,6 +5,7 @@ use the operator as users deploy it: the five controllers as pods from their ima
 (hack/deploy.py, deploy/overlays/dev), not the local processes of the integration tests."""
 
 import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -37,3 +38,13 @@ def operator_in_cluster(cluster: Cluster, real_node: str) -> Iterator[None]:
         pytest.fail("the operator did not come up in the cluster; see the message above")
     yield
     deploy.main(["down"])
+
+
+@pytest.fixture
+def real_namespace(cluster: Cluster, real_node: str) -> Iterator[str]:
+    """A namespace whose pods run on the real node, with the S3 checkpoint credentials Secret."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [node.team_namespace(name)]})
+    cluster.apply(node.checkpoint_secret(name), name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")

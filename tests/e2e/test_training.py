@@ -5,8 +5,6 @@ and a worker killed mid-training comes back with its gang from the latest commit
 
 import json
 import re
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +23,6 @@ RESUME_LINE = re.compile(r"resuming from (\S+): global step (\d+)")
 def jax_image(real_node: str, operator_in_cluster: None) -> str:
     images.load("jax-example", node.node_dir())
     return images.IMAGES["jax-example"].ref
-
-
-@pytest.fixture
-def real_namespace(cluster: Cluster, real_node: str) -> Iterator[str]:
-    """A namespace whose pods run on the real node, with the S3 checkpoint credentials Secret."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [node.team_namespace(name)]})
-    cluster.apply(node.checkpoint_secret(name), name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
 
 
 def example(name: str) -> dict[str, Any]:
