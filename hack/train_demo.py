@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,18 +27,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hack import cluster, images, node
+from hack.localdev import kubectl
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jax" / "trainer.yaml"
 NAME = "jax-spirals"
 RESUMED = re.compile(r"resuming from \S+: global step (\d+)")
 FIRST_STEP = re.compile(r"first step done")
-
-
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
-    result = subprocess.run([str(cluster.bin_dir() / "kubectl"), *args], input=stdin, capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise cluster.ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout
 
 
 def trainer(namespace: str) -> dict[str, Any]:
@@ -60,7 +53,10 @@ def line(obj: dict[str, Any], epochs: int, elapsed: float) -> str:
 
 
 def log_of(namespace: str, pod: str) -> str:
-    return kubectl("logs", "-n", namespace, pod, "-c", "jax", check=False)
+    try:
+        return kubectl("logs", "-n", namespace, pod, "-c", "jax")
+    except cluster.ClusterError:  # not started yet, or replaced meanwhile
+        return ""
 
 
 def kill_worker(namespace: str) -> None:

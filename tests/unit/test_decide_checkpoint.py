@@ -298,3 +298,13 @@ def test_an_earlier_trainers_checkpoints_do_not_count() -> None:
     mine = CheckpointView(mine.name, mine.uid, mine.created, mine.checkpoint, owner_uids=("uid-now",))
     d = observe([old, mine], trainer_uid="uid-now")
     assert d.status["checkpoint"]["latest"] == "t-step-5"
+
+
+@pytest.mark.parametrize(
+    ("found", "verdict"),
+    [(None, "missing"), (("abc", 3), "ok"), (("abc", 4), "mismatch"), (("abd", 3), "mismatch")],
+)
+def test_a_copy_is_ok_only_with_the_reported_hash_and_size(found: tuple[str, int] | None, verdict: str) -> None:
+    from trainerop_checkpoint.decide import copy_verdict
+
+    assert copy_verdict(found, "abc", 3) == verdict

@@ -32,6 +32,7 @@ from .decide import (
     Observed,
     Storage,
     Verdict,
+    copy_verdict,
     decide,
 )
 
@@ -64,9 +65,7 @@ def check_copy(location: Location, copy: Copy) -> Verdict:
         log.warning("reading %s/%s failed: %s", copy.path, copy.key, err)
         return "unreadable"
     VERIFY_SECONDS.observe(time.monotonic() - t0)
-    if found is None:
-        return "missing"
-    return "ok" if found == (copy.sha256, copy.size) else "mismatch"
+    return copy_verdict(found, copy.sha256, copy.size)
 
 
 class CheckpointController:

@@ -35,6 +35,13 @@ RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until t
 Verdict = Literal["ok", "missing", "mismatch", "unreadable"]
 
 
+def copy_verdict(found: tuple[str, int] | None, sha256: str, size: int) -> Verdict:
+    """A copy read back (its sha256 and size, None when absent) against what its writer reported."""
+    if found is None:
+        return "missing"
+    return "ok" if found == (sha256, size) else "mismatch"
+
+
 def quorum(replication: int) -> int:
     """A majority of a shard's copies."""
     return replication // 2 + 1

@@ -23,7 +23,7 @@ from typing import Any
 
 from trainerop_common.checkpoint_storage import MOUNT, open_location
 
-from .decide import Copy, Verdict
+from .decide import Copy, Verdict, copy_verdict
 
 BATCH = 500  # copies per pod: keeps the request (an env var) small and the message far under 4096
 REQUEST_ENV = "TRAINEROP_VERIFY_REQUEST"
@@ -118,8 +118,7 @@ def check(request: str) -> str:
         except OSError:
             letters.append(LETTERS["unreadable"])
             continue
-        verdict: Verdict = "missing" if found is None else "ok" if found == (sha256, size) else "mismatch"
-        letters.append(LETTERS[verdict])
+        letters.append(LETTERS[copy_verdict(found, sha256, size)])
     return "".join(letters)
 
 
