@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hack import deploy, localdev, node
+from hack import deploy, images, localdev, node
 
 from tests.harness import Cluster
 
@@ -38,6 +38,13 @@ def operator_in_cluster(cluster: Cluster, real_node: str) -> Iterator[None]:
         pytest.fail("the operator did not come up in the cluster; see the message above")
     yield
     deploy.main(["down"])
+
+
+@pytest.fixture(scope="session")
+def jax_image(real_node: str, operator_in_cluster: None) -> str:
+    """examples/jax's image on the node (with the operator in the cluster to run it)."""
+    images.load("jax-example", node.node_dir())
+    return images.IMAGES["jax-example"].ref
 
 
 @pytest.fixture

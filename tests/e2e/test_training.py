@@ -8,21 +8,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from hack import images, localdev, node
+from hack import localdev, node
 
 from tests.harness import Cluster, eventually
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jax" / "trainer.yaml"
 EPOCH_LINE = re.compile(r"epoch (\d+)/(\d+) step (\d+) loss ([0-9.]+)")
 RESUME_LINE = re.compile(r"resuming from (\S+): global step (\d+)")
-
-
-@pytest.fixture(scope="module")
-def jax_image(real_node: str, operator_in_cluster: None) -> str:
-    images.load("jax-example", node.node_dir())
-    return images.IMAGES["jax-example"].ref
 
 
 def example(name: str) -> dict[str, Any]:

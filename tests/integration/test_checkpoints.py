@@ -10,13 +10,15 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 from hack import cluster as cluster_tool
 
-from tests.harness import REPO, Cluster, condition, eventually
+from tests.harness import REPO, Cluster, KubectlError, condition, eventually
+from trainerop_checkpoint import pvc
 from trainerop_sdk.checkpoint import Checkpointer
 from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
 from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key
@@ -242,6 +244,7 @@ def test_storage_that_is_not_there_holds_the_trainer(
 
 SIGTERM_SCRIPT = """
 import json, sys, time
+from trainerop_checkpoint import pvc
 from trainerop_sdk.checkpoint import Checkpointer
 from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
 args = json.loads(sys.argv[1])
@@ -305,3 +308,88 @@ def test_a_pod_cannot_take_another_trainers_checkpoint_names(cluster: Cluster, n
     with pytest.raises(ApiError, match="must be named beta-step-9"):
         beta.api.request("PATCH", path + "?fieldManager=squatter", squat, APPLY)
     assert checkpoint_name("alpha", 9) not in cluster.names("checkpoints", namespace)
+
+
+def test_a_pvc_checkpoint_is_verified_by_a_pod_that_mounts_the_claim(cluster: Cluster, namespace: str) -> None:
+    """Here the pods run on kwok's simulated nodes, which never answer: the verifier pod is created
+    for the reported copies, the wait is explained, and the pod goes with the checkpoint's timeout.
+    A verifier's answer leading to a commit and collection: tests/e2e/test_pvc_checkpoints.py."""
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": cluster_tool.checkpoint_volume(namespace)})
+    body = trainer_body("alpha", "pvc-backups", commitTimeoutSeconds=20)
+    del body["spec"]["checkpoint"]["credentialsSecret"]
+    cluster.apply(body, namespace)
+    eventually(lambda: cluster.get("trainer", "alpha", namespace).get("status", {}).get("phase") == "Running")
+    path = checkpoint_path("/checkpoints/alpha", 7)
+    report: dict[str, Any] = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Checkpoint",
+        "metadata": {"name": "alpha-step-7"},
+        "spec": {"trainer": "alpha", "epoch": 0, "step": 7, "path": path, "shardCount": 2, "replicationFactor": 3},
+    }
+    cluster.apply(report, namespace)
+    shards = [
+        {"index": i, "sha256": f"{i:064x}", "size": 10, "copies": [copy_key(i, r) for r in range(3)]} for i in range(2)
+    ]
+    cluster.apply(report | {"spec": report["spec"] | {"shards": shards[:1]}}, namespace)
+    eventually(lambda: phase_is(cluster, namespace, "alpha-step-7", "Pending"), what="shard 0 to be seen")
+    assert verifier_pods(cluster, namespace) == []  # one pod reads them all once every shard is in
+    cluster.apply(report | {"spec": report["spec"] | {"shards": shards}}, namespace)
+
+    (pod,) = eventually(lambda: verifier_pods(cluster, namespace), what="a verifier pod")
+    ckpt = checkpoint(cluster, namespace, "alpha-step-7")
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == ckpt["metadata"]["uid"]
+    spec = pod["spec"]
+    assert spec["volumes"][0]["persistentVolumeClaim"] == {"claimName": "pvc-backups", "readOnly": True}
+    assert spec["automountServiceAccountToken"] is False
+    request = json.loads(spec["containers"][0]["env"][0]["value"])
+    assert request == [[path, copy_key(i, r), f"{i:064x}", 10] for i in range(2) for r in range(3)]
+
+    def naming_its_pod() -> dict[str, Any] | None:
+        c = checkpoint(cluster, namespace, "alpha-step-7")
+        return c if pod["metadata"]["name"] in c.get("status", {}).get("message", "") else None
+
+    staging = eventually(naming_its_pod, what="the checkpoint to name its verifier pod")
+    assert staging["status"]["phase"] == "Staging"
+    assert "verifying on claim 'pvc-backups'" in staging["status"]["message"]
+    eventually(lambda: phase_is(cluster, namespace, "alpha-step-7", "Failed"), timeout=60, what="the timeout")
+    eventually(lambda: verifier_pods(cluster, namespace) == [], what="the verifier pod to go")
+
+
+def verifier_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    selector = "trainer.operator.kubeflow.org/checkpoint-pod=verify"
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json"))["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster, namespace: str) -> None:
+    """RBAC lets the checkpoint controller create pods anywhere; its admission policy holds it to
+    the verifier and collector pods."""
+    target = pvc.Target(namespace, "alpha", "pvc-backups", "trainer-operator:dev")
+    verifier = pvc.verifier_pod(target, "alpha-step-7", "uid-7", [])
+    collector = pvc.collector_pod(target, "uid-alpha", ["/checkpoints/alpha/step-0000000007"])
+    for pod in (verifier, collector):
+        pod["metadata"].pop("ownerReferences")
+        cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), as_controller="checkpoint")
+
+    def refused(change: Callable[[dict[str, Any], dict[str, Any]], object]) -> str:
+        """The API server's answer to the controller creating the verifier pod with ``change(pod, container)``."""
+        pod: dict[str, Any] = json.loads(json.dumps(verifier))
+        change(pod, pod["spec"]["containers"][0])
+        with pytest.raises(KubectlError) as err:
+            cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), as_controller="checkpoint")
+        return err.value.stderr
+
+    host = {"name": "host", "hostPath": {"path": "/"}}
+    root = {"capabilities": {"add": ["SYS_ADMIN"]}, "allowPrivilegeEscalation": False}
+    secret = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "ckpt-creds", "key": "AWS_SECRET_ACCESS_KEY"}}}
+    assert "only checkpoint verifier and collector pods" in refused(lambda p, c: p["metadata"]["labels"].clear())
+    assert "python -m trainerop_checkpoint.pvc" in refused(lambda p, c: c.update(command=["sh", "-c", "id"]))
+    assert "no ServiceAccount token" in refused(lambda p, c: p["spec"].update(automountServiceAccountToken=True))
+    assert "one PersistentVolumeClaim" in refused(lambda p, c: p["spec"]["volumes"].append(host))
+    assert "read-only to verify" in refused(lambda p, c: c["volumeMounts"][0].pop("readOnly"))
+    assert "no capability but DAC_OVERRIDE" in refused(lambda p, c: c.update(securityContext=root))
+    assert "never a Secret's value" in refused(lambda p, c: c["env"].append(secret))
+    # An administrator is not held to it.
+    container = {"name": "c", "image": "x"}
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "admin"}, "spec": {"containers": [container]}}
+    cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(plain))

@@ -1,16 +1,23 @@
-"""The PVC checkpoint verifier (trainerop_checkpoint.pvc): the pod it runs in, what it checks on the
-mounted claim, and how its one-letter verdicts come back to the controller."""
+"""Checkpoints on a PVC (trainerop_checkpoint.pvc): the verifier and collector pods, what they do on
+the mounted claim, and the controller's plan — which pods to create and delete and what their
+one-letter answers mean."""
 
 import hashlib
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from trainerop_checkpoint import pvc
-from trainerop_checkpoint.decide import Copy
+from trainerop_checkpoint.decide import RECHECK_SECONDS, Copy
 from trainerop_sdk.layout import checkpoint_path, copy_key
-from trainerop_sdk.storage import LocalLocation
+from trainerop_sdk.storage import LocalLocation, open_location
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+TARGET = pvc.Target("team", "llama", "pvc-backups", "trainer-operator:dev")
+PATH = "/checkpoints/llama/step-0000000300"
 
 
 def copies_on_disk(root: Path, data: dict[int, bytes], replicas: int = 3) -> list[Copy]:
@@ -27,9 +34,15 @@ def copies_on_disk(root: Path, data: dict[int, bytes], replicas: int = 3) -> lis
     return out
 
 
-def test_the_pod_mounts_the_claim_read_only_without_a_token_or_privileges() -> None:
-    copies = [Copy("llama-step-300", "uid-1", "/checkpoints/llama/step-0000000300", "shard-00000/copy-0", "ab", 2)]
-    pod = pvc.verifier_pod("team", "llama", "llama-step-300", "uid-1", "pvc-backups", copies, "trainer-operator:dev")
+def reported(checkpoint: str = "llama-step-300", uid: str = "uid-1", shards: int = 2, replicas: int = 3) -> list[Copy]:
+    return [
+        Copy(checkpoint, uid, PATH, copy_key(s, r), f"{s:064x}", 10) for s in range(shards) for r in range(replicas)
+    ]
+
+
+def test_the_verifier_mounts_the_claim_read_only_without_a_token_or_privileges() -> None:
+    copies = reported(shards=1, replicas=1)
+    pod = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
     spec = pod["spec"]
     assert spec["automountServiceAccountToken"] is False
     assert spec["restartPolicy"] == "Never"
@@ -42,23 +55,47 @@ def test_the_pod_mounts_the_claim_read_only_without_a_token_or_privileges() -> N
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["command"] == ["python", "-m", "trainerop_checkpoint.pvc"]
     (owner,) = pod["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("Checkpoint", "uid-1")  # goes with its Checkpoint
     (env,) = container["env"]
-    assert json.loads(env["value"]) == [["/checkpoints/llama/step-0000000300", "shard-00000/copy-0", "ab", 2]]
-    assert len(pod["metadata"]["name"]) <= 63
-    other = pvc.verifier_pod("team", "llama", "llama-step-300", "uid-1", "pvc-backups", copies, "img", batch=1)
-    assert other["metadata"]["name"] != pod["metadata"]["name"]
+    assert json.loads(env["value"]) == [[PATH, "shard-00000/copy-0", "0" * 64, 10]]
+    assert pod["metadata"]["labels"][pvc.PURPOSE_LABEL] == "verify"
+    assert pvc.trainer_of(pod) == ("team", "llama")
+    assert "trainer-name" not in pod["metadata"]["labels"]  # not one of the Trainer's training pods
+
+
+def test_the_collector_writes_the_claim_as_root_with_one_capability_and_no_token() -> None:
+    pod = pvc.collector_pod(TARGET, "trainer-uid", [PATH])
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "pvc-backups"}}]
+    (container,) = spec["containers"]
+    assert container["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/checkpoints"}]
+    assert spec["securityContext"]["runAsUser"] == 0  # the training pods' files are theirs
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Trainer", "llama", "trainer-uid")
+    assert json.loads(container["env"][0]["value"]) == [PATH]
+
+
+def test_a_pod_is_named_after_its_work() -> None:
+    copies = reported()
+    first = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)["metadata"]["name"]
+    assert first == pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)["metadata"]["name"]
+    assert first != pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies[1:])["metadata"]["name"]
+    assert first != pvc.verifier_pod(TARGET, "llama-step-300", "uid-2", copies)["metadata"]["name"]
+    long = pvc.verifier_pod(TARGET, "x" * 253, "uid-1", copies)["metadata"]["name"]
+    assert len(long) <= 63
 
 
 def test_the_verifier_finds_good_missing_and_corrupted_copies(tmp_path: Path) -> None:
     copies = copies_on_disk(tmp_path, {0: b"weights of shard 0", 1: b"weights of shard 1"})
     (Path(copies[1].path) / copies[1].key).write_bytes(b"bit rot")  # shard 0, copy 1
     (Path(copies[5].path) / copies[5].key).unlink()  # shard 1, copy 2
-    letters = pvc.check(pvc.encode_request(copies))
-    assert letters == "oxooom"
-    verdicts = pvc.decode_verdicts(copies, letters)
-    assert [verdicts[(c.uid, c.key, c.sha256)] for c in copies] == ["ok", "mismatch", "ok", "ok", "ok", "missing"]
+    assert pvc.check(pvc.encode_request(copies)) == "oxooom"
 
 
 def test_a_copy_with_the_right_hash_but_another_size_is_a_mismatch(tmp_path: Path) -> None:
@@ -67,32 +104,200 @@ def test_a_copy_with_the_right_hash_but_another_size_is_a_mismatch(tmp_path: Pat
     assert pvc.check(pvc.encode_request([wrong])) == "x"
 
 
-@pytest.mark.parametrize("message", [None, "", "oo", "oooo", "ooz", "o o"])
-def test_a_message_that_does_not_answer_the_request_gives_no_verdict(message: str | None) -> None:
-    copies = [Copy("c", "u", "/checkpoints/t/step-0000000001", f"shard-00000/copy-{r}", "s", 1) for r in range(3)]
-    assert pvc.decode_verdicts(copies, message) == {}
-    assert pvc.decode_verdicts(copies, "oum\n") == {
-        ("u", "shard-00000/copy-0", "s"): "ok",
-        ("u", "shard-00000/copy-1", "s"): "unreadable",
-        ("u", "shard-00000/copy-2", "s"): "missing",
-    }
+def test_the_collector_deletes_checkpoint_directories_and_nothing_outside_the_claim(tmp_path: Path) -> None:
+    on_claim = LocalLocation(str(tmp_path / "llama" / "step-0000000300"))
+    on_claim.put("shard-00000/copy-0", b"w")
+    requested = [
+        PATH,  # there: deleted
+        "/checkpoints/llama/step-0000000400",  # already gone: done as well
+        "/checkpoints/llama",  # the Trainer's whole directory: not a checkpoint
+        "/checkpoints/llama/../../etc",
+        "/etc/passwd",
+        "/checkpoints//llama/x",
+        7,
+    ]
+
+    def delete(path: str) -> object:
+        return open_location(path, local_root=str(tmp_path)).delete_all()
+
+    assert pvc.collect(json.dumps(requested), delete) == "ddeeeee"
+    assert not (tmp_path / "llama" / "step-0000000300").exists()
+    assert (tmp_path / "llama").exists()
+
+    def broken(path: str) -> object:
+        raise PermissionError(13, "Permission denied", path)
+
+    assert pvc.collect(json.dumps([PATH]), broken) == "e"
 
 
 def test_large_checkpoints_are_split_so_each_answer_fits_a_termination_message() -> None:
-    copies = [
-        Copy("c", "u", "/checkpoints/t/step-0000000001", f"shard-{i:05d}/copy-0", "s" * 64, 1) for i in range(1201)
-    ]
-    sizes = [len(b) for b in pvc.batches(copies)]
-    assert sizes == [500, 500, 201]
+    copies = [Copy("c", "u", PATH, f"shard-{i:05d}/copy-0", "s" * 64, 1) for i in range(1201)]
+    assert [len(b) for b in pvc.batches(copies)] == [500, 500, 201]
     assert pvc.BATCH <= 4096  # one letter per copy; the kubelet keeps 4096 bytes
+    plan = pvc.plan_verification(TARGET, copies, [], NOW)
+    assert [len(json.loads(p["spec"]["containers"][0]["env"][0]["value"])) for p in plan.create] == [500, 500, 201]
 
 
-def test_main_writes_the_verdicts_to_the_termination_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_answers_in_the_termination_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     copies = copies_on_disk(tmp_path, {0: b"w"}, replicas=2)
     log = tmp_path / "termination-log"
     monkeypatch.setenv("TRAINEROP_TERMINATION_LOG", str(log))
-    monkeypatch.setenv(pvc.REQUEST_ENV, pvc.encode_request(copies))
+    monkeypatch.setenv(pvc.VERIFY_ENV, pvc.encode_request(copies))
     assert pvc.main([]) == 0
     assert log.read_text() == "oo"
-    monkeypatch.delenv(pvc.REQUEST_ENV)
+    monkeypatch.delenv(pvc.VERIFY_ENV)
+    monkeypatch.setenv(pvc.COLLECT_ENV, json.dumps(["/elsewhere"]))
+    assert pvc.main([]) == 0
+    assert log.read_text() == "e"
+    monkeypatch.delenv(pvc.COLLECT_ENV)
     assert pvc.main([]) == 2
+
+
+# The controller's plan, on pods as the API server returns them (the created manifest plus a status).
+
+
+def pod_with(manifest: dict[str, Any], status: dict[str, Any], deleting: bool = False) -> pvc.PodView:
+    body = json.loads(json.dumps(manifest)) | {"status": status}
+    if deleting:
+        body["metadata"]["deletionTimestamp"] = "2026-01-01T11:59:59Z"
+    view = pvc.view(body)
+    assert view is not None
+    return view
+
+
+def ended(letters: str, at: datetime = NOW) -> dict[str, Any]:
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "phase": "Succeeded",
+        "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": letters, "finishedAt": stamp}}}],
+    }
+
+
+def test_a_checkpoint_without_a_pod_gets_one_for_all_its_copies() -> None:
+    a, b = reported("llama-step-300", "uid-1", shards=1), reported("llama-step-400", "uid-2", shards=1)
+    plan = pvc.plan_verification(TARGET, a + b, [], NOW)
+    assert [p["metadata"]["ownerReferences"][0]["uid"] for p in plan.create] == ["uid-1", "uid-2"]
+    assert plan.create[0] == pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", a)
+    assert (plan.delete, plan.verdicts, plan.notes) == ((), {}, {})
+
+
+def test_a_pod_at_work_is_waited_for_and_its_wait_explained() -> None:
+    copies = reported()
+    manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
+    unscheduled = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}
+        ],
+    }
+    plan = pvc.plan_verification(TARGET, copies, [pod_with(manifest, unscheduled)], NOW)
+    assert (plan.create, plan.delete) == ((), ())
+    name = manifest["metadata"]["name"]
+    assert plan.notes == {
+        "uid-1": f"verifying on claim 'pvc-backups': pod {name} is Pending (Unschedulable: 0/3 nodes are available)"
+    }
+    pulling = {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}
+    assert "(ErrImagePull)" in pvc.plan_verification(TARGET, copies, [pod_with(manifest, pulling)], NOW).notes["uid-1"]
+
+
+def test_an_answer_of_all_good_copies_is_final_and_the_pod_goes() -> None:
+    copies = reported(shards=1)
+    manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
+    plan = pvc.plan_verification(TARGET, copies, [pod_with(manifest, ended("ooo"))], NOW)
+    assert plan.verdicts == {("uid-1", c.key, c.sha256): "ok" for c in copies}
+    assert plan.delete == (manifest["metadata"]["name"],)
+    assert plan.create == ()
+
+
+def test_a_missing_copy_is_looked_at_again_after_a_rest() -> None:
+    copies = reported(shards=1)
+    manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
+    name = manifest["metadata"]["name"]
+    answered = pod_with(manifest, ended("omo"))
+    # Just answered: the verdicts count, the pod stays (no tight loop of pods for a late copy).
+    plan = pvc.plan_verification(TARGET, copies, [answered], NOW + timedelta(seconds=1))
+    assert plan.verdicts[("uid-1", copies[1].key, copies[1].sha256)] == "missing"
+    assert (plan.create, plan.delete) == ((), ())
+    # The ok ones are no longer wanted: after the rest the pod goes and a new one reads only copy 1.
+    rested = NOW + timedelta(seconds=RECHECK_SECONDS)
+    plan = pvc.plan_verification(TARGET, [copies[1]], [answered], rested)
+    assert plan.delete == (name,)
+    (again,) = plan.create
+    request = json.loads(again["spec"]["containers"][0]["env"][0]["value"])
+    assert request == [[PATH, copies[1].key, copies[1].sha256, 10]]
+    # The same request again (every copy was missing) waits until the old pod of that name is gone.
+    plan = pvc.plan_verification(TARGET, copies, [pod_with(manifest, ended("mmm"))], rested)
+    assert plan.delete == (name,)
+    assert plan.create == ()
+    assert pvc.plan_verification(TARGET, copies, [pod_with(manifest, {}, deleting=True)], rested).create == ()
+    assert pvc.plan_verification(TARGET, copies, [], rested).create[0]["metadata"]["name"] == name
+
+
+@pytest.mark.parametrize(
+    ("status", "failure"),
+    [
+        (
+            {
+                "phase": "Failed",
+                "reason": "DeadlineExceeded",
+                "message": "Pod was active longer than 600s",
+                "startTime": "2026-01-01T12:00:00Z",
+            },
+            "DeadlineExceeded, Pod was active longer than 600s",
+        ),
+        (
+            {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {"state": {"terminated": {"reason": "Error", "exitCode": 1, "finishedAt": "2026-01-01T12:00:00Z"}}}
+                ],
+            },
+            "Error, exit code 1",
+        ),
+        (ended("oo"), "its answer does not match its request"),  # three copies asked, two letters
+        (ended("ooz"), "its answer does not match its request"),
+    ],
+)
+def test_a_pod_without_an_answer_is_a_failure_retried_after_a_rest(status: dict[str, Any], failure: str) -> None:
+    copies = reported(shards=1)
+    manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
+    name = manifest["metadata"]["name"]
+    plan = pvc.plan_verification(TARGET, copies, [pod_with(manifest, status)], NOW)
+    assert plan.failures == ((name, failure),)
+    assert plan.verdicts == {}
+    assert (plan.create, plan.delete) == ((), ())
+    assert "failed" in plan.notes["uid-1"]
+    later = pvc.plan_verification(TARGET, copies, [pod_with(manifest, status)], NOW + timedelta(seconds=60))
+    assert later.delete == (name,)
+
+
+def test_pods_whose_work_is_no_longer_wanted_go() -> None:
+    copies = reported(shards=1)
+    running = pod_with(pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies), {"phase": "Running"})
+    failed_checkpoint = pvc.plan_verification(TARGET, [], [running], NOW)
+    assert failed_checkpoint.delete == (running.name,)
+    collector = pod_with(pvc.collector_pod(TARGET, "t-uid", [PATH]), {"phase": "Running"})
+    assert pvc.plan_verification(TARGET, [], [collector], NOW).delete == ()  # not its kind of pod
+
+
+def test_collection_marks_what_is_gone_and_retries_the_rest() -> None:
+    other = "/checkpoints/llama/step-0000000400"
+    plan = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [], NOW)
+    (manifest,) = plan.create
+    assert json.loads(manifest["spec"]["containers"][0]["env"][0]["value"]) == [PATH, other]
+    done = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [pod_with(manifest, ended("dd"))], NOW)
+    assert done.collected == {PATH, other}
+    assert done.delete == (manifest["metadata"]["name"],)
+    assert done.create == ()
+    half = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [pod_with(manifest, ended("de"))], NOW)
+    assert half.collected == {PATH}
+    assert (half.delete, half.create) == ((), ())  # rests, then tries the failed one again
+    later = pvc.plan_collection(TARGET, "t-uid", [other], [pod_with(manifest, ended("de"))], NOW + timedelta(minutes=1))
+    assert later.delete == (manifest["metadata"]["name"],)
+    assert [json.loads(p["spec"]["containers"][0]["env"][0]["value"]) for p in later.create] == [[other]]
+
+
+def test_anything_but_a_storage_pod_is_not_viewed() -> None:
+    training = {"metadata": {"name": "x", "labels": {"trainer-name": "llama"}}, "spec": {"containers": [{}]}}
+    assert pvc.view(training) is None
+    assert pvc.view({"metadata": {"labels": {pvc.PURPOSE_LABEL: "other"}}, "spec": {"containers": [{}]}}) is None

@@ -220,12 +220,19 @@ def test_no_commit_for_twice_the_interval_is_overdue(
         assert later.conditions[1].message == c.message
 
 
-def test_unreadable_storage_is_not_verified_and_says_so() -> None:
-    v = view(10)
-    d = observe([v], storage=Storage(verifiable=False, message="a PVC cannot be read by the controller"))
-    assert not d.verify
-    assert d.checkpoints[v.name]["phase"] == "Staging"
-    assert d.events[0][:2] == ("Warning", "CannotVerify")
+def test_on_a_claim_copies_are_verified_once_every_shard_is_reported_and_the_wait_is_explained() -> None:
+    claim = Storage(claim="pvc-backups")
+    half = view(10, reported=1)
+    d = observe([half], storage=claim)
+    assert not d.verify  # one pod reads them all when the last shard is in
+    assert d.checkpoints[half.name]["phase"] == "Pending"
+    full = view(10)
+    d = observe([full], storage=claim)
+    assert len(d.verify) == 6
+    note = {full.uid: "verifying on claim 'pvc-backups': pod p is Pending (Unschedulable: 0/1 nodes are available)"}
+    d = observe([full], storage=claim, notes=note)
+    assert d.checkpoints[full.name]["message"].endswith("; " + note[full.uid])
+    assert observe([full], good(full), storage=claim, notes=note).checkpoints[full.name]["phase"] == "Committed"
 
 
 VERDICTS: list[Verdict] = ["ok", "missing", "mismatch"]

@@ -4,9 +4,11 @@ blocks on storage), and applies the decisions."""
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -20,7 +22,9 @@ from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
+from trainerop_common.tracing import record_span
 
+from . import pvc
 from .decide import (
     CHECKPOINT_FIELDS,
     CONDITIONS,
@@ -28,7 +32,9 @@ from .decide import (
     RECHECK_SECONDS,
     REQUIRED_S3_KEYS,
     CheckpointView,
+    Collect,
     Copy,
+    Decision,
     Observed,
     Storage,
     Verdict,
@@ -51,7 +57,13 @@ COMMIT_SECONDS = Histogram(
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
 VERIFY_SECONDS = Histogram("checkpoint_verify_seconds", "Reading and hashing one shard copy.")
+STORAGE_PODS = Counter(
+    "checkpoint_storage_pods_total",
+    "Pods that verify or delete checkpoints on a PersistentVolumeClaim, by what happened to them.",
+    ["purpose", "outcome"],  # verify|collect, created|failed
+)
 PARALLEL_READS = 4
+DEFAULT_IMAGE = "trainer-operator:dev"
 log = logging.getLogger("trainerop.checkpoint")
 
 
@@ -82,6 +94,17 @@ class CheckpointController:
         self.claims = ObjectCache(
             lambda: kube.list_core("PersistentVolumeClaim", ""), "", "v1", "persistentvolumeclaims"
         )
+        # Verifier and collector pods of PVC checkpoints, by (namespace, Trainer).
+        self.storage_pods = ObjectCache(
+            lambda: kube.list_core("Pod", pvc.PURPOSE_LABEL),
+            "",
+            "v1",
+            "pods",
+            {pvc.PURPOSE_LABEL: kopf.PRESENT},
+            index=pvc.trainer_of,
+        )
+        self.image: str | None = runtime.config.storage_pod_image or None
+        self.failed_pods: set[str] = set()  # storage pods whose failure was reported (an Event each)
         self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, CONDITIONS)
         self.checkpoint_writer = StatusWriter(kube, kind_info("Checkpoint"), self.name, CHECKPOINT_FIELDS, ())
         self.verdicts: dict[tuple[str, str, str], Verdict] = {}  # (checkpoint uid, key, sha256); "ok" is final
@@ -95,6 +118,12 @@ class CheckpointController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.checkpoints.register(registry, self._checkpoint_changed)
         self.claims.register(registry, self._claim_changed)
+        self.storage_pods.register(registry, self._storage_pod_changed)
+
+    def _storage_pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        trainer = (body["metadata"].get("labels") or {}).get(pvc.TRAINER_LABEL)
+        if trainer:
+            self.rt.requeue([(key[0], trainer)])
 
     def _checkpoint_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         trainer = body.get("spec", {}).get("trainer")
@@ -127,11 +156,7 @@ class CheckpointController:
                     f"PersistentVolumeClaim {ckpt.bucket!r} (spec.checkpoint.bucket) does not exist in namespace "
                     f"{namespace!r}; create it (ReadWriteMany: every replica mounts it) or use an s3:// bucket",
                 ), {}
-            return Storage(
-                verifiable=False,
-                message="checkpoints on a PersistentVolumeClaim cannot be read by the controller; use an s3:// "
-                "bucket for verified commits",
-            ), {}
+            return Storage(claim=ckpt.bucket), {}
         secret = ckpt.credentials_secret or ""
         data = await self.credentials.get((namespace, secret))
         if data is None:
@@ -194,7 +219,11 @@ class CheckpointController:
             published=status.checkpoint.latest if status and status.checkpoint else None,
         )
         decision = decide(obs)
-        if decision.verify:
+        target = pvc.Target(namespace, name, storage.claim, "") if storage.claim else None
+        if target is not None:
+            target = replace(target, image=await self._image())
+            decision = await self._verify_on_claim(target, body, obs, decision)
+        elif decision.verify:
             await self._verify(decision.verify, env)
             decision = decide(replace(obs, verdicts=self.verdicts, now=self.rt.clock.now()))
         now = rfc3339(self.rt.clock.now())
@@ -209,33 +238,123 @@ class CheckpointController:
         for kind, reason, message in decision.events:
             self.rt.event(body, kind, reason, message)
         requeue = decision.requeue_after
+        if target is not None:
+            gone = await self._collect_on_claim(target, body, decision.collect)
+        else:
+            gone = await self._collect(decision.collect, env)
         for item in decision.collect:
-            try:
-                await asyncio.to_thread(open_location(item.path, env).delete_all)
-            except (S3Error, OSError) as err:
-                log.warning("deleting %s failed, retrying: %s", item.path, err)
+            if item.path not in gone:
                 requeue = min(requeue or RECHECK_SECONDS, RECHECK_SECONDS)
-                continue
-            if await self.checkpoint_writer.write(raw[item.checkpoint], item.status, (), now):
+            elif await self.checkpoint_writer.write(raw[item.checkpoint], item.status, (), now):
                 COLLECTED.inc()
         if requeue is not None:
             self.rt.requeue_after((namespace, name), requeue)
 
+    async def _collect(self, items: tuple[Collect, ...], env: Mapping[str, str]) -> set[str]:
+        """Delete S3 data (worker threads); the paths whose data is gone."""
+        gone = set()
+        for item in items:
+            t0 = self.rt.clock.now()
+            try:
+                await asyncio.to_thread(open_location(item.path, env).delete_all)
+            except (S3Error, OSError) as err:
+                log.warning("deleting %s failed, retrying: %s", item.path, err)
+                continue
+            gone.add(item.path)
+            record_span("checkpoint.collect", t0, self.rt.clock.now(), {"checkpoint.name": item.checkpoint})
+        return gone
+
+    async def _image(self) -> str:
+        """The storage pods' image: --storage-pod-image, else this controller's own (read from its
+        pod once: a kustomize images: override then reaches the storage pods too)."""
+        if self.image is None:
+            namespace, name = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
+            own = await self.rt.kube.get("Pod", name, namespace) if namespace and name else None
+            containers = (own or {}).get("spec", {}).get("containers") or [{}]
+            self.image = str(containers[0].get("image") or DEFAULT_IMAGE)
+        return self.image
+
+    async def _pods_of(self, target: pvc.Target) -> list[pvc.PodView]:
+        found = (pvc.view(p) for p in await self.storage_pods.grouped((target.namespace, target.trainer)))
+        return [p for p in found if p is not None]
+
+    async def _verify_on_claim(self, target: pvc.Target, body: Body, obs: Observed, decision: Decision) -> Decision:
+        """Copies on a PVC: verdicts from the verifier pods that answered, new pods for the rest."""
+        now = self.rt.clock.now()
+        plan = pvc.plan_verification(target, decision.verify, await self._pods_of(target), now)
+        for key, verdict in plan.verdicts.items():
+            if self.verdicts.get(key) != verdict:
+                VERIFIED.labels(verdict).inc()
+                self.verdicts[key] = verdict
+        await self._apply(target, body, plan, "verify")
+        return decide(replace(obs, verdicts=self.verdicts, notes=plan.notes, now=self.rt.clock.now()))
+
+    async def _collect_on_claim(self, target: pvc.Target, body: Body, items: tuple[Collect, ...]) -> set[str]:
+        """Data on a PVC: what the collector pods deleted, new pods for the rest."""
+        pods = await self._pods_of(target)
+        plan = pvc.plan_collection(
+            target, body["metadata"].get("uid", ""), [i.path for i in items], pods, self.rt.clock.now()
+        )
+        await self._apply(target, body, plan, "collect")
+        return set(plan.collected)
+
+    async def _apply(self, target: pvc.Target, body: Body, plan: pvc.Plan, purpose: str) -> None:
+        kube = self.rt.kube
+        for name in plan.delete:
+            await kube.delete_core("Pod", target.namespace, name)
+        for pod in plan.create:
+            if await kube.create_core(pod):
+                STORAGE_PODS.labels(purpose, "created").inc()
+        for name, failure in plan.failures:
+            if name not in self.failed_pods:
+                self.failed_pods.add(name)
+                STORAGE_PODS.labels(purpose, "failed").inc()
+                what = "verify checkpoint copies" if purpose == "verify" else "delete checkpoint data"
+                self.rt.event(
+                    body,
+                    "Warning",
+                    "StoragePodFailed",
+                    f"pod {name} could not {what} on claim {target.claim!r}: {failure}; it is tried again in "
+                    f"{RECHECK_SECONDS:g} s (kubectl describe pod {name} -n {target.namespace})",
+                )
+        self.failed_pods -= set(plan.delete)
+
     def _count(self, body: Mapping[str, Any], wanted: Mapping[str, Any]) -> None:
+        spec = body.get("spec", {})
+        created = body["metadata"].get("creationTimestamp")
+        attributes = {
+            "k8s.namespace.name": body["metadata"].get("namespace", ""),
+            "trainer.name": spec.get("trainer", ""),
+            "checkpoint.name": body["metadata"].get("name", ""),
+            "checkpoint.step": int(spec.get("step", 0)),
+            "checkpoint.phase": str(wanted.get("phase")),
+        }
+        end = self.rt.clock.now()
         if wanted.get("phase") == "Committed":
             COMMITS.inc()
-            created = body["metadata"].get("creationTimestamp")
             if created and wanted.get("commitTime"):
-                COMMIT_SECONDS.observe((parse_time(wanted["commitTime"]) - parse_time(created)).total_seconds())
+                end = parse_time(wanted["commitTime"])
+                COMMIT_SECONDS.observe((end - parse_time(created)).total_seconds())
         elif wanted.get("phase") == "Failed":
             FAILURES.labels(str(wanted.get("reason", ""))).inc()
+            attributes["checkpoint.reason"] = str(wanted.get("reason", ""))
+        if created and wanted.get("phase") in ("Committed", "Failed"):
+            record_span("checkpoint.commit", parse_time(created), end, attributes)
 
     def _observe_writes(self, views: list[CheckpointView]) -> None:
+        now = self.rt.clock.now()
         for view in views:
             for shard in view.checkpoint.spec.shards or ():
                 if shard.write_seconds is not None and (view.uid, shard.index) not in self.reported:
                     self.reported.add((view.uid, shard.index))
                     WRITE_SECONDS.observe(shard.write_seconds)
+                    # As the pod reported it: it ended by the time the report was seen.
+                    record_span(
+                        "checkpoint.write",
+                        now - timedelta(seconds=shard.write_seconds),
+                        now,
+                        {"checkpoint.name": view.name, "checkpoint.shard": shard.index},
+                    )
 
 
 entry = run_entrypoint("checkpoint", CheckpointController)

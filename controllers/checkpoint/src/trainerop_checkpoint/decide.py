@@ -67,7 +67,7 @@ class Storage:
     ready: bool = True
     reason: str = ""
     message: str = ""
-    verifiable: bool = True  # can the controller read it (S3 with credentials: yes; a PVC: not from here)
+    claim: str = ""  # a PersistentVolumeClaim: copies are read by pods that mount it, once every shard is reported
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,7 @@ class Observed:
     start_time: str | None = None  # status.progress.startTime
     trainer_uid: str = ""  # Checkpoints owned by another (earlier) Trainer of the same name do not count
     published: str | None = None  # status.checkpoint.latest as pods may have read it
+    notes: Mapping[str, str] = field(default_factory=dict)  # checkpoint uid -> what its verification waits for
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,10 @@ def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
         message = f"{verified_shards} of {spec.shard_count} shards have {need} verified copies"
     if problems:
         message += "; " + ", ".join(problems[:10]) + (f" and {len(problems) - 10} more" if len(problems) > 10 else "")
+    if obs.storage.claim and reported < spec.shard_count:
+        verify = []  # a pod reads them all at once when the last shard is in
+    if view.uid in obs.notes and verify:
+        message += "; " + obs.notes[view.uid]
     timeout = obs.spec.checkpoint.commit_timeout_seconds if obs.spec.checkpoint else 600
     left = timeout - (obs.now - parse_time(view.created)).total_seconds()
     if left <= 0:
@@ -286,7 +291,7 @@ def decide(obs: Observed) -> Decision:
         collect.append(
             Collect(
                 j.view.name,
-                j.view.checkpoint.spec.path,
+                j.view.checkpoint.spec.path.rstrip("/"),
                 j.status
                 | {
                     "phase": "GarbageCollected",
@@ -300,7 +305,8 @@ def decide(obs: Observed) -> Decision:
         # A failed checkpoint's data goes once a newer one has committed (a late writer is done by then).
         stale = newest is not None and order(j.view) < order(newest.view)
         if j.phase == "Failed" and j.status.get("reason") != "InvalidPath" and stale and "collectTime" not in j.status:
-            collect.append(Collect(j.view.name, j.view.checkpoint.spec.path, j.status | {"collectTime": stamp}))
+            path = j.view.checkpoint.spec.path.rstrip("/")
+            collect.append(Collect(j.view.name, path, j.status | {"collectTime": stamp}))
 
     section: dict[str, Any] = {"committed": len(keep)}
     if newest is not None:
@@ -319,23 +325,17 @@ def decide(obs: Observed) -> Decision:
     section["contribution"] = contribution(obs, directory, section.get("resumeFrom", "")).to_k8s()
 
     overdue, overdue_in = _overdue(obs, section.get("lastCommitTime"), spec.interval_minutes)
-    unverifiable = [j for j in judged if j.verify] if not obs.storage.verifiable else []
     waiting = [j.due for j in judged if j.due is not None]
     # A copy found missing or bad is read again a little later, until the commit timeout.
     bad = any((c.uid, c.key, c.sha256) in obs.verdicts for j in judged for c in j.verify)
-    recheck = RECHECK_SECONDS if bad and obs.storage.verifiable else None
+    recheck = RECHECK_SECONDS if bad else None
     return Decision(
         status={"checkpoint": section},
         conditions=(ready, overdue),
         checkpoints={j.view.name: j.status for j in judged if j.status != _current(j.view)},
-        verify=tuple(c for j in judged for c in j.verify) if obs.storage.verifiable else (),
+        verify=tuple(c for j in judged for c in j.verify),
         collect=tuple(collect),
-        events=tuple(events)
-        + tuple(
-            ("Warning", "CannotVerify", f"{j.view.name}: {obs.storage.message}")
-            for j in unverifiable
-            if j.view.phase is None
-        ),
+        events=tuple(events),
         requeue_after=_soonest(*waiting, overdue_in, recheck),
     )
 

@@ -1,15 +1,23 @@
-"""Verifying checkpoints on a PersistentVolumeClaim from a pod that mounts it (issue 5's PVC path).
+"""Checkpoints on a PersistentVolumeClaim, verified and deleted by pods that mount the claim.
 
-The controller cannot read a claim; a short-lived verifier pod in the Trainer's namespace can. It
-mounts the claim read-only at /checkpoints, runs the operator's own image
-(``python -m trainerop_checkpoint.pvc``), reads each copy it is asked about, compares its sha256
-and size with what the writer reported, and leaves one letter per copy in its termination message
-(``o`` ok, ``m`` missing, ``x`` mismatch, ``u`` unreadable): 4096 bytes hold 4096 verdicts, so a
-pod checks up to BATCH copies and a larger checkpoint gets several pods. The pod has no
-ServiceAccount token, no privileges and a deadline. Pure except ``main``, which runs in the pod.
+The controller cannot read a claim; a short-lived pod in the Trainer's namespace can. It runs the
+operator's own image (``python -m trainerop_checkpoint.pvc``), gets its work in an env var and
+answers with one letter per item in its termination message:
 
-Not wired into the controller yet: the pod's lifecycle (create, read the verdicts, delete), its
-RBAC and the end-to-end test on the real node are the next step.
+- a verifier pod (owned by its Checkpoint) mounts the claim read-only, reads each copy it is asked
+  about and compares its sha256 and size with what the writer reported: ``o`` ok, ``m`` missing,
+  ``x`` mismatch, ``u`` unreadable. It has no ServiceAccount token, runs as 65532 with a read-only
+  root filesystem, no capabilities and a deadline.
+- a collector pod (owned by the Trainer) mounts the claim read-write and deletes checkpoint
+  directories: ``d`` deleted (or already gone), ``e`` error. The training pods wrote those files
+  as their own user, so it runs as root with only CAP_DAC_OVERRIDE (and no token, a read-only root
+  filesystem, a deadline); it deletes nothing outside ``/checkpoints/<trainer>/``.
+
+4096 bytes (the kubelet's limit for a termination message) hold 4096 letters; a pod gets at most
+BATCH items and a larger checkpoint gets several pods. The controller's side is pure:
+``plan_verification`` and ``plan_collection`` turn the wanted work and the pods that exist into
+answers, pods to create and pods to delete (a pod whose answer calls for another look stays
+RECHECK_SECONDS, so a missing copy is not re-read in a tight loop). Only ``main`` does I/O, in the pod.
 """
 
 from __future__ import annotations
@@ -18,90 +26,134 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
+from trainerop_common.api import GROUP, VERSION
 from trainerop_common.checkpoint_storage import MOUNT, open_location
+from trainerop_common.clock import parse_time
 
-from .decide import Copy, Verdict, copy_verdict
+from .decide import RECHECK_SECONDS, Copy, Verdict, copy_verdict
 
-BATCH = 500  # copies per pod: keeps the request (an env var) small and the message far under 4096
-REQUEST_ENV = "TRAINEROP_VERIFY_REQUEST"
+BATCH = 500  # items per pod: keeps the request (an env var) small and the answer far under 4096
+VERIFY_ENV = "TRAINEROP_VERIFY_REQUEST"
+COLLECT_ENV = "TRAINEROP_COLLECT_REQUEST"
+REQUEST_ENV = VERIFY_ENV
 TERMINATION_LOG = "/dev/termination-log"
 LETTERS: dict[Verdict, str] = {"ok": "o", "missing": "m", "mismatch": "x", "unreadable": "u"}
 VERDICTS: dict[str, Verdict] = {letter: verdict for verdict, letter in LETTERS.items()}
+DELETED, FAILED = "d", "e"
+PURPOSE_LABEL = f"{GROUP}/checkpoint-pod"  # verify | collect
+TRAINER_LABEL = f"{GROUP}/checkpoint-of"  # the Trainer's name (not trainer-name: those are its training pods)
+CHECKPOINT_UID_LABEL = f"{GROUP}/checkpoint-uid"
+DEADLINE_SECONDS = 600
+T = TypeVar("T")
 
 
-def batches(copies: Sequence[Copy]) -> list[tuple[Copy, ...]]:
-    return [tuple(copies[i : i + BATCH]) for i in range(0, len(copies), BATCH)]
+@dataclass(frozen=True)
+class Target:
+    """Where the pods go and what they run."""
+
+    namespace: str
+    trainer: str
+    claim: str
+    image: str
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the controller needs of a verifier or collector pod."""
+
+    name: str
+    purpose: str
+    request: str
+    phase: str
+    deleting: bool = False
+    checkpoint_uid: str = ""
+    message: str | None = None  # the container's termination message
+    finished: datetime | None = None
+    waiting: str = ""  # why a pod that has not finished is not running
+    failure: str = ""  # why a failed pod gave no answer
+
+
+@dataclass(frozen=True)
+class Plan:
+    create: tuple[dict[str, Any], ...] = ()
+    delete: tuple[str, ...] = ()
+    failures: tuple[tuple[str, str], ...] = ()  # (pod, what went wrong) for pods that ended without an answer
+    verdicts: Mapping[tuple[str, str, str], Verdict] = field(default_factory=dict)
+    notes: Mapping[str, str] = field(default_factory=dict)  # checkpoint uid -> what its verification waits for
+    collected: frozenset[str] = frozenset()  # checkpoint paths whose data is gone
+
+
+def batches(items: Sequence[T]) -> list[tuple[T, ...]]:
+    return [tuple(items[i : i + BATCH]) for i in range(0, len(items), BATCH)]
 
 
 def encode_request(copies: Iterable[Copy]) -> str:
-    """What the pod checks: [path, key, sha256, size] per copy, in order."""
+    """What a verifier checks: [path, key, sha256, size] per copy, in order."""
     return json.dumps([[c.path, c.key, c.sha256, c.size] for c in copies], separators=(",", ":"))
 
 
-def pod_name(checkpoint: str, checkpoint_uid: str, batch: int) -> str:
-    digest = hashlib.sha256(f"{checkpoint_uid}/{batch}".encode()).hexdigest()[:8]
-    return f"{checkpoint[:40].rstrip('-.')}-verify-{digest}"
+def pod_name(prefix: str, purpose: str, owner_uid: str, request: str) -> str:
+    """Names follow the work: the same request for the same owner is the same pod (creating it twice
+    is refused), another request is another pod."""
+    digest = hashlib.sha256(f"{owner_uid}\n{request}".encode()).hexdigest()[:10]
+    return f"{prefix[:40].rstrip('-.')}-{purpose}-{digest}"
 
 
-def verifier_pod(
-    namespace: str,
-    trainer: str,
-    checkpoint: str,
-    checkpoint_uid: str,
-    claim: str,
-    copies: Sequence[Copy],
-    image: str,
-    batch: int = 0,
+def _storage_pod(
+    target: Target, purpose: str, owner: dict[str, str], env: str, request: str, labels: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The pod that checks ``copies`` (one batch) on ``claim``, owned by the Checkpoint."""
+    read_only = purpose == "verify"
+    if read_only:
+        pod_security = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532}
+        capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
+    else:  # deletes what the training pods wrote as their own user
+        pod_security = {"runAsNonRoot": False, "runAsUser": 0}
+        capabilities = {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+    claim: dict[str, Any] = {"claimName": target.claim} | ({"readOnly": True} if read_only else {})
+    mount: dict[str, Any] = {"name": "checkpoints", "mountPath": MOUNT} | ({"readOnly": True} if read_only else {})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(checkpoint, checkpoint_uid, batch),
-            "namespace": namespace,
+            "name": pod_name(owner["name"], purpose, owner["uid"], request),
+            "namespace": target.namespace,
             "labels": {
-                "trainer-name": trainer,
+                PURPOSE_LABEL: purpose,
+                TRAINER_LABEL: target.trainer,
+                **labels,
                 "app.kubernetes.io/part-of": "trainer-operator",
-                "app.kubernetes.io/component": "checkpoint-verifier",
+                "app.kubernetes.io/component": f"checkpoint-{'verifier' if read_only else 'collector'}",
             },
-            "ownerReferences": [
-                {
-                    "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-                    "kind": "Checkpoint",
-                    "name": checkpoint,
-                    "uid": checkpoint_uid,
-                    "controller": True,
-                }
-            ],
+            "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "controller": True, **owner}],
         },
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
-            "activeDeadlineSeconds": 600,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}],
+            "enableServiceLinks": False,
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "terminationGracePeriodSeconds": 5,
+            "securityContext": pod_security | {"seccompProfile": {"type": "RuntimeDefault"}},
+            "volumes": [{"name": "checkpoints", "persistentVolumeClaim": claim}],
             "containers": [
                 {
-                    "name": "verify",
-                    "image": image,
+                    "name": purpose,
+                    "image": target.image,
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["python", "-m", "trainerop_checkpoint.pvc"],
-                    "env": [{"name": REQUEST_ENV, "value": encode_request(copies)}],
-                    "volumeMounts": [{"name": "checkpoints", "mountPath": MOUNT, "readOnly": True}],
+                    "env": [{"name": env, "value": request}],
+                    "volumeMounts": [mount],
                     "terminationMessagePolicy": "File",
                     "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "readOnlyRootFilesystem": True,
-                        "capabilities": {"drop": ["ALL"]},
+                        "capabilities": capabilities,
                     },
                 }
             ],
@@ -109,8 +161,192 @@ def verifier_pod(
     }
 
 
+def verifier_pod(target: Target, checkpoint: str, checkpoint_uid: str, copies: Sequence[Copy]) -> dict[str, Any]:
+    """The pod that checks ``copies`` (one batch, all of one checkpoint) on the claim."""
+    return _storage_pod(
+        target,
+        "verify",
+        {"kind": "Checkpoint", "name": checkpoint, "uid": checkpoint_uid},
+        VERIFY_ENV,
+        encode_request(copies),
+        {CHECKPOINT_UID_LABEL: checkpoint_uid},
+    )
+
+
+def collector_pod(target: Target, trainer_uid: str, paths: Sequence[str]) -> dict[str, Any]:
+    """The pod that deletes checkpoint directories (``paths``, one batch) on the claim."""
+    request = json.dumps(list(paths), separators=(",", ":"))
+    return _storage_pod(
+        target, "collect", {"kind": "Trainer", "name": target.trainer, "uid": trainer_uid}, COLLECT_ENV, request, {}
+    )
+
+
+def trainer_of(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """The (namespace, Trainer) a storage pod works for."""
+    meta = pod.get("metadata", {})
+    return (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(TRAINER_LABEL, "")))
+
+
+def view(pod: Mapping[str, Any]) -> PodView | None:
+    """A verifier or collector pod as the planner sees it (None: not one of them)."""
+    meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    purpose = labels.get(PURPOSE_LABEL)
+    if purpose not in ("verify", "collect") or not spec.get("containers"):
+        return None
+    wanted_env = VERIFY_ENV if purpose == "verify" else COLLECT_ENV
+    request = next((e.get("value", "") for e in spec["containers"][0].get("env") or () if e["name"] == wanted_env), "")
+    phase = status.get("phase") or "Pending"
+    statuses = status.get("containerStatuses") or ()
+    state = (statuses[0].get("state") or {}) if statuses else {}
+    ended = state.get("terminated") or {}
+    waiting = ""
+    if phase == "Pending":
+        unscheduled = next(
+            (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled" and c["status"] == "False"),
+            None,
+        )
+        held = unscheduled or state.get("waiting")
+        if held:
+            waiting = ": ".join(x for x in (held.get("reason", ""), held.get("message", "")) if x)
+    failure = ""
+    if phase == "Failed":
+        parts = [status.get("reason"), status.get("message")]
+        if ended:
+            parts += [ended.get("reason"), f"exit code {ended.get('exitCode')}", ended.get("message")]
+        failure = ", ".join(str(p).strip() for p in parts if p)
+    when = ended.get("finishedAt") or status.get("startTime") or meta.get("creationTimestamp")
+    return PodView(
+        name=meta.get("name", ""),
+        purpose=purpose,
+        request=request,
+        phase=phase,
+        deleting=bool(meta.get("deletionTimestamp")),
+        checkpoint_uid=labels.get(CHECKPOINT_UID_LABEL, ""),
+        message=ended.get("message"),
+        finished=parse_time(when) if when and phase in ("Succeeded", "Failed") else None,
+        waiting=waiting,
+        failure=failure or ("ended without an answer" if phase == "Failed" else ""),
+    )
+
+
+def _rows(pod: PodView) -> list[Any]:
+    try:
+        rows = json.loads(pod.request)
+    except ValueError:
+        return []
+    return rows if isinstance(rows, list) else []
+
+
+@dataclass
+class _Settled:
+    answers: dict[Hashable, str] = field(default_factory=dict)
+    covered: set[Hashable] = field(default_factory=set)  # items a pod is on (running, or answered and resting)
+    names: set[str] = field(default_factory=set)  # pods that exist: not created again until they are gone
+    delete: list[str] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    notes: dict[Hashable, str] = field(default_factory=dict)  # item -> what its pod waits for
+
+
+def _settle(
+    pods: Iterable[tuple[PodView, Sequence[Hashable]]],
+    wanted: AbstractSet[Hashable],
+    final: str,
+    letters: str,
+    now: datetime,
+) -> _Settled:
+    """The pods' answers, and which pods go: one whose work is no longer wanted, or whose answer is
+    final; one whose answer calls for another look (or that failed) rests RECHECK_SECONDS first."""
+    out = _Settled()
+    rest = timedelta(seconds=RECHECK_SECONDS)
+    for pod, items in pods:
+        out.names.add(pod.name)
+        if pod.deleting:
+            continue
+        needed = {item for item in items if item in wanted}
+        if pod.phase in ("Succeeded", "Failed"):
+            text = (pod.message or "").strip() if pod.phase == "Succeeded" else ""
+            answered = len(text) == len(items) > 0 and all(letter in letters for letter in text)
+            answer = dict(zip(items, text, strict=True)) if answered else {}
+            out.answers |= answer
+            if not answered:
+                out.failures.append((pod.name, pod.failure or "its answer does not match its request"))
+            final_answer = answered and set(text) <= {final}
+            if final_answer or not needed or pod.finished is None or now >= pod.finished + rest:
+                out.delete.append(pod.name)
+            else:
+                out.covered |= needed
+                if not answered:
+                    out.notes |= dict.fromkeys(needed, f"pod {pod.name} failed ({pod.failure}); tried again shortly")
+        elif not needed:
+            out.delete.append(pod.name)
+        else:
+            out.covered |= needed
+            state = f"pod {pod.name} is {pod.phase}" + (f" ({pod.waiting})" if pod.waiting else "")
+            out.notes |= dict.fromkeys(needed, state)
+    return out
+
+
+def _unless_existing(pods: Iterable[dict[str, Any]], names: set[str]) -> tuple[dict[str, Any], ...]:
+    return tuple(p for p in pods if p["metadata"]["name"] not in names)
+
+
+def _copy_id(copy: Copy) -> tuple[str, str, str]:
+    return (copy.uid, copy.key, copy.sha256)
+
+
+def plan_verification(target: Target, wanted: Sequence[Copy], pods: Sequence[PodView], now: datetime) -> Plan:
+    """Verdicts from the verifier pods that answered, the pods to delete, and pods for the copies
+    ``wanted`` that no pod is on (one per checkpoint and batch)."""
+    mine = [
+        (p, [(p.checkpoint_uid, str(r[1]), str(r[2])) for r in _rows(p) if isinstance(r, list) and len(r) == 4])
+        for p in pods
+        if p.purpose == "verify"
+    ]
+    settled = _settle(mine, {_copy_id(c) for c in wanted}, LETTERS["ok"], "".join(VERDICTS), now)
+    verdicts = {item: VERDICTS[letter] for item, letter in settled.answers.items() if isinstance(item, tuple)}
+    todo: dict[str, list[Copy]] = {}
+    for copy in wanted:
+        if _copy_id(copy) not in settled.covered and verdicts.get(_copy_id(copy)) != "ok":
+            todo.setdefault(copy.uid, []).append(copy)
+    create = [verifier_pod(target, cs[0].checkpoint, uid, batch) for uid, cs in todo.items() for batch in batches(cs)]
+    notes: dict[str, str] = {}
+    for copy in wanted:
+        note = settled.notes.get(_copy_id(copy))
+        if note and copy.uid not in notes:
+            notes[copy.uid] = f"verifying on claim {target.claim!r}: {note}"
+    return Plan(
+        create=_unless_existing(create, settled.names),
+        delete=tuple(settled.delete),
+        failures=tuple(settled.failures),
+        verdicts=verdicts,
+        notes=notes,
+    )
+
+
+def plan_collection(
+    target: Target, trainer_uid: str, wanted: Sequence[str], pods: Sequence[PodView], now: datetime
+) -> Plan:
+    """Checkpoint directories the collector pods deleted, the pods to delete, and pods for the
+    directories ``wanted`` gone that no pod is on."""
+    mine = [(p, [str(r) for r in _rows(p)]) for p in pods if p.purpose == "collect"]
+    settled = _settle(mine, set(wanted), DELETED, DELETED + FAILED, now)
+    done = frozenset(str(path) for path, letter in settled.answers.items() if letter == DELETED)
+    todo = [p for p in wanted if p not in settled.covered and p not in done]
+    create = [collector_pod(target, trainer_uid, batch) for batch in batches(todo)]
+    return Plan(
+        create=_unless_existing(create, settled.names),
+        delete=tuple(settled.delete),
+        failures=tuple(settled.failures),
+        collected=done,
+    )
+
+
+# In the pod.
+
+
 def check(request: str) -> str:
-    """In the pod: one verdict letter per requested copy (reads the mounted claim)."""
+    """One verdict letter per requested copy (reads the mounted claim)."""
     letters = []
     for path, key, sha256, size in json.loads(request):
         try:
@@ -122,24 +358,46 @@ def check(request: str) -> str:
     return "".join(letters)
 
 
-def decode_verdicts(copies: Sequence[Copy], message: str | None) -> dict[tuple[str, str, str], Verdict]:
-    """The pod's termination message as the controller's verdicts (keyed as it keys them). A
-    message that does not match the request (truncated, another pod's) yields nothing."""
-    text = (message or "").strip()
-    if len(text) != len(copies) or any(letter not in VERDICTS for letter in text):
-        return {}
-    return {(c.uid, c.key, c.sha256): VERDICTS[letter] for c, letter in zip(copies, text, strict=True)}
+def inside_mount(path: str) -> bool:
+    """A checkpoint directory on the claim: /checkpoints/<trainer>/<more>, nothing that climbs out."""
+    parts = path.split("/")
+    return path.startswith(MOUNT + "/") and len(parts) >= 4 and all(p not in ("", ".", "..") for p in parts[1:])
+
+
+def collect(request: str, delete: Callable[[str], object] = lambda p: open_location(p).delete_all()) -> str:
+    """One letter per requested directory: deleted (or already gone), or an error."""
+    letters = []
+    for path in json.loads(request):
+        if not isinstance(path, str) or not inside_mount(path):
+            letters.append(FAILED)
+            continue
+        try:
+            delete(path)
+        except OSError as err:
+            print(f"deleting {path} failed: {err}", file=sys.stderr)
+            letters.append(FAILED)
+            continue
+        letters.append(DELETED)
+    return "".join(letters)
 
 
 def main(argv: list[str] | None = None) -> int:
-    request = os.environ.get(REQUEST_ENV)
-    if request is None:
-        print(f"{REQUEST_ENV} is not set: this program runs in the checkpoint verifier pod", file=sys.stderr)
+    verify, remove = os.environ.get(VERIFY_ENV), os.environ.get(COLLECT_ENV)
+    if verify is not None:
+        letters = check(verify)
+        summary = f"checked {len(letters)} copies: {letters.count(LETTERS['ok'])} ok"
+    elif remove is not None:
+        letters = collect(remove)
+        summary = f"deleted {letters.count(DELETED)} of {len(letters)} checkpoint directories"
+    else:
+        print(
+            f"neither {VERIFY_ENV} nor {COLLECT_ENV} is set: this program runs in the checkpoint controller's pods",
+            file=sys.stderr,
+        )
         return 2
-    letters = check(request)
     with open(os.environ.get("TRAINEROP_TERMINATION_LOG", TERMINATION_LOG), "w") as log:
         log.write(letters)
-    print(f"checked {len(letters)} copies: {letters.count('o')} ok", flush=True)
+    print(summary, flush=True)
     return 0
 
 

@@ -59,6 +59,7 @@ class ControllerConfig:
     retention_days: float = 0.0
     retention_records: int = 0
     retention_interval_seconds: float = 300.0
+    storage_pod_image: str = ""
 
     @property
     def gate_conditions(self) -> tuple[str, ...]:
@@ -116,6 +117,12 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
             "secret-recheck-seconds",
             "how long a Secret's existence is trusted; a missing one is looked for again after this long",
             float,
+        )
+    if controller == "checkpoint":
+        flag(
+            "storage-pod-image",
+            "image of the pods that verify and delete checkpoints on a PersistentVolumeClaim "
+            "(python -m trainerop_checkpoint.pvc); default: the controller's own image",
         )
     if controller == "audit":
         flag("webhook-address", "address the audit webhook (HTTPS) listens on")
