@@ -312,10 +312,11 @@ def test_a_pod_cannot_take_another_trainers_checkpoint_names(cluster: Cluster, n
 
 def test_a_pvc_checkpoint_is_verified_by_a_pod_that_mounts_the_claim(cluster: Cluster, namespace: str) -> None:
     """Here the pods run on kwok's simulated nodes, which never answer: the verifier pod is created
-    for the reported copies, the wait is explained, and the pod goes with the checkpoint's timeout.
-    A verifier's answer leading to a commit and collection: tests/e2e/test_pvc_checkpoints.py."""
+    for the reported copies (after a refusal by a ResourceQuota is reported and lifted), the wait is
+    explained, and the pod goes with the checkpoint's timeout. A verifier's answer leading to a
+    commit and collection: tests/e2e/test_pvc_checkpoints.py."""
     cluster.apply({"apiVersion": "v1", "kind": "List", "items": cluster_tool.checkpoint_volume(namespace)})
-    body = trainer_body("alpha", "pvc-backups", commitTimeoutSeconds=20)
+    body = trainer_body("alpha", "pvc-backups", commitTimeoutSeconds=45)
     del body["spec"]["checkpoint"]["credentialsSecret"]
     cluster.apply(body, namespace)
     eventually(lambda: cluster.get("trainer", "alpha", namespace).get("status", {}).get("phase") == "Running")
@@ -333,9 +334,25 @@ def test_a_pvc_checkpoint_is_verified_by_a_pod_that_mounts_the_claim(cluster: Cl
     cluster.apply(report | {"spec": report["spec"] | {"shards": shards[:1]}}, namespace)
     eventually(lambda: phase_is(cluster, namespace, "alpha-step-7", "Pending"), what="shard 0 to be seen")
     assert verifier_pods(cluster, namespace) == []  # one pod reads them all once every shard is in
+    full = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "full"}, "spec": {"hard": {"pods": "2"}}}
+    cluster.apply(full, namespace)  # the two workers: no room for another pod
+    eventually(lambda: cluster.get("resourcequota", "full", namespace).get("status", {}).get("used"))
     cluster.apply(report | {"spec": report["spec"] | {"shards": shards}}, namespace)
 
-    (pod,) = eventually(lambda: verifier_pods(cluster, namespace), what="a verifier pod")
+    def refused() -> str | None:
+        message = str(checkpoint(cluster, namespace, "alpha-step-7").get("status", {}).get("message", ""))
+        return message if "was refused" in message else None
+
+    assert "exceeded quota" in eventually(refused, what="the refusal in the checkpoint's message")
+
+    def reported() -> bool:
+        events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+        return any(e["reason"] == "StoragePodFailed" and "exceeded quota" in e["message"] for e in events)
+
+    eventually(reported, what="a StoragePodFailed Event")
+    cluster.kubectl("delete", "resourcequota", "full", "-n", namespace)
+
+    (pod,) = eventually(lambda: verifier_pods(cluster, namespace), what="a verifier pod once the quota is gone")
     ckpt = checkpoint(cluster, namespace, "alpha-step-7")
     assert pod["metadata"]["ownerReferences"][0]["uid"] == ckpt["metadata"]["uid"]
     spec = pod["spec"]
@@ -379,6 +396,7 @@ def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster
             cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), as_controller="checkpoint")
         return err.value.stderr
 
+    container = {"name": "c", "image": "x"}
     host = {"name": "host", "hostPath": {"path": "/"}}
     root = {"capabilities": {"add": ["SYS_ADMIN"]}, "allowPrivilegeEscalation": False}
     secret = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "ckpt-creds", "key": "AWS_SECRET_ACCESS_KEY"}}}
@@ -387,9 +405,25 @@ def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster
     assert "no ServiceAccount token" in refused(lambda p, c: p["spec"].update(automountServiceAccountToken=True))
     assert "one PersistentVolumeClaim" in refused(lambda p, c: p["spec"]["volumes"].append(host))
     assert "read-only to verify" in refused(lambda p, c: c["volumeMounts"][0].pop("readOnly"))
-    assert "no capability but DAC_OVERRIDE" in refused(lambda p, c: c.update(securityContext=root))
+    assert "adds back DAC_OVERRIDE only" in refused(lambda p, c: c.update(securityContext=root))
     assert "never a Secret's value" in refused(lambda p, c: c["env"].append(secret))
+    assert "the operator's image trainer-operator:dev" in refused(lambda p, c: c.update(image="python:3"))
+    assert "a verifier as non-root" in refused(lambda p, c: p["spec"]["securityContext"].update(runAsNonRoot=False))
+    unconfined = {"type": "Unconfined"}
+    assert "RuntimeDefault seccomp" in refused(
+        lambda p, c: p["spec"]["securityContext"].update(seccompProfile=unconfined)
+    )
+    assert "drops every capability" in refused(lambda p, c: c["securityContext"].update(capabilities={}))
+    dac = {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+    assert "a collector adds back DAC_OVERRIDE only" in refused(
+        lambda p, c: c["securityContext"].update(capabilities=dac)
+    )
+    # Nor may it delete any other pod.
+    other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other"}, "spec": {"containers": [container]}}
+    cluster.apply(other, namespace)
+    with pytest.raises(KubectlError) as err:
+        cluster.kubectl("delete", "pod", "other", "-n", namespace, "--wait=false", as_controller="checkpoint")
+    assert "creates and deletes only checkpoint verifier and collector pods" in err.value.stderr
     # An administrator is not held to it.
-    container = {"name": "c", "image": "x"}
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "admin"}, "spec": {"containers": [container]}}
     cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(plain))

@@ -4,6 +4,7 @@ one-letter answers mean."""
 
 import hashlib
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -301,3 +302,53 @@ def test_anything_but_a_storage_pod_is_not_viewed() -> None:
     training = {"metadata": {"name": "x", "labels": {"trainer-name": "llama"}}, "spec": {"containers": [{}]}}
     assert pvc.view(training) is None
     assert pvc.view({"metadata": {"labels": {pvc.PURPOSE_LABEL: "other"}}, "spec": {"containers": [{}]}}) is None
+
+
+def test_a_pod_this_controller_would_not_have_made_is_deleted_unread() -> None:
+    copies = reported(shards=1)
+    manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
+    forged_owner = json.loads(json.dumps(manifest))
+    forged_owner["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
+    other_image = json.loads(json.dumps(manifest))
+    other_image["spec"]["containers"][0]["image"] = "evil:latest"
+    other_claim = json.loads(json.dumps(manifest))
+    other_claim["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] = "elsewhere"
+    for variant in (forged_owner, other_image, other_claim):
+        variant["metadata"]["name"] = "forged"
+        plan = pvc.plan_verification(TARGET, copies, [pod_with(variant, ended("ooo"))], NOW)
+        assert plan.verdicts == {}  # its answer is not believed
+        assert plan.delete == ("forged",)
+        assert [p["metadata"]["name"] for p in plan.create] == [manifest["metadata"]["name"]]
+    upgraded = replace(TARGET, image="trainer-operator:v2")
+    assert (
+        pvc.verifier_pod(upgraded, "llama-step-300", "uid-1", copies)["metadata"]["name"]
+        != manifest["metadata"]["name"]
+    )
+
+
+def test_answers_count_only_for_copies_still_wanted() -> None:
+    copies = reported(shards=1)
+    manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
+    plan = pvc.plan_verification(TARGET, copies[:1], [pod_with(manifest, ended("mmm"))], NOW)
+    assert set(plan.verdicts) == {("uid-1", copies[0].key, copies[0].sha256)}
+
+
+def test_a_resting_pod_says_when_it_is_due_and_a_pod_stuck_terminating_is_forced() -> None:
+    copies = reported(shards=1)
+    manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
+    plan = pvc.plan_verification(TARGET, copies, [pod_with(manifest, ended("omo"))], NOW + timedelta(seconds=4))
+    assert plan.recheck_after == pytest.approx(RECHECK_SECONDS - 4)
+    failed = {"phase": "Failed", "reason": "Evicted", "startTime": "2026-01-01T12:00:00Z"}
+    assert pvc.plan_verification(TARGET, copies, [pod_with(manifest, failed)], NOW).recheck_after == RECHECK_SECONDS
+    stuck = pod_with(manifest, {"phase": "Running"}, deleting=True)  # deletion asked at 11:59:59
+    assert pvc.plan_verification(TARGET, copies, [stuck], NOW).force_delete == ()
+    later = NOW + timedelta(seconds=pvc.FORCE_AFTER_SECONDS)
+    assert pvc.plan_verification(TARGET, copies, [stuck], later).force_delete == (manifest["metadata"]["name"],)
+
+
+def test_a_directory_the_collector_could_not_delete_is_a_failure() -> None:
+    other = "/checkpoints/llama/step-0000000400"
+    (manifest,) = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [], NOW).create
+    plan = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [pod_with(manifest, ended("de"))], NOW, rest_seconds=60)
+    assert plan.failures == ((manifest["metadata"]["name"], f"could not delete {other} (its log says why)"),)
+    assert plan.recheck_after == 60

@@ -4,7 +4,6 @@ blocks on storage), and applies the decisions."""
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -12,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import kopf
+from lightkube.core.exceptions import ApiError
 from prometheus_client import Counter, Histogram
 
 from trainerop_common.api import Checkpoint, Trainer, kind_info
@@ -40,6 +40,7 @@ from .decide import (
     Verdict,
     copy_verdict,
     decide,
+    soonest,
 )
 
 COMMITS = Counter("checkpoint_commits_total", "Checkpoints committed (every shard reached a quorum).")
@@ -60,10 +61,10 @@ VERIFY_SECONDS = Histogram("checkpoint_verify_seconds", "Reading and hashing one
 STORAGE_PODS = Counter(
     "checkpoint_storage_pods_total",
     "Pods that verify or delete checkpoints on a PersistentVolumeClaim, by what happened to them.",
-    ["purpose", "outcome"],  # verify|collect, created|failed
+    ["purpose", "outcome"],  # verify|collect, created|failed (ended without an answer, or refused by the API server)
 )
 PARALLEL_READS = 4
-DEFAULT_IMAGE = "trainer-operator:dev"
+COLLECT_REST_SECONDS = 60.0  # a collector that could not delete is tried again this much later
 log = logging.getLogger("trainerop.checkpoint")
 
 
@@ -103,8 +104,9 @@ class CheckpointController:
             {pvc.PURPOSE_LABEL: kopf.PRESENT},
             index=pvc.trainer_of,
         )
-        self.image: str | None = runtime.config.storage_pod_image or None
-        self.failed_pods: set[str] = set()  # storage pods whose failure was reported (an Event each)
+        self.image = runtime.config.storage_pod_image
+        # Storage pods whose failure or refusal was reported (an Event each), by Trainer and purpose.
+        self.pod_reports: dict[tuple[str, str, str], set[str]] = {}
         self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, CONDITIONS)
         self.checkpoint_writer = StatusWriter(kube, kind_info("Checkpoint"), self.name, CHECKPOINT_FIELDS, ())
         self.verdicts: dict[tuple[str, str, str], Verdict] = {}  # (checkpoint uid, key, sha256); "ok" is final
@@ -219,10 +221,10 @@ class CheckpointController:
             published=status.checkpoint.latest if status and status.checkpoint else None,
         )
         decision = decide(obs)
-        target = pvc.Target(namespace, name, storage.claim, "") if storage.claim else None
+        target = pvc.Target(namespace, name, storage.claim, self.image) if storage.claim else None
+        recheck: float | None = None
         if target is not None:
-            target = replace(target, image=await self._image())
-            decision = await self._verify_on_claim(target, body, obs, decision)
+            decision, recheck = await self._verify_on_claim(target, body, obs, decision)
         elif decision.verify:
             await self._verify(decision.verify, env)
             decision = decide(replace(obs, verdicts=self.verdicts, now=self.rt.clock.now()))
@@ -237,15 +239,16 @@ class CheckpointController:
             self.rt.event(body, "Warning", decision.problem.reason, decision.problem.message)
         for kind, reason, message in decision.events:
             self.rt.event(body, kind, reason, message)
-        requeue = decision.requeue_after
+        requeue = soonest(decision.requeue_after, recheck)
         if target is not None:
-            gone = await self._collect_on_claim(target, body, decision.collect)
+            gone, recheck = await self._collect_on_claim(target, body, decision.collect)
+            requeue = soonest(requeue, recheck)  # a collector pod at work requeues with its events
         else:
             gone = await self._collect(decision.collect, env)
+            if any(item.path not in gone for item in decision.collect):
+                requeue = soonest(requeue, RECHECK_SECONDS)
         for item in decision.collect:
-            if item.path not in gone:
-                requeue = min(requeue or RECHECK_SECONDS, RECHECK_SECONDS)
-            elif await self.checkpoint_writer.write(raw[item.checkpoint], item.status, (), now):
+            if item.path in gone and await self.checkpoint_writer.write(raw[item.checkpoint], item.status, (), now):
                 COLLECTED.inc()
         if requeue is not None:
             self.rt.requeue_after((namespace, name), requeue)
@@ -264,60 +267,82 @@ class CheckpointController:
             record_span("checkpoint.collect", t0, self.rt.clock.now(), {"checkpoint.name": item.checkpoint})
         return gone
 
-    async def _image(self) -> str:
-        """The storage pods' image: --storage-pod-image, else this controller's own (read from its
-        pod once: a kustomize images: override then reaches the storage pods too)."""
-        if self.image is None:
-            namespace, name = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
-            own = await self.rt.kube.get("Pod", name, namespace) if namespace and name else None
-            containers = (own or {}).get("spec", {}).get("containers") or [{}]
-            self.image = str(containers[0].get("image") or DEFAULT_IMAGE)
-        return self.image
-
     async def _pods_of(self, target: pvc.Target) -> list[pvc.PodView]:
         found = (pvc.view(p) for p in await self.storage_pods.grouped((target.namespace, target.trainer)))
         return [p for p in found if p is not None]
 
-    async def _verify_on_claim(self, target: pvc.Target, body: Body, obs: Observed, decision: Decision) -> Decision:
-        """Copies on a PVC: verdicts from the verifier pods that answered, new pods for the rest."""
-        now = self.rt.clock.now()
-        plan = pvc.plan_verification(target, decision.verify, await self._pods_of(target), now)
+    async def _verify_on_claim(
+        self, target: pvc.Target, body: Body, obs: Observed, decision: Decision
+    ) -> tuple[Decision, float | None]:
+        """Copies on a PVC: verdicts from the verifier pods that answered, new pods for the rest;
+        the decision taken again with them, and when to look again."""
+        pods = await self._pods_of(target)
+        plan = pvc.plan_verification(target, decision.verify, pods, self.rt.clock.now())
         for key, verdict in plan.verdicts.items():
-            if self.verdicts.get(key) != verdict:
+            if self.verdicts.get(key) not in (verdict, "ok"):  # ok is final
                 VERIFIED.labels(verdict).inc()
                 self.verdicts[key] = verdict
-        await self._apply(target, body, plan, "verify")
-        return decide(replace(obs, verdicts=self.verdicts, notes=plan.notes, now=self.rt.clock.now()))
+        refused = await self._apply(target, body, plan, "verify", pods)
+        notes = dict(plan.notes) | {uid: f"verifying on claim {target.claim!r}: {why}" for uid, why in refused.items()}
+        decided = decide(replace(obs, verdicts=self.verdicts, notes=notes, now=self.rt.clock.now()))
+        return decided, soonest(plan.recheck_after, RECHECK_SECONDS if refused else None)
 
-    async def _collect_on_claim(self, target: pvc.Target, body: Body, items: tuple[Collect, ...]) -> set[str]:
-        """Data on a PVC: what the collector pods deleted, new pods for the rest."""
+    async def _collect_on_claim(
+        self, target: pvc.Target, body: Body, items: tuple[Collect, ...]
+    ) -> tuple[set[str], float | None]:
+        """Data on a PVC: what the collector pods deleted, new pods for the rest; when to look again."""
         pods = await self._pods_of(target)
+        uid = body["metadata"].get("uid", "")
         plan = pvc.plan_collection(
-            target, body["metadata"].get("uid", ""), [i.path for i in items], pods, self.rt.clock.now()
+            target, uid, [i.path for i in items], pods, self.rt.clock.now(), COLLECT_REST_SECONDS
         )
-        await self._apply(target, body, plan, "collect")
-        return set(plan.collected)
+        refused = await self._apply(target, body, plan, "collect", pods)
+        return set(plan.collected), soonest(plan.recheck_after, COLLECT_REST_SECONDS if refused else None)
 
-    async def _apply(self, target: pvc.Target, body: Body, plan: pvc.Plan, purpose: str) -> None:
+    async def _apply(
+        self, target: pvc.Target, body: Body, plan: pvc.Plan, purpose: str, pods: list[pvc.PodView]
+    ) -> dict[str, str]:
+        """Delete and create storage pods, report failures once per pod (an Event each); the pods
+        the API server refused, by checkpoint uid ("" for a collector), with its reason."""
         kube = self.rt.kube
+        what = "verify checkpoint copies" if purpose == "verify" else "delete checkpoint data"
+        reported = self.pod_reports.setdefault((target.namespace, target.trainer, purpose), set())
         for name in plan.delete:
             await kube.delete_core("Pod", target.namespace, name)
+        for name in plan.force_delete:
+            log.warning("pod %s/%s: its node never confirmed its deletion; forcing it", target.namespace, name)
+            await kube.delete_core("Pod", target.namespace, name, force=True)
+        refused: dict[str, str] = {}
+        refused_names: set[str] = set()
         for pod in plan.create:
-            if await kube.create_core(pod):
-                STORAGE_PODS.labels(purpose, "created").inc()
-        for name, failure in plan.failures:
-            if name not in self.failed_pods:
-                self.failed_pods.add(name)
-                STORAGE_PODS.labels(purpose, "failed").inc()
-                what = "verify checkpoint copies" if purpose == "verify" else "delete checkpoint data"
-                self.rt.event(
-                    body,
-                    "Warning",
-                    "StoragePodFailed",
-                    f"pod {name} could not {what} on claim {target.claim!r}: {failure}; it is tried again in "
-                    f"{RECHECK_SECONDS:g} s (kubectl describe pod {name} -n {target.namespace})",
+            name = pod["metadata"]["name"]
+            try:
+                if await kube.create_core(pod):
+                    STORAGE_PODS.labels(purpose, "created").inc()
+                reported.discard(name)
+            except ApiError as err:
+                reason = f"pod {name} was refused: {err.status.message}"
+                refused_names.add(name)
+                refused[pod["metadata"]["labels"].get(pvc.CHECKPOINT_UID_LABEL, "")] = reason
+                self._report_once(
+                    body, reported, name, purpose, f"the pod to {what} on claim {target.claim!r}: {reason}"
                 )
-        self.failed_pods -= set(plan.delete)
+        for name, failure in plan.failures:
+            message = f"pod {name} could not {what} on claim {target.claim!r}: {failure}"
+            self._report_once(body, reported, name, purpose, message)
+        # A name is reported again only once its pod has left (a new pod of that name is a new failure).
+        reported &= {p.name for p in pods} | refused_names
+        if not reported:
+            self.pod_reports.pop((target.namespace, target.trainer, purpose), None)
+        return refused
+
+    def _report_once(self, body: Body, reported: set[str], name: str, purpose: str, message: str) -> None:
+        if name in reported:
+            return
+        reported.add(name)
+        STORAGE_PODS.labels(purpose, "failed").inc()
+        rest = RECHECK_SECONDS if purpose == "verify" else COLLECT_REST_SECONDS
+        self.rt.event(body, "Warning", "StoragePodFailed", f"{message}; tried again in {rest:g} s")
 
     def _count(self, body: Mapping[str, Any], wanted: Mapping[str, Any]) -> None:
         spec = body.get("spec", {})

@@ -336,7 +336,7 @@ def decide(obs: Observed) -> Decision:
         verify=tuple(c for j in judged for c in j.verify),
         collect=tuple(collect),
         events=tuple(events),
-        requeue_after=_soonest(*waiting, overdue_in, recheck),
+        requeue_after=soonest(*waiting, overdue_in, recheck),
     )
 
 
@@ -370,6 +370,6 @@ def _overdue(obs: Observed, last_commit: str | None, interval_minutes: int) -> t
     return Desired.false(OVERDUE, "OnSchedule", f"a checkpoint is due every {interval_minutes} minutes"), limit - quiet
 
 
-def _soonest(*delays: float | None) -> float | None:
+def soonest(*delays: float | None) -> float | None:
     due = [max(d, 0.0) for d in delays if d is not None]
     return min(due) if due else None

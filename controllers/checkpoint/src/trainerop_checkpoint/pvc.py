@@ -50,6 +50,7 @@ PURPOSE_LABEL = f"{GROUP}/checkpoint-pod"  # verify | collect
 TRAINER_LABEL = f"{GROUP}/checkpoint-of"  # the Trainer's name (not trainer-name: those are its training pods)
 CHECKPOINT_UID_LABEL = f"{GROUP}/checkpoint-uid"
 DEADLINE_SECONDS = 600
+FORCE_AFTER_SECONDS = 60  # a storage pod still terminating this long is force-deleted (its node is gone)
 T = TypeVar("T")
 
 
@@ -71,8 +72,11 @@ class PodView:
     purpose: str
     request: str
     phase: str
-    deleting: bool = False
+    deleting: datetime | None = None  # when its deletion was asked for
     checkpoint_uid: str = ""
+    owner_uid: str = ""
+    image: str = ""
+    claim: str = ""
     message: str | None = None  # the container's termination message
     finished: datetime | None = None
     waiting: str = ""  # why a pod that has not finished is not running
@@ -87,6 +91,8 @@ class Plan:
     verdicts: Mapping[tuple[str, str, str], Verdict] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)  # checkpoint uid -> what its verification waits for
     collected: frozenset[str] = frozenset()  # checkpoint paths whose data is gone
+    force_delete: tuple[str, ...] = ()  # pods whose deletion their node never confirmed
+    recheck_after: float | None = None  # seconds until a resting pod's work is due again
 
 
 def batches(items: Sequence[T]) -> list[tuple[T, ...]]:
@@ -98,10 +104,10 @@ def encode_request(copies: Iterable[Copy]) -> str:
     return json.dumps([[c.path, c.key, c.sha256, c.size] for c in copies], separators=(",", ":"))
 
 
-def pod_name(prefix: str, purpose: str, owner_uid: str, request: str) -> str:
-    """Names follow the work: the same request for the same owner is the same pod (creating it twice
-    is refused), another request is another pod."""
-    digest = hashlib.sha256(f"{owner_uid}\n{request}".encode()).hexdigest()[:10]
+def pod_name(prefix: str, purpose: str, owner_uid: str, request: str, target: Target) -> str:
+    """Names follow the work: the same request for the same owner, claim and image is the same pod
+    (creating it twice is refused), another request is another pod."""
+    digest = hashlib.sha256(f"{owner_uid}\n{target.claim}\n{target.image}\n{request}".encode()).hexdigest()[:10]
     return f"{prefix[:40].rstrip('-.')}-{purpose}-{digest}"
 
 
@@ -121,7 +127,7 @@ def _storage_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(owner["name"], purpose, owner["uid"], request),
+            "name": pod_name(owner["name"], purpose, owner["uid"], request, target),
             "namespace": target.namespace,
             "labels": {
                 PURPOSE_LABEL: purpose,
@@ -216,13 +222,23 @@ def view(pod: Mapping[str, Any]) -> PodView | None:
             parts += [ended.get("reason"), f"exit code {ended.get('exitCode')}", ended.get("message")]
         failure = ", ".join(str(p).strip() for p in parts if p)
     when = ended.get("finishedAt") or status.get("startTime") or meta.get("creationTimestamp")
+    owners = [o.get("uid", "") for o in meta.get("ownerReferences") or () if o.get("controller")]
+    claims = [
+        v["persistentVolumeClaim"].get("claimName", "")
+        for v in spec.get("volumes") or ()
+        if "persistentVolumeClaim" in v
+    ]
+    deleting = meta.get("deletionTimestamp")
     return PodView(
         name=meta.get("name", ""),
         purpose=purpose,
         request=request,
         phase=phase,
-        deleting=bool(meta.get("deletionTimestamp")),
+        deleting=parse_time(deleting) if deleting else None,
         checkpoint_uid=labels.get(CHECKPOINT_UID_LABEL, ""),
+        owner_uid=owners[0] if len(owners) == 1 else "",
+        image=str(spec["containers"][0].get("image", "")),
+        claim=claims[0] if len(claims) == 1 else "",
         message=ended.get("message"),
         finished=parse_time(when) if when and phase in ("Succeeded", "Failed") else None,
         waiting=waiting,
@@ -244,8 +260,10 @@ class _Settled:
     covered: set[Hashable] = field(default_factory=set)  # items a pod is on (running, or answered and resting)
     names: set[str] = field(default_factory=set)  # pods that exist: not created again until they are gone
     delete: list[str] = field(default_factory=list)
+    force: list[str] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     notes: dict[Hashable, str] = field(default_factory=dict)  # item -> what its pod waits for
+    due: list[float] = field(default_factory=list)  # seconds until resting pods are due
 
 
 def _settle(
@@ -254,21 +272,26 @@ def _settle(
     final: str,
     letters: str,
     now: datetime,
+    rest_seconds: float,
 ) -> _Settled:
-    """The pods' answers, and which pods go: one whose work is no longer wanted, or whose answer is
-    final; one whose answer calls for another look (or that failed) rests RECHECK_SECONDS first."""
+    """The pods' answers on the work still wanted, and which pods go: one whose work is no longer
+    wanted, or whose answer is final; one whose answer calls for another look (or that failed)
+    rests ``rest_seconds`` first. A pod whose deletion its node never confirms is forced after
+    FORCE_AFTER_SECONDS (its name blocks the same work)."""
     out = _Settled()
-    rest = timedelta(seconds=RECHECK_SECONDS)
+    rest = timedelta(seconds=rest_seconds)
     for pod, items in pods:
         out.names.add(pod.name)
-        if pod.deleting:
+        if pod.deleting is not None:
+            if now >= pod.deleting + timedelta(seconds=FORCE_AFTER_SECONDS):
+                out.force.append(pod.name)
             continue
         needed = {item for item in items if item in wanted}
         if pod.phase in ("Succeeded", "Failed"):
             text = (pod.message or "").strip() if pod.phase == "Succeeded" else ""
             answered = len(text) == len(items) > 0 and all(letter in letters for letter in text)
             answer = dict(zip(items, text, strict=True)) if answered else {}
-            out.answers |= answer
+            out.answers |= {item: letter for item, letter in answer.items() if item in needed}
             if not answered:
                 out.failures.append((pod.name, pod.failure or "its answer does not match its request"))
             final_answer = answered and set(text) <= {final}
@@ -276,6 +299,7 @@ def _settle(
                 out.delete.append(pod.name)
             else:
                 out.covered |= needed
+                out.due.append((pod.finished + rest - now).total_seconds())
                 if not answered:
                     out.notes |= dict.fromkeys(needed, f"pod {pod.name} failed ({pod.failure}); tried again shortly")
         elif not needed:
@@ -287,6 +311,11 @@ def _settle(
     return out
 
 
+def _trusted(pod: PodView, target: Target, owner_uid: str) -> bool:
+    """A pod this controller would have made for this work: its owner, claim and image."""
+    return pod.owner_uid == owner_uid and pod.claim == target.claim and pod.image == target.image
+
+
 def _unless_existing(pods: Iterable[dict[str, Any]], names: set[str]) -> tuple[dict[str, Any], ...]:
     return tuple(p for p in pods if p["metadata"]["name"] not in names)
 
@@ -296,14 +325,17 @@ def _copy_id(copy: Copy) -> tuple[str, str, str]:
 
 
 def plan_verification(target: Target, wanted: Sequence[Copy], pods: Sequence[PodView], now: datetime) -> Plan:
-    """Verdicts from the verifier pods that answered, the pods to delete, and pods for the copies
-    ``wanted`` that no pod is on (one per checkpoint and batch)."""
-    mine = [
+    """Verdicts from the verifier pods that answered on copies still ``wanted``, the pods to delete,
+    and pods for the wanted copies no pod is on (one per checkpoint and batch). A pod this
+    controller would not have made (another owner, claim or image: an older image's, or anyone
+    else's with the label) is deleted unread."""
+    mine = [p for p in pods if p.purpose == "verify" and p.checkpoint_uid]
+    trusted = [p for p in mine if _trusted(p, target, p.checkpoint_uid)]
+    work = [
         (p, [(p.checkpoint_uid, str(r[1]), str(r[2])) for r in _rows(p) if isinstance(r, list) and len(r) == 4])
-        for p in pods
-        if p.purpose == "verify"
+        for p in trusted
     ]
-    settled = _settle(mine, {_copy_id(c) for c in wanted}, LETTERS["ok"], "".join(VERDICTS), now)
+    settled = _settle(work, {_copy_id(c) for c in wanted}, LETTERS["ok"], "".join(VERDICTS), now, RECHECK_SECONDS)
     verdicts = {item: VERDICTS[letter] for item, letter in settled.answers.items() if isinstance(item, tuple)}
     todo: dict[str, list[Copy]] = {}
     for copy in wanted:
@@ -315,30 +347,50 @@ def plan_verification(target: Target, wanted: Sequence[Copy], pods: Sequence[Pod
         note = settled.notes.get(_copy_id(copy))
         if note and copy.uid not in notes:
             notes[copy.uid] = f"verifying on claim {target.claim!r}: {note}"
+    untrusted = [p.name for p in mine if p not in trusted and p.deleting is None]
     return Plan(
-        create=_unless_existing(create, settled.names),
-        delete=tuple(settled.delete),
+        create=_unless_existing(create, settled.names | {p.name for p in mine}),
+        delete=tuple(settled.delete) + tuple(untrusted),
         failures=tuple(settled.failures),
         verdicts=verdicts,
         notes=notes,
+        force_delete=tuple(settled.force),
+        recheck_after=min(settled.due, default=None),
     )
 
 
 def plan_collection(
-    target: Target, trainer_uid: str, wanted: Sequence[str], pods: Sequence[PodView], now: datetime
+    target: Target,
+    trainer_uid: str,
+    wanted: Sequence[str],
+    pods: Sequence[PodView],
+    now: datetime,
+    rest_seconds: float = RECHECK_SECONDS,
 ) -> Plan:
-    """Checkpoint directories the collector pods deleted, the pods to delete, and pods for the
-    directories ``wanted`` gone that no pod is on."""
-    mine = [(p, [str(r) for r in _rows(p)]) for p in pods if p.purpose == "collect"]
-    settled = _settle(mine, set(wanted), DELETED, DELETED + FAILED, now)
+    """Checkpoint directories the collector pods deleted, the pods to delete, failures (a pod without
+    an answer, or one that could not delete a directory), and pods for the directories ``wanted``
+    gone that no pod is on."""
+    mine = [p for p in pods if p.purpose == "collect"]
+    trusted = [p for p in mine if _trusted(p, target, trainer_uid)]
+    work = [(p, [str(r) for r in _rows(p)]) for p in trusted]
+    settled = _settle(work, set(wanted), DELETED, DELETED + FAILED, now, rest_seconds)
     done = frozenset(str(path) for path, letter in settled.answers.items() if letter == DELETED)
+    for pod, items in work:
+        text = (pod.message or "").strip()
+        if pod.phase == "Succeeded" and pod.deleting is None and len(text) == len(items):
+            kept = [item for item, letter in zip(items, text, strict=True) if letter == FAILED]
+            if kept:
+                settled.failures.append((pod.name, f"could not delete {', '.join(kept)} (its log says why)"))
     todo = [p for p in wanted if p not in settled.covered and p not in done]
     create = [collector_pod(target, trainer_uid, batch) for batch in batches(todo)]
+    untrusted = [p.name for p in mine if p not in trusted and p.deleting is None]
     return Plan(
-        create=_unless_existing(create, settled.names),
-        delete=tuple(settled.delete),
+        create=_unless_existing(create, settled.names | {p.name for p in mine}),
+        delete=tuple(settled.delete) + tuple(untrusted),
         failures=tuple(settled.failures),
         collected=done,
+        force_delete=tuple(settled.force),
+        recheck_after=min(settled.due, default=None),
     )
 
 

@@ -59,7 +59,7 @@ class ControllerConfig:
     retention_days: float = 0.0
     retention_records: int = 0
     retention_interval_seconds: float = 300.0
-    storage_pod_image: str = ""
+    storage_pod_image: str = "trainer-operator:dev"
 
     @property
     def gate_conditions(self) -> tuple[str, ...]:
@@ -122,7 +122,7 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         flag(
             "storage-pod-image",
             "image of the pods that verify and delete checkpoints on a PersistentVolumeClaim "
-            "(python -m trainerop_checkpoint.pvc); default: the controller's own image",
+            "(python -m trainerop_checkpoint.pvc): the operator's image, as the storage-pod admission policy allows",
         )
     if controller == "audit":
         flag("webhook-address", "address the audit webhook (HTTPS) listens on")

@@ -129,10 +129,8 @@ class Kube:
         return str(version) if version else None
 
     async def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        """One of the operator's objects or a built-in one of CORE (None: it does not exist)."""
-        res = RESOURCES[kind] if kind in RESOURCES else CORE[kind]
         try:
-            obj = await self._call("get", self._client.get(res, name, namespace=namespace))
+            obj = await self._call("get", self._client.get(RESOURCES[kind], name, namespace=namespace))
         except ApiError as err:
             if is_not_found(err):
                 return None
