@@ -45,7 +45,9 @@ def operator_running(extra_env: dict[str, str] | None = None) -> Iterator[Cluste
 
 
 @contextmanager
-def scratch_namespace(c: Cluster, prefix: str = "bench") -> Iterator[str]:
+def scratch_namespace(c: Cluster, prefix: str = "bench", delete: bool = True) -> Iterator[str]:
+    """A namespace for one measurement, deleted afterwards (``delete=False``: left for the cluster's
+    own teardown, when deleting thousands of pods would load the next measurement)."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     c.kubectl("create", "namespace", name)
     tolerations = [f"{k}={v}" for k, v in cluster_tool.DEFAULT_TOLERATIONS.items()]
@@ -54,8 +56,9 @@ def scratch_namespace(c: Cluster, prefix: str = "bench") -> Iterator[str]:
     try:
         yield name
     finally:
-        c.kubectl("delete", "namespace", name, "--wait=false")
-        c.kubectl("delete", "persistentvolume", f"{name}-pvc-backups", "--wait=false")
+        if delete:
+            c.kubectl("delete", "namespace", name, "--wait=false")
+            c.kubectl("delete", "persistentvolume", f"{name}-pvc-backups", "--wait=false")
 
 
 def percentile(values: list[float], q: float) -> float:

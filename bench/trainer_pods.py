@@ -62,10 +62,11 @@ def trainer(name: str, workers: int) -> dict[str, Any]:
     }
 
 
-def fail(client: Client, namespace: str, name: str) -> None:
+def exit_with(client: Client, namespace: str, name: str, code: int) -> None:
+    """A pod's container ends with ``code`` (137: OOM-killed), as its node would report it."""
     status = {
         "status": {
-            "phase": "Failed",
+            "phase": "Failed" if code else "Succeeded",
             "containerStatuses": [
                 {
                     "name": "trainer",
@@ -73,12 +74,16 @@ def fail(client: Client, namespace: str, name: str) -> None:
                     "imageID": "",
                     "ready": False,
                     "restartCount": 0,
-                    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                    "state": {"terminated": {"exitCode": code, "reason": "OOMKilled" if code == 137 else "Completed"}},
                 }
             ],
         }
     }
     client.patch(Pod.Status, name, status, namespace=namespace, patch_type=PatchType.MERGE)
+
+
+def fail(client: Client, namespace: str, name: str) -> None:
+    exit_with(client, namespace, name, 137)
 
 
 def replacement_latency(c: Cluster, client: Client, namespace: str, failures: int) -> list[float]:

@@ -53,14 +53,14 @@ class Cluster:
         ns = ["-n", namespace] if namespace else []
         self.kubectl("apply", *ns, "-f", "-", stdin=text)
 
-    def metric(self, controller: str, name: str, labels: dict[str, str]) -> float:
+    def metric(self, controller: str, name: str, labels: dict[str, str], timeout: float = 5) -> float:
         """Current value of one sample on a controller's /metrics (0 when absent)."""
-        return read_metric(self.metrics_ports[controller], name, labels)
+        return read_metric(self.metrics_ports[controller], name, labels, timeout)
 
 
-def read_metric(port: int, name: str, labels: dict[str, str]) -> float:
+def read_metric(port: int, name: str, labels: dict[str, str], timeout: float = 5) -> float:
     """Current value of one sample on the /metrics endpoint at ``port`` (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as response:
         text = response.read().decode()
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():

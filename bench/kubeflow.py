@@ -1,0 +1,174 @@
+"""The Kubeflow Training Operator v1 (PyTorchJob) side by side, on the same cluster and load.
+
+Built once from its Go module (github.com/kubeflow/training-operator, the module proxy serves
+v1.8.1) into ~/.cache/trainer-operator/kubeflow-training-operator-v1.8.1 and run as a local
+process with the admin kubeconfig (as the bench runs our controllers locally), PyTorchJob only.
+Its validating webhook serves a certificate it makes for its in-cluster Service name
+(training-operator.kubeflow.svc), which the API server cannot reach from here: the webhook is
+registered by URL with failurePolicy Ignore, so PyTorchJobs are admitted without its validation
+(which can only make it faster). N PyTorchJobs of 1 master + W-1 workers (W pods, as our Trainers
+of W workers) are created at once; timed until every pod exists, runs, and every job is Running.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hack import cluster as cluster_tool
+from lightkube import Client
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.core_v1 import Pod
+from tests.harness import Cluster
+
+from bench.measure import Obj, Timeline, api_requests, conflicts, create_all, rss_mib, writes
+from bench.throughput import running
+
+VERSION = "v1.8.1"
+MODULE = "github.com/kubeflow/training-operator"
+PYTORCHJOB = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+PORTS = (
+    cluster_tool.PORT_BASE + 32,
+    cluster_tool.PORT_BASE + 33,
+    cluster_tool.PORT_BASE + 34,
+)  # metrics, probes, webhook
+WEBHOOK = "validator.training-operator.kubeflow.org"
+
+
+def cache() -> Path:
+    return Path.home() / ".cache" / "trainer-operator" / f"kubeflow-training-operator-{VERSION}"
+
+
+def module_dir() -> Path:
+    root = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
+    return Path(root) / f"{MODULE}@{VERSION}"
+
+
+def binary() -> Path:
+    """The training-operator binary, built once (a few minutes on 2 cores)."""
+    exe = cache() / "training-operator.v1"
+    if not exe.exists():
+        print(
+            f"building the Kubeflow Training Operator {VERSION} from its Go module (once) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        t0 = time.monotonic()
+        subprocess.run(
+            ["go", "install", f"{MODULE}/cmd/training-operator.v1@{VERSION}"],
+            env={**os.environ, "GOBIN": str(cache()), "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+            check=True,
+        )
+        subprocess.run(["go", "mod", "download", f"{MODULE}@{VERSION}"], check=True)
+        print(f"built in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    return exe
+
+
+def webhook_configuration() -> Obj:
+    """Its PyTorchJob webhook, reachable by URL, ignored when it fails (see the module's doc)."""
+    manifests = list(yaml.safe_load_all((module_dir() / "manifests/base/webhook/manifests.yaml").read_text()))
+    (hook,) = [copy.deepcopy(h) for h in manifests[0]["webhooks"] if "pytorchjob" in h["name"]]
+    path = hook["clientConfig"]["service"]["path"]
+    hook["clientConfig"] = {"url": f"https://127.0.0.1:{PORTS[2]}{path}"}
+    hook["failurePolicy"] = "Ignore"
+    hook["timeoutSeconds"] = 2
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK},
+        "webhooks": [hook],
+    }
+
+
+@contextmanager
+def training_operator(c: Cluster) -> Iterator[int]:
+    """The Kubeflow Training Operator running (PyTorchJob), its CRD installed; yields its pid."""
+    exe = binary()
+    crd = module_dir() / "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
+    c.kubectl("apply", "--server-side", "-f", str(crd))
+    c.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
+    c.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow"}})
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "training-operator-webhook-cert"}}
+    c.apply(secret, "kubeflow")
+    c.apply(webhook_configuration())
+    log = cache() / "training-operator.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                str(exe),
+                "--enable-scheme=pytorchjob",
+                f"--metrics-bind-address=127.0.0.1:{PORTS[0]}",
+                f"--health-probe-bind-address=127.0.0.1:{PORTS[1]}",
+                f"--webhook-server-port={PORTS[2]}",
+                "--zap-log-level=info",
+            ],
+            env={**os.environ, "KUBECONFIG": str(c.kubeconfig), "MY_POD_NAMESPACE": "kubeflow"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "Starting workers" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the training operator did not start; see {log}")
+            time.sleep(0.2)
+        yield proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        c.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK, "--ignore-not-found")
+
+
+def pytorchjob(name: str, pods: int, namespace: str) -> Obj:
+    def replica(count: int) -> dict[str, Any]:
+        container = {"name": "pytorch", "image": "bench:latest", "command": ["python", "train.py"]}
+        return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(pods - 1)}},
+    }
+
+
+def job_running(obj: Obj) -> bool:
+    return any(
+        c.get("type") == "Running" and c.get("status") == "True" for c in obj.get("status", {}).get("conditions") or ()
+    )
+
+
+def run(c: Cluster, client: Client, namespace: str, pid: int, count: int, pods_per_job: int) -> dict[str, Any]:
+    pods = Timeline(client, Pod, namespace, running)
+    jobs = Timeline(client, PYTORCHJOB, namespace, job_running)
+    before = api_requests(c)
+    jobs_to_create = [PYTORCHJOB.from_dict(pytorchjob(f"j{i:04d}", pods_per_job, namespace)) for i in range(count)]
+    t0 = create_all(client, jobs_to_create)
+    created = pods.wait(count * pods_per_job, "kubeflow: pods created", ready=False)
+    pods_running = pods.wait(count * pods_per_job, "kubeflow: pods running")
+    all_running = jobs.wait(count, "kubeflow: PyTorchJobs Running")
+    time.sleep(2)  # trailing status writes land before the snapshot (a measurement aid)
+    after = api_requests(c)
+    by_resource = writes(before, after)
+    by_resource["pytorchjobs POST"] -= count
+    for t in (pods, jobs):
+        t.stop()
+    return {
+        "jobs": count,
+        "pods_per_job": pods_per_job,
+        "all_pods_created_seconds": round(created - t0, 2),
+        "all_pods_running_seconds": round(pods_running - t0, 2),
+        "all_jobs_running_seconds": round(all_running - t0, 2),
+        "memory_mib": rss_mib(pid),
+        "writes_to_running_per_job": round(sum(by_resource.values()) / count, 1),
+        "writes_by_resource": {k: round(v / count, 2) for k, v in sorted(by_resource.items()) if v},
+        "conflicts_409": conflicts(before, after),
+    }

@@ -1,0 +1,283 @@
+"""What the benchmark suite measures with: timelines from watches (sub-second, time.monotonic when
+an event arrives: Kubernetes' own timestamps are whole seconds), the API server's request
+counters, controllers' resident memory, a py-spy profile, and the machine it ran on."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from hack import cluster as cluster_tool
+from hack import localdev
+from lightkube import Client
+from tests.harness import Cluster
+
+from bench.setup import percentile
+
+Obj = dict[str, Any]
+CREATORS = 8  # concurrent create requests of the benchmark's own client (operator and ceiling alike)
+
+
+class Timeline:
+    """When each object of one resource in one namespace was first seen, and first seen ``ready``."""
+
+    def __init__(self, client: Client, resource: Any, namespace: str, ready: Callable[[Obj], bool]) -> None:
+        self.seen: dict[str, float] = {}
+        self.ready: dict[str, float] = {}
+        self.uids: dict[str, str] = {}
+        self._ready = ready
+        self._started = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, args=(client, resource, namespace), daemon=True).start()
+        if not self._started.wait(30):
+            raise SystemExit(f"the watch of {resource.__name__} in {namespace} did not start within 30 s")
+
+    def _run(self, client: Client, resource: Any, namespace: str) -> None:
+        while not self._stop.is_set():
+            listed = client.list(resource, namespace=namespace, chunk_size=500)
+            for obj in listed:
+                self._record("ADDED", obj.to_dict())
+            version = listed.resourceVersion
+            # Events after the list are replayed from its version, so none is lost while the watch connects.
+            self._started.set()
+            try:
+                for kind, obj in client.watch(resource, namespace=namespace, resource_version=version):
+                    self._record(kind, obj.to_dict())
+                    if self._stop.is_set():
+                        return
+            except Exception as err:  # a dropped watch is resumed from a new list (objects seen stay seen)
+                print(f"watch of {resource.__name__} restarted: {err}", file=sys.stderr)
+
+    def _record(self, kind: str, obj: Obj) -> None:
+        now = time.monotonic()
+        meta = obj["metadata"]
+        name, uid = meta["name"], meta.get("uid", "")
+        with self._lock:
+            if kind == "DELETED":
+                return
+            if self.uids.get(name) != uid:  # a new object under a name seen before (a replacement)
+                self.uids[name] = uid
+                self.seen[name] = now
+                self.ready.pop(name, None)
+            if name not in self.ready and self._ready(obj):
+                self.ready[name] = now
+
+    def replaced(self, name: str, old_uid: str, ready: bool = True, timeout: float = 120) -> float:
+        """When the object replacing ``old_uid`` under ``name`` was seen (ready)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.uids.get(name, old_uid) != old_uid and (not ready or name in self.ready):
+                    return (self.ready if ready else self.seen)[name]
+            time.sleep(0.02)
+        raise SystemExit(f"{name} was not replaced within {timeout:.0f} s")
+
+    def restart_clock(self, names: Iterable[str]) -> None:
+        """Forget ``names`` (their replacements will be timed from scratch)."""
+        with self._lock:
+            for name in names:
+                self.seen.pop(name, None)
+                self.ready.pop(name, None)
+                self.uids.pop(name, None)
+
+    def wait(self, count: int, what: str, ready: bool = True, stall_seconds: float = 180) -> float:
+        """The time the ``count``-th object was seen (ready); fails after ``stall_seconds`` without progress."""
+        table = self.ready if ready else self.seen
+        last, progress_at = -1, time.monotonic()
+        while True:
+            with self._lock:
+                done = len(table)
+                latest = max(table.values(), default=0.0)
+            if done >= count:
+                return latest
+            if done != last:
+                last, progress_at = done, time.monotonic()
+                print(f"  {what}: {done}/{count}", file=sys.stderr, flush=True)
+            if time.monotonic() - progress_at > stall_seconds:
+                raise SystemExit(f"{what}: {done} of {count} after {stall_seconds:.0f} s without progress")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def in_parallel(call: Callable[[Any], object], items: list[Any]) -> float:
+    """``call`` on every item, CREATORS at a time; the monotonic time it started."""
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(CREATORS) as pool:
+        list(pool.map(call, items))
+    return t0
+
+
+def create_all(client: Client, objects: list[Any]) -> float:
+    return in_parallel(client.create, objects)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "count": len(values),
+        "p50": round(percentile(values, 50), 3),
+        "p95": round(percentile(values, 95), 3),
+        "p99": round(percentile(values, 99), 3),
+        "max": round(max(values), 3),
+    }
+
+
+# The API server's own counters.
+
+REQUEST = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+WRITES = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
+# Writes nobody's controller makes for a Trainer (group, resource, subresource): kwok's pod and
+# node status, the scheduler's bindings and events (events.k8s.io), the controller-manager's
+# endpoints and volume binding; and lease renewals (PUT: node heartbeats, leader election), while
+# lease creations count (the trainer controller's heartbeat Lease per replica).
+NOT_THE_OPERATORS = {
+    ("", "pods", "status"),
+    ("", "pods", "binding"),
+    ("", "nodes", ""),
+    ("", "nodes", "status"),
+    ("events.k8s.io", "events", ""),
+    ("", "endpoints", ""),
+    ("discovery.k8s.io", "endpointslices", ""),
+    ("", "persistentvolumeclaims", ""),
+    ("", "persistentvolumeclaims", "status"),
+    ("", "persistentvolumes", ""),
+    ("", "persistentvolumes", "status"),
+}
+Requests = Counter[tuple[str, str, str, str, str]]  # (verb, group, resource, subresource, code)
+
+
+def api_requests(c: Cluster) -> Requests:
+    """apiserver_request_total by (verb, group, resource, subresource, code)."""
+    out: Requests = Counter()
+    for line in c.kubectl("get", "--raw", "/metrics").splitlines():
+        m = REQUEST.match(line)
+        if m:
+            labels = dict(LABEL.findall(m[1]))
+            key = tuple(labels.get(k, "") for k in ("verb", "group", "resource", "subresource", "code"))
+            out[key] += int(float(m[2]))
+    return out
+
+
+def writes(before: Requests, after: Requests) -> Counter[str]:
+    """Write requests between two snapshots by ``resource[/subresource] VERB``, without the writes
+    of kwok, the scheduler, the controller-manager and leases (NOT_THE_OPERATORS)."""
+    out: Counter[str] = Counter()
+    for (verb, group, resource, sub, _code), value in (after - before).items():
+        renewal = resource == "leases" and verb != "POST"
+        if verb in WRITES and (group, resource, sub) not in NOT_THE_OPERATORS and not renewal and value:
+            out[f"{resource}{'/' + sub if sub else ''} {verb}"] += value
+    return out
+
+
+def conflicts(before: Requests, after: Requests) -> int:
+    return sum(v for (verb, _g, _r, _s, code), v in (after - before).items() if code == "409" and verb in WRITES)
+
+
+# Memory and profiles of the local controller processes.
+
+
+def resident_mib(c: Cluster) -> dict[str, float]:
+    """Each local controller process's resident memory (VmRSS), MiB. Read from /proc, not from its
+    /metrics: under load a controller's event loop answers that late."""
+    out = {}
+    for ctl in c.metrics_ports:
+        pid = cluster_tool.running_pid(localdev.state_dir(), f"controller-{ctl}")
+        out[ctl] = rss_mib(pid) if pid else 0.0
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+class Profile:
+    """py-spy sampling one process from now until ``summary()`` (50 samples a second)."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.out = out
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        command = [exe, "record", "--pid", str(pid), "--rate", "50", "--nonblocking", "--format", "raw"]
+        command += ["--output", str(out)]
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def summary(self, top: int = 12) -> dict[str, Any]:
+        """Where the busy samples were (waiting in select() or an idle worker thread left out): the
+        hottest functions by their own time, and the project's and its libraries' functions by time
+        including what they call."""
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
+        _, err = self.proc.communicate(timeout=120)
+        if not self.out.exists():
+            return {"error": (err or "py-spy failed").strip()[-500:]}
+        own: Counter[str] = Counter()
+        inclusive: Counter[str] = Counter()
+        total = busy = 0
+        for line in self.out.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            n = int(count)
+            total += n
+            frames = [f.rsplit(":", 1)[0] + ")" if f.endswith(")") else f for f in stack.split(";")]
+            if frames[-1].startswith(IDLE):
+                continue
+            busy += n
+            own[frames[-1]] += n
+            for frame in set(frames):
+                if frame.split(" (", 1)[-1].startswith(OURS) and not frame.startswith(ENTRY):
+                    inclusive[frame] += n
+
+        def share(counts: Counter[str]) -> list[dict[str, Any]]:
+            return [{"function": f, "percent": round(100 * n / max(busy, 1), 1)} for f, n in counts.most_common(top)]
+
+        return {"samples": total, "busy_samples": busy, "own_time": share(own), "inclusive": share(inclusive)}
+
+
+# Leaf frames of a thread with nothing to do; the packages whose functions are worth naming.
+IDLE = ("EpollSelector.select", "_worker (concurrent/futures/thread.py", "Condition.wait", "Event.wait")
+OURS = ("trainerop_", "kopf/", "lightkube/", "httpx/", "httpcore/", "pydantic", "prometheus_client/", "ssl.py", "json/")
+ENTRY = ("<module>", "run_entrypoint", "main (trainerop_common/runtime.py", "serve (trainerop_common/runtime.py")
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem_kib = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def dump(obj: Mapping[str, Any]) -> str:
+    return json.dumps(obj, indent=1, sort_keys=False)

@@ -1,0 +1,143 @@
+"""Recovery: a failed worker's replacement (many failures, percentiles), a gang restart of a large
+Trainer, and a spot node's loss until the quota controller's renegotiated admission."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from typing import Any
+
+import yaml
+from hack import cluster as cluster_tool
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+from tests.harness import REPO, Cluster, eventually
+
+from bench.measure import Timeline, spread
+from bench.throughput import TRAINER, bench_trainer, running
+from bench.trainer_pods import fail
+
+GPU = "nvidia.com/gpu"
+
+
+def replacements(client: Client, namespace: str, failures: int, workers: int = 10) -> dict[str, Any]:
+    """``failures`` worker failures one after another (exit code 137 reported as a node would): the
+    time until the replacement pod exists, and until it runs."""
+    client.create(TRAINER.from_dict(bench_trainer("recovery", workers)), namespace=namespace)
+    pods = Timeline(client, Pod, namespace, running)
+    pods.wait(workers, "recovery: workers running")
+    created, started = [], []
+    for i in range(failures):
+        victim = f"recovery-worker-{i % workers}"
+        old = pods.uids[victim]
+        t0 = time.monotonic()
+        fail(client, namespace, victim)
+        created.append(pods.replaced(victim, old, ready=False) - t0)
+        started.append(pods.replaced(victim, old) - t0)
+    pods.stop()
+    return {
+        "failures": failures,
+        "replacement_created_seconds": spread(created),
+        "replacement_running_seconds": spread(started),
+    }
+
+
+def gang_restarts(client: Client, namespace: str, size: int, restarts: int) -> dict[str, Any]:
+    """A Trainer of ``size`` workers with restartScope Gang: one worker fails, every pod is replaced."""
+    body = bench_trainer("gang", size)
+    body["spec"]["runPolicy"]["restartScope"] = "Gang"
+    client.create(TRAINER.from_dict(body), namespace=namespace)
+    pods = Timeline(client, Pod, namespace, running)
+    pods.wait(size, "gang: workers running")
+    created, started = [], []
+    for _ in range(restarts):
+        old = dict(pods.uids)
+        t0 = time.monotonic()
+        fail(client, namespace, "gang-worker-0")
+        created.append(max(pods.replaced(name, uid, ready=False) for name, uid in old.items()) - t0)
+        started.append(max(pods.replaced(name, uid) for name, uid in old.items()) - t0)
+    pods.stop()
+    return {
+        "pods": size,
+        "restarts": restarts,
+        "all_replaced_seconds": spread(created),
+        "all_running_seconds": spread(started),
+    }
+
+
+def spot_losses(c: Cluster, client: Client, namespace: str, losses: int) -> dict[str, Any]:
+    """A run filling every spot node (one worker of 8 GPUs per node) loses one of them (deleted, as a
+    reclaimed spot VM's node is): no room is left on spot, so the quota controller renegotiates —
+    the run moves to on-demand. Timed until status.quota.renegotiations counts the new decision,
+    and until every pod runs again. Each loss starts from a fresh run on spot (the node restored)."""
+    spot_nodes = len(c.names("nodes") & spot_node_names())
+    policy = yaml.safe_load((REPO / "examples" / "quota" / "policy.yaml").read_text())
+    policy["metadata"]["name"] = f"bench-{namespace}"
+    policy["spec"]["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    policy["spec"]["budgets"] = {"spot": {GPU: 8 * spot_nodes}, "onDemand": {GPU: 8 * spot_nodes}}
+    c.apply(policy)
+    decided, recovered, outcomes = [], [], []
+    try:
+        for k in range(losses):
+            name = f"spot-{k}"
+            body = bench_trainer(name, spot_nodes)
+            body["spec"]["resources"] = {"requests": {"cpu": 4}, "limits": {GPU: 8}}
+            client.create(TRAINER.from_dict(body), namespace=namespace)
+            pods = Timeline(client, Pod, namespace, running)
+            fills_spot = functools.partial(lambda n: len(on_spot(c, namespace, n)) == spot_nodes, name)
+            eventually(fills_spot, timeout=300, what=f"{name} on every spot node")
+            before = get_quota(client, namespace, name).get("renegotiations", 0)
+            old = {p["metadata"]["name"]: p["metadata"]["uid"] for p in on_spot(c, namespace, name)}
+            node = on_spot(c, namespace, name)[0]["spec"]["nodeName"]
+            t0 = time.monotonic()
+            c.kubectl("delete", "node", node, "--wait=false")
+            while (quota := get_quota(client, namespace, name)).get("renegotiations", 0) <= before:
+                if time.monotonic() - t0 > 120:
+                    raise SystemExit("the quota controller did not renegotiate within 120 s of the node's loss")
+                time.sleep(0.02)
+            decided.append(time.monotonic() - t0)
+            outcomes.append(str(quota.get("capacityType") or "waiting"))
+            recovered.append(max(pods.replaced(n, uid, timeout=300) for n, uid in old.items()) - t0)
+            pods.stop()
+            client.delete(TRAINER, name, namespace=namespace)
+            restore(c, node)
+    finally:
+        c.kubectl("delete", "quotapolicy", policy["metadata"]["name"], "--ignore-not-found")
+    return {
+        "losses": losses,
+        "workers": spot_nodes,
+        "renegotiated_seconds": spread(decided),
+        "all_pods_running_again_seconds": spread(recovered),
+        "moved_to": outcomes,
+    }
+
+
+def spot_node_names() -> set[str]:
+    label = f"{cluster_tool.LABEL_PREFIX}/capacity-type"
+    nodes = cluster_tool.fake_nodes(cluster_tool.FAKE_NODES)
+    return {n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(label) == "spot"}
+
+
+def on_spot(c: Cluster, namespace: str, trainer: str) -> list[dict[str, Any]]:
+    """The Trainer's running pods on spot nodes."""
+    pods = json.loads(c.kubectl("get", "pods", "-n", namespace, "-l", f"trainer-name={trainer}", "-o", "json"))["items"]
+    return [
+        p
+        for p in pods
+        if p["metadata"].get("labels", {}).get("trainer.operator.kubeflow.org/capacity-type") == "spot"
+        and p["spec"].get("nodeName")
+        and not p["metadata"].get("deletionTimestamp")
+        and p.get("status", {}).get("phase") == "Running"
+    ]
+
+
+def get_quota(client: Client, namespace: str, name: str) -> dict[str, Any]:
+    status = client.get(TRAINER, name, namespace=namespace).to_dict().get("status") or {}
+    return dict(status.get("quota") or {})
+
+
+def restore(c: Cluster, node: str) -> None:
+    (spec,) = [n for n in cluster_tool.fake_nodes(cluster_tool.FAKE_NODES) if n["metadata"]["name"] == node]
+    eventually(lambda: node not in c.names("nodes"), what=f"node {node} to be gone")
+    c.apply(spec)

@@ -1,0 +1,150 @@
+"""The suite's results as a markdown table (bench/results/<label>.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def markdown(r: dict[str, Any]) -> str:
+    m, s = r["machine"], r["settings"]
+    lines = [
+        f"# Benchmark results: {r['label']} ({r['date']})",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}. "
+        f"Local cluster (hack/cluster.py: etcd, kube-apiserver, scheduler, controller-manager, kwok) with "
+        f"{s['kwok_nodes']} kwok nodes; controllers as local processes; {s['concurrent_creates']} concurrent creates; "
+        f"resync {s['resync_seconds']} s; restart backoff {s['restart_backoff_seconds']} s; "
+        f"the controllers' client rate limit {s.get('controller_qps', 20)} requests/s. "
+        "Times in seconds from the first create request, seen on watches (sub-second).",
+        "",
+        "## Throughput against the ceiling",
+        "",
+        "The ceiling: a plain client creating the same pods and Services (copied from what the operator made) "
+        "with no operator.",
+        "",
+        _row(
+            "N Trainers",
+            "pods",
+            "operator: all pods created",
+            "all pods running",
+            "all Trainers Running",
+            "ceiling: all pods created",
+            "all pods running",
+            "ratio created",
+            "ratio running",
+        ),
+        _row(*["---"] * 9),
+    ]
+    for n, t in r.get("throughput", {}).items():
+        o, c = t["operator"], t["ceiling"]
+        lines.append(
+            _row(
+                n,
+                c["pods"],
+                o["all_pods_created_seconds"],
+                o["all_pods_running_seconds"],
+                o["all_trainers_running_seconds"],
+                c["all_pods_created_seconds"],
+                c["all_pods_running_seconds"],
+                _ratio(o["all_pods_created_seconds"], c["all_pods_created_seconds"]),
+                _ratio(o["all_pods_running_seconds"], c["all_pods_running_seconds"]),
+            )
+        )
+    kf = r.get("kubeflow") or {}
+    if kf:
+        lines += [
+            "",
+            "Kubeflow Training Operator v1 (PyTorchJob, 1 master + workers, same pod count) on the same cluster:",
+            "",
+            _row(
+                "N jobs",
+                "all pods created",
+                "all pods running",
+                "all jobs Running",
+                "ratio running vs ceiling",
+                "memory MiB",
+                "writes per job to Running",
+                "409s",
+            ),
+            _row(*["---"] * 8),
+        ]
+        for n, k in kf.items():
+            ceiling = r.get("throughput", {}).get(n, {}).get("ceiling", {})
+            lines.append(
+                _row(
+                    n,
+                    k["all_pods_created_seconds"],
+                    k["all_pods_running_seconds"],
+                    k["all_jobs_running_seconds"],
+                    _ratio(k["all_pods_running_seconds"], ceiling.get("all_pods_running_seconds", 0)),
+                    k["memory_mib"],
+                    k["writes_to_running_per_job"],
+                    k["conflicts_409"],
+                )
+            )
+    lines += ["", "## Recovery", "", _row("what", "count", "p50", "p95", "p99", "max"), _row(*["---"] * 6)]
+    for title, key, figure in (
+        ("failed worker → replacement created", "replacement", "replacement_created_seconds"),
+        ("failed worker → replacement running", "replacement", "replacement_running_seconds"),
+        (
+            f"gang restart of {r.get('gang_restart', {}).get('pods')} pods → all replaced",
+            "gang_restart",
+            "all_replaced_seconds",
+        ),
+        ("gang restart → all running", "gang_restart", "all_running_seconds"),
+        ("spot node deleted → renegotiated admission", "spot_loss", "renegotiated_seconds"),
+    ):
+        f = r.get(key, {}).get(figure)
+        if f:
+            lines.append(_row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"]))
+    lines += ["", "## Memory (resident, MiB)", ""]
+    sizes = list(r.get("throughput", {}))
+    lines += [_row("controller", "0 Trainers", *[f"{n} Trainers" for n in sizes]), _row(*["---"] * (2 + len(sizes)))]
+    for ctl, idle in r.get("memory_idle_mib", {}).items():
+        lines.append(_row(ctl, idle, *[r["throughput"][n]["operator"]["memory_mib"].get(ctl, "-") for n in sizes]))
+    lines += [
+        "",
+        "## API cost (the API server's apiserver_request_total; writes of kwok, the scheduler and leases left out)",
+        "",
+        _row("N", "writes per Trainer to Running", "per lifecycle (to Succeeded)", "per no-op resync", "409 conflicts"),
+        _row(*["---"] * 5),
+    ]
+    for n in sizes:
+        o = r["throughput"][n]["operator"]
+        lines.append(
+            _row(
+                n,
+                o["writes_to_running_per_trainer"],
+                o["writes_per_trainer_lifecycle"],
+                o["writes_per_noop_resync_per_trainer"],
+                o["conflicts_409"],
+            )
+        )
+    if sizes:
+        last = r["throughput"][sizes[-1]]["operator"]["writes_by_resource"]
+        lines += [
+            "",
+            f"Writes per Trainer lifecycle by resource (N = {sizes[-1]}): "
+            + ", ".join(f"{k} {v}" for k, v in last.items()),
+        ]
+    for n, t in r.get("throughput", {}).items():
+        prof = t.get("trainer_controller_profile")
+        if prof and "own_time" in prof:
+            lines += [
+                "",
+                f"## Where the trainer controller's time goes (py-spy, N = {n}, {prof['samples']} samples)",
+                "",
+                _row("own time", "%", "including callees", "%"),
+                _row(*["---"] * 4),
+            ]
+            for a, b in zip(prof["own_time"], prof["inclusive"], strict=False):
+                lines.append(_row(a["function"], a["percent"], b["function"], b["percent"]))
+    return "\n".join(lines) + "\n"

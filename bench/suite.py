@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The benchmark suite: throughput against a plain client's ceiling, recovery latency, memory and
+API cost, and the Kubeflow Training Operator v1 side by side (prints progress; writes figures).
+
+    python bench/suite.py              # N = 100 and 1000 Trainers of 4 workers on 100 kwok nodes,
+                                       # 100 failures, 10 restarts of a 32-pod gang, 5 spot losses,
+                                       # Kubeflow v1 side by side, a profile of the trainer controller
+    python bench/suite.py --smoke      # a small run that proves the harness (CI)
+
+Writes <out>/<label>.json and <out>/<label>.md (default bench/results/full). Figures are printed,
+never asserted. Uses the cluster in $KUBECONFIG, else brings the local cluster up with --nodes
+kwok nodes (8 GPUs each) and takes it down again. The controllers run as local processes with
+--restart-backoff-seconds 0 (the recovery figures are their reaction, not the deliberate backoff)
+and the local resync of 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hack import cluster as cluster_tool
+from hack import localdev
+from lightkube import Client
+from lightkube.config.kubeconfig import KubeConfig
+from tests.harness import Cluster, eventually
+
+from bench import kubeflow, recovery
+from bench.measure import Profile, machine, resident_mib
+from bench.report import markdown
+from bench.setup import operator_running, scratch_namespace
+from bench.throughput import ceiling_run, operator_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+KEEP = not os.environ.get("KUBECONFIG")  # the suite's own cluster goes as a whole at the end
+
+
+def gone(c: Cluster, namespace: str) -> None:
+    """Wait for a namespace's deletion before the next measurement (nothing to wait for when the
+    namespaces are left to the suite's own cluster's teardown)."""
+    if not KEEP:
+        eventually(lambda: namespace not in c.names("namespaces"), timeout=1800, what=f"namespace {namespace} to go")
+
+
+def scratch(c: Cluster, prefix: str) -> Any:
+    return scratch_namespace(c, prefix, delete=not KEEP)
+
+
+def throughput(c: Cluster, client: Client, n: int, workers: int, profile_to: Path | None) -> dict[str, Any]:
+    print(f"== throughput: {n} Trainers x {workers} workers", file=sys.stderr, flush=True)
+    profile: list[Profile] = []
+
+    def start_profile() -> None:
+        pid = cluster_tool.running_pid(localdev.state_dir(), "controller-trainer")
+        if profile_to is not None and pid:
+            profile.append(Profile(pid, profile_to))
+
+    with scratch(c, f"bench-op{n}") as op_ns:
+        operator = operator_run(c, client, op_ns, n, workers, during=start_profile)
+        hot = profile[0].summary() if profile else None
+        print("== ceiling: the same pods and Services from a plain client", file=sys.stderr, flush=True)
+        with scratch(c, f"bench-plain{n}") as plain_ns:
+            ceiling = ceiling_run(c, client, op_ns, plain_ns, n, workers)
+    gone(c, op_ns)
+    gone(c, plain_ns)
+    out = {"operator": operator, "ceiling": ceiling}
+    if hot is not None:
+        out["trainer_controller_profile"] = hot
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--trainers", default="100,1000", help="comma-separated N")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--failures", type=int, default=100)
+    p.add_argument("--gang", type=int, default=32, help="workers of the gang-restart Trainer")
+    p.add_argument("--gang-restarts", type=int, default=10)
+    p.add_argument("--spot-losses", type=int, default=5)
+    p.add_argument("--nodes", type=int, default=100, help="kwok nodes when the suite starts the local cluster")
+    p.add_argument("--kubeflow", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--qps", type=float, default=0, help="the controllers' client rate limit (default: theirs, 20)")
+    p.add_argument("--phases", default="throughput,recovery,kubeflow", help="the parts to run, comma-separated")
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--label", default="full")
+    p.add_argument(
+        "--smoke", action="store_true", help="a small run: 5 Trainers, 5 failures, a 4-pod gang, no Kubeflow"
+    )
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.trainers, args.failures, args.gang, args.gang_restarts, args.spot_losses = "5", 5, 4, 2, 1
+        args.nodes, args.kubeflow, args.label = 16, False, "smoke"
+    sizes = [int(n) for n in args.trainers.split(",") if n]
+    cluster_tool.FAKE_NODES = args.nodes
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "label": args.label,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "settings": {
+            "kwok_nodes": args.nodes if not os.environ.get("KUBECONFIG") else "the cluster's",
+            "workers_per_trainer": args.workers,
+            "concurrent_creates": 8,
+            "resync_seconds": 60,
+            "restart_backoff_seconds": 0,
+            "controller_qps": args.qps or 20,
+        },
+    }
+
+    def save() -> None:
+        """After every phase: a run that stops half-way keeps what it measured."""
+        (args.out / f"{args.label}.json").write_text(json.dumps(results, indent=1) + "\n")
+
+    phases = set(args.phases.split(","))
+    env = {"TRAINEROP_RESTART_BACKOFF_SECONDS": "0"}
+    if args.qps:
+        env |= {"TRAINEROP_QPS": str(args.qps), "TRAINEROP_BURST": str(int(2 * args.qps))}
+    with operator_running(extra_env=env) as c:
+        client = Client(KubeConfig.from_file(str(c.kubeconfig)), field_manager="bench")
+        results["memory_idle_mib"] = resident_mib(c)
+        results["throughput"] = {}
+        for n in sizes if "throughput" in phases else ():
+            profile = args.out / f"{args.label}-profile-{n}.txt" if args.profile and n == max(sizes) else None
+            results["throughput"][str(n)] = throughput(c, client, n, args.workers, profile)
+            save()
+        if "recovery" in phases:
+            print("== recovery", file=sys.stderr, flush=True)
+            with scratch(c, "bench-recovery") as ns:
+                results["replacement"] = recovery.replacements(client, ns, args.failures)
+            gone(c, ns)
+            with scratch(c, "bench-gang") as ns:
+                results["gang_restart"] = recovery.gang_restarts(client, ns, args.gang, args.gang_restarts)
+            gone(c, ns)
+            with scratch(c, "bench-spot") as ns:
+                results["spot_loss"] = recovery.spot_losses(c, client, ns, args.spot_losses)
+            gone(c, ns)
+            save()
+        if args.kubeflow and "kubeflow" in phases:
+            localdev.stop()  # one operator at a time on the machine's 2 cores
+            results["kubeflow"] = {}
+            with kubeflow.training_operator(c) as pid:
+                for n in sizes:
+                    print(f"== kubeflow: {n} PyTorchJobs x {args.workers} pods", file=sys.stderr, flush=True)
+                    with scratch(c, f"bench-kf{n}") as ns:
+                        results["kubeflow"][str(n)] = kubeflow.run(c, client, ns, pid, n, args.workers)
+                    gone(c, ns)
+                    save()
+    save()
+    (args.out / f"{args.label}.md").write_text(markdown(results))
+    print(markdown(results))
+    print(f"written: {args.out / (args.label + '.json')} and .md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Throughput: N Trainers of W workers created at once, until every pod exists and runs and every
+Trainer is Running; the API writes of their whole lifecycle and of a no-op resync; then the
+ceiling — a plain client creating the same pods and Services with no operator."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod, Service
+from tests.harness import Cluster, eventually
+
+from bench.measure import (
+    Obj,
+    Requests,
+    Timeline,
+    api_requests,
+    conflicts,
+    create_all,
+    in_parallel,
+    resident_mib,
+    writes,
+)
+from bench.trainer_pods import exit_with
+from trainerop_common.kube import RESOURCES
+
+TRAINER = RESOURCES["Trainer"]
+CONTROLLERS_WRITING_STATUS = ("trainer", "profile", "quota", "checkpoint", "audit")
+
+
+def running(obj: Obj) -> bool:
+    return bool(obj.get("status", {}).get("phase") == "Running")
+
+
+def bench_trainer(name: str, workers: int, namespace: str | None = None) -> Obj:
+    return {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "metadata": {"name": name} | ({"namespace": namespace} if namespace else {}),
+        "spec": {
+            "epochs": 1,
+            "image": "bench:latest",
+            "topology": {"workers": workers},
+            "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 1000},
+        },
+    }
+
+
+def status_writes(c: Cluster, outcome: str) -> float:
+    """The controllers' status writes (or skipped ones) so far; a busy controller may take a while
+    to answer its /metrics."""
+    labels = {"kind": "Trainer", "outcome": outcome}
+    return sum(
+        c.metric(ctl, "operator_status_writes_total", labels | {"controller": ctl}, timeout=60)
+        for ctl in CONTROLLERS_WRITING_STATUS
+    )
+
+
+def settled(c: Cluster, since: Requests, quiet_seconds: float = 3, limit: float = 120) -> Requests:
+    """The API server's counters once nothing writes for the operator for ``quiet_seconds``."""
+    deadline = time.monotonic() + limit
+    last = since
+    while time.monotonic() < deadline:
+        time.sleep(quiet_seconds)  # a measurement window, not a wait for correctness
+        now = api_requests(c)
+        if not writes(last, now):
+            return now
+        last = now
+    return last
+
+
+def operator_run(
+    c: Cluster, client: Client, namespace: str, count: int, workers: int, during: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """Trainers through the operator: creation to Running, memory there, a no-op resync, completion."""
+    pods = Timeline(client, Pod, namespace, running)
+    trainers = Timeline(client, TRAINER, namespace, running)
+    before = api_requests(c)
+    t0 = create_all(client, [TRAINER.from_dict(bench_trainer(f"t{i:04d}", workers, namespace)) for i in range(count)])
+    during()
+    created = pods.wait(count * workers, "operator: pods created", ready=False)
+    pods_running = pods.wait(count * workers, "operator: pods running")
+    all_running = trainers.wait(count, "operator: Trainers Running")
+    result: dict[str, Any] = {
+        "trainers": count,
+        "workers": workers,
+        "all_pods_created_seconds": round(created - t0, 2),
+        "all_pods_running_seconds": round(pods_running - t0, 2),
+        "all_trainers_running_seconds": round(all_running - t0, 2),
+        "memory_mib": resident_mib(c),
+    }
+    time.sleep(2)  # trailing status writes of the last Trainers land before the snapshot (a measurement aid)
+    at_running = api_requests(c)
+    to_running = writes(before, at_running)
+    to_running["trainers POST"] -= count  # the user's own creates
+    result["writes_to_running_per_trainer"] = round(sum(to_running.values()) / count, 1)
+
+    # A no-op resync: every controller reconciles every Trainer (resync every 60 s here) and has
+    # nothing to write; measured over one full round of all five controllers, once the writes that
+    # follow Running (audit records, Events) have landed.
+    at_running = settled(c, at_running)
+    skipped = status_writes(c, "skipped")
+    eventually(
+        lambda: status_writes(c, "skipped") >= skipped + len(CONTROLLERS_WRITING_STATUS) * count,
+        timeout=180,
+        what="a resync of every Trainer by every controller",
+    )
+    after_resync = api_requests(c)
+    noop = writes(at_running, after_resync)
+    result["writes_per_noop_resync_per_trainer"] = round(sum(noop.values()) / count, 3)
+    result["noop_resync_writes"] = dict(sorted(noop.items()))
+
+    # Completion: every worker exits 0; the Trainers succeed.
+    done = Timeline(client, TRAINER, namespace, lambda o: o.get("status", {}).get("phase") == "Succeeded")
+    names = [f"t{i:04d}-worker-{w}" for i in range(count) for w in range(workers)]
+    t1 = time.monotonic()
+    in_parallel(lambda name: exit_with(client, namespace, name, 0), names)
+    result["all_trainers_succeeded_seconds"] = round(done.wait(count, "operator: Trainers Succeeded") - t1, 2)
+    time.sleep(2)
+    end = api_requests(c)
+    lifecycle = writes(before, end)
+    lifecycle["trainers POST"] -= count
+    result["writes_per_trainer_lifecycle"] = round(sum(lifecycle.values()) / count, 1)
+    result["writes_by_resource"] = {k: round(v / count, 2) for k, v in sorted(lifecycle.items()) if v}
+    result["conflicts_409"] = conflicts(before, end)
+    for t in (pods, trainers, done):
+        t.stop()
+    return result
+
+
+def plain_copy(obj: Obj, namespace: str) -> Obj:
+    """An object the operator created, as a plain client would create it: no owner, no status, no
+    server-set fields; pods run as the namespace's default ServiceAccount (the operator's runner
+    ServiceAccounts, Roles, RoleBindings and Leases are not made: the ceiling is pods and Services)."""
+    meta = obj["metadata"]
+    out: Obj = {
+        "apiVersion": "v1",
+        "kind": obj["kind"],
+        "metadata": {"name": meta["name"], "namespace": namespace, "labels": meta.get("labels") or {}},
+        "spec": json.loads(json.dumps(obj["spec"])),
+    }
+    spec = out["spec"]
+    if obj["kind"] == "Pod":
+        for key in ("nodeName", "serviceAccount", "serviceAccountName"):
+            spec.pop(key, None)
+        spec["automountServiceAccountToken"] = False
+        token = {v["name"] for v in spec.get("volumes") or () if v["name"].startswith("kube-api-access-")}
+        spec["volumes"] = [v for v in spec.get("volumes") or () if v["name"] not in token]
+        for container in [*spec.get("initContainers", ()), *spec["containers"]]:
+            container["volumeMounts"] = [m for m in container.get("volumeMounts") or () if m["name"] not in token]
+    else:
+        for key in ("clusterIPs", "ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"):
+            spec.pop(key, None)
+        if spec.get("clusterIP") != "None":
+            spec.pop("clusterIP", None)
+    return out
+
+
+def ceiling_run(c: Cluster, client: Client, source: str, namespace: str, count: int, workers: int) -> dict[str, Any]:
+    """The operator's pods and Services, created by a plain client (CREATORS at a time) with no operator."""
+    services = [plain_copy(s.to_dict(), namespace) for s in client.list(Service, namespace=source)]
+    pods = [plain_copy(p.to_dict(), namespace) for p in client.list(Pod, namespace=source)]
+    objects = [Service.from_dict(s) for s in services] + [Pod.from_dict(p) for p in pods]
+    timeline = Timeline(client, Pod, namespace, running)
+    t0 = create_all(client, objects)
+    created = timeline.wait(len(pods), "ceiling: pods created", ready=False)
+    all_running = timeline.wait(len(pods), "ceiling: pods running")
+    timeline.stop()
+    return {
+        "pods": len(pods),
+        "services": len(services),
+        "all_pods_created_seconds": round(created - t0, 2),
+        "all_pods_running_seconds": round(all_running - t0, 2),
+    }
