@@ -12,7 +12,9 @@ of W workers) are created at once; timed until every pod exists, runs, and every
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from hack import cluster as cluster_tool
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
-from tests.harness import Cluster
+from tests.harness import Cluster, eventually
 
 from bench.measure import Obj, Timeline, api_requests, conflicts, create_all, rss_mib, writes
 from bench.throughput import running
@@ -94,7 +96,11 @@ def training_operator(c: Cluster) -> Iterator[int]:
     exe = binary()
     crd = module_dir() / "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
     c.kubectl("apply", "--server-side", "-f", str(crd))
-    c.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+    eventually(
+        lambda: c.kubectl("get", "crd", "pytorchjobs.kubeflow.org", "-o", f"jsonpath={established}") == "True",
+        what="the PyTorchJob CRD to be established",
+    )
     c.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow"}})
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "training-operator-webhook-cert"}}
     c.apply(secret, "kubeflow")
@@ -115,8 +121,9 @@ def training_operator(c: Cluster) -> Iterator[int]:
             stderr=subprocess.STDOUT,
         )
     try:
+        mount_certificate(c)
         deadline = time.monotonic() + 120
-        while "Starting workers" not in log.read_text():
+        while "Certs ready" not in log.read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the training operator did not start; see {log}")
             time.sleep(0.2)
@@ -125,6 +132,21 @@ def training_operator(c: Cluster) -> Iterator[int]:
         proc.terminate()
         proc.wait(30)
         c.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK, "--ignore-not-found")
+
+
+def mount_certificate(c: Cluster) -> None:
+    """What the kubelet does for its pod: its cert-controller writes the webhook's certificate to
+    its Secret and waits for the Secret's files in its certificate directory (a volume in-cluster)."""
+    certs = Path("/tmp/k8s-webhook-server/serving-certs")
+    certs.mkdir(parents=True, exist_ok=True)
+
+    def issued() -> dict[str, str] | None:
+        data = json.loads(c.kubectl("get", "secret", "training-operator-webhook-cert", "-n", "kubeflow", "-o", "json"))
+        found: dict[str, str] = data.get("data") or {}
+        return found if found.get("tls.crt") else None
+
+    for key, value in eventually(issued, what="the training operator's webhook certificate").items():
+        (certs / key).write_bytes(base64.b64decode(value))
 
 
 def pytorchjob(name: str, pods: int, namespace: str) -> Obj:

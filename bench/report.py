@@ -112,7 +112,8 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(_row(ctl, idle, *[r["throughput"][n]["operator"]["memory_mib"].get(ctl, "-") for n in sizes]))
     lines += [
         "",
-        "## API cost (the API server's apiserver_request_total; writes of kwok, the scheduler and leases left out)",
+        "## API cost (the API server's apiserver_request_total; writes of kwok, the scheduler, "
+        "the controller-manager and lease renewals left out)",
         "",
         _row("N", "writes per Trainer to Running", "per lifecycle (to Succeeded)", "per no-op resync", "409 conflicts"),
         _row(*["---"] * 5),

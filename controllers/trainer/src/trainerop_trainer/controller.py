@@ -291,7 +291,8 @@ class TrainerController:
             due = [d for d in (decision.requeue_after, loss.next_check) if d is not None]
             if due:
                 self.rt.requeue_after(key, min(due))
-        self._deleted &= {p["metadata"].get("uid") for p in self.pods.items.values()}
+        if self._deleted:  # forget deletions whose pods are gone (a scan of every cached pod: only when needed)
+            self._deleted &= {p["metadata"].get("uid") for p in self.pods.items.values()}
 
 
 entry = run_entrypoint("trainer", TrainerController)
