@@ -316,8 +316,21 @@ def _trusted(pod: PodView, target: Target, owner_uid: str) -> bool:
     return pod.owner_uid == owner_uid and pod.claim == target.claim and pod.image == target.image
 
 
-def _unless_existing(pods: Iterable[dict[str, Any]], names: set[str]) -> tuple[dict[str, Any], ...]:
-    return tuple(p for p in pods if p["metadata"]["name"] not in names)
+def _plan(
+    settled: _Settled, mine: list[PodView], trusted: list[PodView], create: list[dict[str, Any]], **answers: Any
+) -> Plan:
+    """The plan either kind of pod ends with: pods of names that exist are not created again, pods
+    this controller would not have made are deleted unread."""
+    untrusted = [p.name for p in mine if p not in trusted and p.deleting is None]
+    names = settled.names | {p.name for p in mine}
+    return Plan(
+        create=tuple(p for p in create if p["metadata"]["name"] not in names),
+        delete=tuple(settled.delete) + tuple(untrusted),
+        failures=tuple(settled.failures),
+        force_delete=tuple(settled.force),
+        recheck_after=min(settled.due, default=None),
+        **answers,
+    )
 
 
 def _copy_id(copy: Copy) -> tuple[str, str, str]:
@@ -347,16 +360,7 @@ def plan_verification(target: Target, wanted: Sequence[Copy], pods: Sequence[Pod
         note = settled.notes.get(_copy_id(copy))
         if note and copy.uid not in notes:
             notes[copy.uid] = f"verifying on claim {target.claim!r}: {note}"
-    untrusted = [p.name for p in mine if p not in trusted and p.deleting is None]
-    return Plan(
-        create=_unless_existing(create, settled.names | {p.name for p in mine}),
-        delete=tuple(settled.delete) + tuple(untrusted),
-        failures=tuple(settled.failures),
-        verdicts=verdicts,
-        notes=notes,
-        force_delete=tuple(settled.force),
-        recheck_after=min(settled.due, default=None),
-    )
+    return _plan(settled, mine, trusted, create, verdicts=verdicts, notes=notes)
 
 
 def plan_collection(
@@ -383,15 +387,7 @@ def plan_collection(
                 settled.failures.append((pod.name, f"could not delete {', '.join(kept)} (its log says why)"))
     todo = [p for p in wanted if p not in settled.covered and p not in done]
     create = [collector_pod(target, trainer_uid, batch) for batch in batches(todo)]
-    untrusted = [p.name for p in mine if p not in trusted and p.deleting is None]
-    return Plan(
-        create=_unless_existing(create, settled.names | {p.name for p in mine}),
-        delete=tuple(settled.delete) + tuple(untrusted),
-        failures=tuple(settled.failures),
-        collected=done,
-        force_delete=tuple(settled.force),
-        recheck_after=min(settled.due, default=None),
-    )
+    return _plan(settled, mine, trusted, create, collected=done)
 
 
 # In the pod.
