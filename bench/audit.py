@@ -88,7 +88,8 @@ def run(c: Cluster, namespace: str, count: int) -> None:
         try:
             without = updates(conn, namespace, 5000, count)
         finally:
-            c.apply(localdev.local_webhook())
+            for config in localdev.local_webhook("audit"):
+                c.apply(config)
     finally:
         conn.close()
     after = {

@@ -35,7 +35,14 @@ NAMESPACE = "trainer-operator-system"
 CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit")
 GATES = ("profile", "quota", "checkpoint", "audit")
 METRICS_PORT_BASE = cluster.PORT_BASE + 20
-AUDIT_WEBHOOK_PORT = cluster.PORT_BASE + 25  # after the five metrics ports
+# The controllers that serve admission webhooks, and the port each listens on here.
+WEBHOOK_PORTS = {
+    "audit": cluster.PORT_BASE + 25,  # after the five metrics ports
+    "trainer": cluster.PORT_BASE + 35,
+    "profile": cluster.PORT_BASE + 36,
+    "quota": cluster.PORT_BASE + 37,
+}
+AUDIT_WEBHOOK_PORT = WEBHOOK_PORTS["audit"]
 WEBHOOK = REPO / "deploy" / "controllers" / "audit" / "webhook.yaml"
 
 
@@ -76,11 +83,12 @@ def install() -> None:
         "--timeout=60s",
     )
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump(local_webhook()))
+    configs = [config for c in WEBHOOK_PORTS for config in local_webhook(c)]
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(configs))
 
 
 def webhook_certificate() -> tuple[Path, Path]:
-    """The audit webhook's serving certificate for 127.0.0.1, signed by the local cluster's CA."""
+    """The webhooks' serving certificate for 127.0.0.1, signed by the local cluster's CA."""
     pki = cluster.RUN_DIR / "pki"
     cert = pki / "audit-webhook.crt"
     if not cert.exists():
@@ -88,15 +96,24 @@ def webhook_certificate() -> tuple[Path, Path]:
     return cert, pki / "audit-webhook.key"
 
 
-def local_webhook() -> dict[str, Any]:
-    """deploy/'s audit webhook configuration, calling the local process instead of a Service."""
+def webhook_configurations(controller: str) -> list[dict[str, Any]]:
+    """deploy/'s webhook configurations of one controller, as written."""
+    path = REPO / "deploy" / "controllers" / controller / "webhook.yaml"
+    return [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"].endswith("WebhookConfiguration")]
+
+
+def local_webhook(controller: str = "audit") -> list[dict[str, Any]]:
+    """deploy/'s webhook configurations of ``controller``, calling its local process by URL with
+    the local cluster's CA instead of a Service with cert-manager's."""
     webhook_certificate()
-    config = next(d for d in yaml.safe_load_all(WEBHOOK.read_text()) if d["kind"] == "ValidatingWebhookConfiguration")
-    config["metadata"].pop("annotations", None)  # no cert-manager here: the CA bundle is given
     ca = base64.b64encode((cluster.RUN_DIR / "pki" / "ca.crt").read_bytes()).decode()
-    for hook in config["webhooks"]:
-        hook["clientConfig"] = {"url": f"https://127.0.0.1:{AUDIT_WEBHOOK_PORT}/audit", "caBundle": ca}
-    return dict(config)
+    configs = webhook_configurations(controller)
+    for config in configs:
+        config["metadata"].pop("annotations", None)  # no cert-manager here: the CA bundle is given
+        for hook in config["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{WEBHOOK_PORTS[controller]}{path}", "caBundle": ca}
+    return configs
 
 
 def service_account_kubeconfig(controller: str) -> Path:
@@ -156,10 +173,10 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
         }
         if controller == "trainer":
             env["TRAINEROP_GATES"] = ",".join(gates)
-        if controller == "audit":
+        if controller in WEBHOOK_PORTS:
             cert, key = webhook_certificate()
             env.setdefault("TRAINEROP_WEBHOOK_ADDRESS", "127.0.0.1")
-            env.setdefault("TRAINEROP_WEBHOOK_PORT", str(AUDIT_WEBHOOK_PORT))
+            env.setdefault("TRAINEROP_WEBHOOK_PORT", str(WEBHOOK_PORTS[controller]))
             env.setdefault("TRAINEROP_WEBHOOK_CERT_FILE", str(cert))
             env.setdefault("TRAINEROP_WEBHOOK_KEY_FILE", str(key))
         comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready_check(port), timeout=60)

@@ -109,3 +109,26 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
         if cond["type"] == type_:
             return dict(cond)
     return {}
+
+
+def trainer_manifest(name: str, **spec: Any) -> dict[str, Any]:
+    """A Trainer of one epoch of busybox, with ``spec`` fields added or replaced."""
+    return {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "metadata": {"name": name},
+        "spec": {"epochs": 1, "image": "busybox:1.36", **spec},
+    }
+
+
+def dry_run_pod(cluster: Cluster, name: str, namespace: str, spec: dict[str, Any]) -> tuple[int, str]:
+    """A pod of ``spec`` created with --dry-run=server: the API server's admission (PodSecurity
+    included) judges it; (exit code, everything kubectl printed)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    result = subprocess.run(
+        [str(cluster.kubectl_bin), f"--kubeconfig={cluster.kubeconfig}", "create", "--dry-run=server", "-f", "-"],
+        input=json.dumps(pod),
+        capture_output=True,
+        text=True,
+    )
+    return result.returncode, result.stdout + result.stderr

@@ -1,9 +1,34 @@
 """Every test here runs against the real local cluster (marker: integration)."""
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+
+from tests.harness import Cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def policy(cluster: Cluster, namespace: str) -> Iterator[Any]:
+    """Apply a QuotaPolicy that covers only this test's namespace; removed afterwards."""
+    name = f"quota-{namespace}"
+
+    def apply(**spec: Any) -> str:
+        cluster.apply(
+            {
+                "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+                "kind": "QuotaPolicy",
+                "metadata": {"name": name},
+                "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, **spec},
+            }
+        )
+        return name
+
+    yield apply
+    cluster.kubectl("delete", "quotapolicy", name, "--ignore-not-found")

@@ -72,6 +72,8 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
         "trainer-operator-profile-secret-check",
         "trainer-operator-checkpoint-credentials",
     }
+    # --webhook-tls self-signed (components/self-signed-tls): each webhook server its own configurations
+    controllers |= {f"trainer-operator-{c}-webhook-ca" for c in ("trainer", "profile", "quota", "audit")}
     assert controllers <= set(by_kind(objects, "ClusterRoleBinding"))
     # Users' roles aggregate into the built-in edit/admin/view roles instead of being bound.
     users = set(by_kind(objects, "ClusterRole")) - controllers
@@ -86,3 +88,31 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
             k.startswith("rbac.authorization.k8s.io/aggregate-to-")
             for k in by_kind(objects, "ClusterRole")[name]["metadata"]["labels"]
         )
+
+
+@pytest.mark.parametrize("overlay", ["dev", "minimal"])
+def test_every_webhook_calls_a_service_of_the_overlay_on_the_webhook_port(cluster: Cluster, overlay: str) -> None:
+    objects = build(cluster, overlay)
+    services = by_kind(objects, "Service")
+    deployments = by_kind(objects, "Deployment")
+    hooks = [
+        (config["metadata"]["name"], hook)
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+        for config in by_kind(objects, kind).values()
+        for hook in config["webhooks"]
+    ]
+    assert hooks
+    for config, hook in hooks:
+        assert hook["failurePolicy"] == ("Ignore" if config == "trainer-operator-audit" else "Fail"), hook["name"]
+        assert hook["timeoutSeconds"] <= 5
+        ref = hook["clientConfig"]["service"]
+        service = services[ref["name"]]
+        assert ref["port"] == 443
+        assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook"}]
+        target = service["spec"]["selector"]["app.kubernetes.io/name"]
+        env = {
+            e["name"]: e.get("value") for e in deployments[target]["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["TRAINEROP_WEBHOOK_PORT"] == "9443"
+        assert env["TRAINEROP_WEBHOOK_TLS"] == "self-signed"
+        assert config == target  # a controller injects its CA into its own configurations only

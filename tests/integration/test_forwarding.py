@@ -20,7 +20,7 @@ import yaml
 from hack import localdev
 from hack.logforward import DEFAULT_CONFIG, Receiver
 
-from tests.harness import REPO, Cluster, eventually
+from tests.harness import REPO, Cluster, dry_run_pod, eventually
 from trainerop_common.redaction import redact, redact_text
 
 SYSTEM = "trainer-operator-system"
@@ -179,7 +179,7 @@ def test_the_log_forwarding_component_builds_and_the_api_server_accepts_it(clust
     )
     objects = [o for o in yaml.safe_load_all(cluster.kubectl("kustomize", str(tmp_path))) if o]
     kinds = {o["kind"]: o for o in objects}
-    assert set(kinds) == {"ServiceAccount", "ConfigMap", "DaemonSet"}
+    assert set(kinds) == {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"}
     # The ConfigMap the DaemonSet mounts holds exactly the files the forwarder executes here.
     config_map = kinds["ConfigMap"]
     assert config_map["data"] == {
@@ -188,4 +188,20 @@ def test_the_log_forwarding_component_builds_and_the_api_server_accepts_it(clust
     }
     volumes = kinds["DaemonSet"]["spec"]["template"]["spec"]["volumes"]
     assert config_map["metadata"]["name"] in [v.get("configMap", {}).get("name") for v in volumes]
-    cluster.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(tmp_path))
+    # fluent-bit needs hostPath and root: the component's namespace of its own admits it (its Pod
+    # Security level), the operator's restricted namespace would refuse it.
+    namespace = kinds["Namespace"]["metadata"]["name"]
+    assert namespace == kinds["DaemonSet"]["metadata"]["namespace"] == "trainer-operator-logging"
+    # (the namespace and the pod's ServiceAccount for real: a dry run of a pod needs both)
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([kinds["Namespace"], kinds["ServiceAccount"]]))
+    try:
+        cluster.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(tmp_path))
+        pod = kinds["DaemonSet"]["spec"]["template"]["spec"]
+        code, output = dry_run_pod(cluster, "pss-log-forwarding", namespace, pod)
+        assert code == 0, output
+        elsewhere = {k: v for k, v in pod.items() if k != "serviceAccountName"}  # that account lives there only
+        code, output = dry_run_pod(cluster, "pss-log-forwarding", "trainer-operator-system", elsewhere)
+        assert code != 0
+        assert 'violates PodSecurity "restricted:latest"' in output
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")

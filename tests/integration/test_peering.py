@@ -1,9 +1,13 @@
 """Two replicas of a controller are safe: kopf peering lets only the higher-priority one work,
 and the other takes over when it dies."""
 
+import json
 import os
+import ssl
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -11,6 +15,7 @@ from hack import cluster as cluster_tool
 from hack import localdev
 
 from tests.harness import REPO, Cluster, eventually, read_metric
+from trainerop_common.api import GROUP
 
 SEED_TRAINER = yaml.safe_load((REPO / "examples" / "seed" / "trainer.yaml").read_text())
 RECONCILES = "operator_reconcile_duration_seconds_count"
@@ -23,7 +28,8 @@ class Replicas:
         (run / "logs").mkdir()
         (run / "pids").mkdir()
 
-    def start(self, name: str, priority: int, port: int) -> None:
+    def start(self, name: str, priority: int, port: int, webhook_port: int = 0) -> None:
+        cert, key = localdev.webhook_certificate()
         env = {
             **os.environ,
             "KUBECONFIG": str(self.cluster.sa_kubeconfigs["quota"]),
@@ -32,6 +38,10 @@ class Replicas:
             "TRAINEROP_PEERING": "true",
             "TRAINEROP_PEERING_PRIORITY": str(priority),
             "TRAINEROP_PEERING_LIFETIME": "5",
+            "TRAINEROP_WEBHOOK_ADDRESS": "127.0.0.1",
+            "TRAINEROP_WEBHOOK_PORT": str(webhook_port),
+            "TRAINEROP_WEBHOOK_CERT_FILE": str(cert),
+            "TRAINEROP_WEBHOOK_KEY_FILE": str(key),
         }
         comp = cluster_tool.Component(name, [localdev.executable("quota")], localdev.ready_check(port))
         cluster_tool.start(self.run, comp, env=env)
@@ -41,6 +51,37 @@ class Replicas:
 
     def stop(self, *names: str) -> None:
         cluster_tool.stop_processes(self.run, list(names))
+
+
+def admission_review(port: int) -> dict[str, Any] | None:
+    """An AdmissionReview of a Trainer with a priority class sent to a quota replica's webhook."""
+    trainer = {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "scheduling": {"priorityClassName": "urgent"}}}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "peering-test",
+            "kind": {"group": GROUP, "version": "v1alpha1", "kind": "Trainer"},
+            "resource": {"group": GROUP, "version": "v1alpha1", "resource": "trainers"},
+            "operation": "CREATE",
+            "namespace": "default",
+            "name": "reviewed",
+            "userInfo": {"username": "someone"},
+            "object": {**trainer, "metadata": {"name": "reviewed", "namespace": "default"}},
+        },
+    }
+    context = ssl.create_default_context(cafile=str(cluster_tool.RUN_DIR / "pki" / "ca.crt"))
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{port}/validate-scheduling",
+        data=json.dumps(review).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+    except OSError:
+        return None  # not listening yet
+    return answer
 
 
 @pytest.fixture
@@ -53,9 +94,13 @@ def replicas(cluster: Cluster, tmp_path: Path) -> Iterator[Replicas]:
 def test_only_the_leader_works_and_the_standby_takes_over(cluster: Cluster, namespace: str, replicas: Replicas) -> None:
     leader_port, standby_port = cluster_tool.PORT_BASE + 30, cluster_tool.PORT_BASE + 31
     replicas.start("leader", priority=200, port=leader_port)
-    replicas.start("standby", priority=100, port=standby_port)
+    replicas.start("standby", priority=100, port=standby_port, webhook_port=cluster_tool.PORT_BASE + 39)
     # kopf starts a peered replica paused and resumes it once no live peer outranks it.
     eventually(lambda: "Resuming operations" in replicas.log("leader"), what="the leader to start working")
+    # The paused standby still answers admission reviews (peering pauses only the reconciling).
+    review = eventually(lambda: admission_review(cluster_tool.PORT_BASE + 39), what="the standby's webhook")
+    assert review["response"]["allowed"] is True  # no QuotaPolicy governs "default": only a warning
+    assert "spec.scheduling has no effect" in " ".join(review["response"]["warnings"])
 
     cluster.apply(SEED_TRAINER, namespace)
     eventually(lambda: read_metric(leader_port, RECONCILES, OK) > 0, what="the leader to reconcile")

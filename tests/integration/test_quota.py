@@ -3,10 +3,8 @@ spot node goes, and no over-commitment with 50 Trainers created at once (docs/qu
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from hack import cluster as cluster_tool
 from hack import localdev
 
@@ -51,26 +49,6 @@ def domain_free(cluster: Cluster, domain: str) -> None:
         )
 
     eventually(free, timeout=120, what=f"the nodes of {domain} to be free")
-
-
-@pytest.fixture
-def policy(cluster: Cluster, namespace: str) -> Iterator[Any]:
-    """Apply a QuotaPolicy that covers only this test's namespace; removed afterwards."""
-    name = f"quota-{namespace}"
-
-    def apply(**spec: Any) -> str:
-        cluster.apply(
-            {
-                "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-                "kind": "QuotaPolicy",
-                "metadata": {"name": name},
-                "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, **spec},
-            }
-        )
-        return name
-
-    yield apply
-    cluster.kubectl("delete", "quotapolicy", name, "--ignore-not-found")
 
 
 def quota(cluster: Cluster, namespace: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:

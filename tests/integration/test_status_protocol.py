@@ -170,8 +170,13 @@ def test_a_no_op_reconcile_makes_zero_api_writes(cluster: Cluster, namespace: st
 
 
 def test_a_missing_profile_closes_the_gate_until_it_exists(cluster: Cluster, namespace: str) -> None:
+    """Admitted while the profile existed (the webhook refuses a Trainer naming a missing one),
+    then the profile is deleted before the Trainer could start (its Secret is missing)."""
+    profile = str(REPO / "examples" / "seed" / "trainingprofile.yaml")
+    cluster.kubectl("apply", "-n", namespace, "-f", profile)
     trainer = {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "profile": "cost-optimized-32gpu"}}
     cluster.apply(trainer, namespace)
+    cluster.kubectl("delete", "-n", namespace, "-f", profile)
 
     def waiting() -> dict[str, Any] | None:
         obj = cluster.get("trainer", NAME, namespace)

@@ -132,6 +132,18 @@ CASES = [
         ["elastic.minWorkers must not exceed elastic.maxWorkers"],
     ),
     (
+        "workers outside the elastic bounds",
+        SEED_TRAINER,
+        set_path("spec.topology.elastic", {"minWorkers": 1, "maxWorkers": 2}),
+        ["topology.workers must lie within topology.elastic's minWorkers and maxWorkers"],
+    ),
+    (
+        "elastic jax",
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "framework": "jax", "topology": {"workers": 2}}},
+        set_path("spec.topology.elastic", {"minWorkers": 1, "maxWorkers": 4}),
+        ["topology.elastic: jax, tensorflow and xgboost read their world size once at start"],
+    ),
+    (
         "pytorch with parameter servers",
         SEED_TRAINER,
         set_path("spec.framework", "pytorch"),
@@ -180,6 +192,17 @@ def test_bad_input_is_rejected_with_a_useful_message(
         assert fragment in rejected.value.stderr
     kind = obj["kind"].lower()
     assert obj["metadata"]["name"] not in cluster.names(kind, namespace)
+
+
+def test_kubectl_scale_stays_within_the_elastic_bounds(cluster: Cluster, namespace: str) -> None:
+    elastic = edit(SEED_TRAINER, set_path("spec.topology.elastic", {"minWorkers": 2, "maxWorkers": 6}))
+    cluster.apply(elastic, namespace)
+    name = elastic["metadata"]["name"]
+    cluster.kubectl("scale", "trainer", name, "-n", namespace, "--replicas=6")
+    with pytest.raises(KubectlError) as refused:
+        cluster.kubectl("scale", "trainer", name, "-n", namespace, "--replicas=7")
+    assert "topology.workers must lie within topology.elastic's minWorkers and maxWorkers" in refused.value.stderr
+    assert cluster.get("trainer", name, namespace)["spec"]["topology"]["workers"] == 6
 
 
 def test_framework_is_immutable(cluster: Cluster, namespace: str) -> None:

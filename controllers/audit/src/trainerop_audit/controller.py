@@ -1,10 +1,12 @@
 """kopf adapter of the audit controller: records operator actions from Trainers' status, serves the
-audit webhook that records users' requests, applies retention."""
+audit webhook that records users' requests, applies retention, notifies a webhook of chosen events."""
 
 import asyncio
 import json
 import logging
 import sys
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -21,6 +23,8 @@ from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
 from .decide import OWNED_FIELDS, Recorded, TrainerFacts, created_name, decide, manager_of
+from .notifier import NOTIFICATIONS, Notifier
+from .notify import Notified, RoleFailures, Settings, due, retry_delay
 from .record import OPERATOR_NAMESPACE, subject_uid
 from .retention import Retention, expired, pruned_record
 from .webhook import AuditWebhook
@@ -54,6 +58,14 @@ class AuditController:
             lambda record, again: self.write(record, "user", print_existing=again), runtime.clock, OPERATOR_NAMESPACE
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self.notifier = Notifier(Path(cfg.notify_url_file), cfg.notify_format) if cfg.notify_url_file else None
+        self.notify_settings = Settings(
+            frozenset(cfg.notify_events),
+            cfg.notify_restart_storm_failures,
+            timedelta(seconds=cfg.notify_max_age_seconds),
+        )
+        self._attempts: dict[tuple[str, str, str], int] = {}  # (uid, event, time) -> failed attempts
+        self._notified: dict[str, Notified] = {}  # uid -> notified, until the Trainer's status shows it
         if cfg.webhook_port:
             runtime.readiness.append(
                 lambda: None if self.webhook.serving.is_set() else "the audit webhook is not serving (see the log)"
@@ -102,6 +114,8 @@ class AuditController:
             for task in self._tasks:
                 task.cancel()
             await self.webhook.stop()
+            if self.notifier is not None:
+                await self.notifier.close()
 
     def _record_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         labels = body.get("metadata", {}).get("labels") or {}
@@ -161,9 +175,78 @@ class AuditController:
         decision = decide(facts, await self.records.grouped(facts.uid), now, creation_pending=pending)
         for record in decision.create:
             await self.write(record, "operator")
-        await self.writer.write(body, decision.status, (), rfc3339(now))
+        status = decision.status
+        if self.notifier is not None:
+            notified = await self.notify(body, replicas)
+            status = {"audit": {**status["audit"], "notified": notified.to_k8s()}}
+        await self.writer.write(body, status, (), rfc3339(now))
         if decision.recheck_after is not None:
             self.rt.requeue_after((facts.namespace, facts.name), decision.recheck_after)
+
+    async def notify(self, body: Body, replicas: dict[str, Any]) -> Notified:
+        """Send the notifications this Trainer is due, one attempt each; returns what is notified
+        now. A notice that could not be delivered stays due: the Trainer is reconciled again after
+        a backoff (1 s doubling to 5 min, or the receiver's Retry-After), and a Warning Event says
+        so once."""
+        assert self.notifier is not None
+        meta, status = body["metadata"], body.get("status") or {}
+        uid = meta["uid"]
+        written = Notified.parse((status.get("audit") or {}).get("notified"))
+        if self._notified.get(uid) == written:
+            del self._notified[uid]  # the status caught up
+        notified = written.merged(self._notified.get(uid))
+        roles = [
+            RoleFailures(role, int(r.get("restarts") or 0), int(r.get("recentFailures") or 0), r.get("lastFailureTime"))
+            for role, r in sorted(replicas.items())
+        ]
+        send, skip = due(
+            meta["namespace"],
+            meta["name"],
+            str(status.get("phase") or ""),
+            parse(status.get("conditions")),
+            roles,
+            notified,
+            self.rt.clock.now(),
+            self.notify_settings,
+            attempted={(event, time) for (u, event, time) in self._attempts if u == uid},
+        )
+        for notice in skip:
+            NOTIFICATIONS.labels(notice.event, "skipped").inc()
+            notified = notice.mark(notified)
+        retry: float | None = None
+        for notice in send:
+            key = (uid, notice.event, notice.time)
+            delivery = await self.notifier.send(notice)
+            if delivery.failure is None:
+                notified = notice.mark(notified)
+                self._attempts.pop(key, None)
+                continue
+            attempts = self._attempts[key] = self._attempts.get(key, 0) + 1
+            if attempts == 1:
+                self.rt.event(
+                    body,
+                    "Warning",
+                    "NotificationFailed",
+                    f"the {notice.event} notification was not delivered ({delivery.failure}); it is tried again "
+                    + ("with backoff" if delivery.retryable else "at the next resync"),
+                )
+            if delivery.retryable:
+                delay = retry_delay(attempts, delivery.retry_after)
+                retry = delay if retry is None else min(retry, delay)
+        if retry is not None:
+            self.rt.requeue_after((meta["namespace"], meta["name"]), retry)
+        if notified != written:
+            self._notified[uid] = notified
+        self._forget_deleted()
+        return notified
+
+    def _forget_deleted(self) -> None:
+        """Drop what is remembered of Trainers that are gone (checked once the memory outgrows them)."""
+        if len(self._notified) + len(self._attempts) <= len(self.rt.trainers) + 100:
+            return
+        live = {t["metadata"]["uid"] for t in self.rt.trainers.values()}
+        self._notified = {u: n for u, n in self._notified.items() if u in live}
+        self._attempts = {k: n for k, n in self._attempts.items() if k[0] in live}
 
 
 entry = run_entrypoint("audit", AuditController)

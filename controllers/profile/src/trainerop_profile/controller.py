@@ -4,15 +4,18 @@ from typing import Any
 
 import kopf
 
+from trainerop_common.admission import Request, Verdict
 from trainerop_common.api import Trainer, kind_info
 from trainerop_common.api.profile import TrainingProfile
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
+from trainerop_common.kube import Kube
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 
+from . import admission
 from .decide import CONDITION, OWNED_FIELDS, FoundProfile, ProfileKind, decide, needed_secrets
 
 VALID = "Valid"
@@ -40,6 +43,36 @@ class ProfileController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.profiles.register(registry, self._profile_changed)
         self.cluster_profiles.register(registry, self._profile_changed)
+        runtime.admit(registry, "default-profile", self.default_profile, mutating=True)
+        runtime.admit(registry, "validate-profile", self.validate_profile)
+
+    async def default_profile(self, request: Request) -> Verdict:
+        if request.operation != "CREATE":
+            return Verdict()
+        # (past the read's deadline the review fails, and so the request: it is never left undefaulted)
+        labels = await self.rt.admission_read(lambda k: k.get_namespace_labels(request.namespace))
+        return admission.default_profile(request, labels)
+
+    async def validate_profile(self, request: Request) -> Verdict:
+        """Judged on the cached profiles; a refusal is confirmed with a fresh read first (the cache
+        of a replica that peering keeps paused is not current)."""
+        name = request.spec.get("profile")
+        if not name or not request.changed("profile"):
+            return Verdict()
+        if await self._find(request.namespace, str(name)) is not None:
+            return Verdict()
+
+        async def fresh(kube: Kube) -> tuple[bool, dict[str, str]]:
+            found = await kube.get("TrainingProfile", str(name), request.namespace) or await kube.get(
+                "ClusterTrainingProfile", str(name)
+            )
+            return found is not None, (await kube.get_namespace_labels(request.namespace) or {})
+
+        try:
+            found, labels = await self.rt.admission_read(fresh)
+        except TimeoutError:  # the cache's answer stands
+            found, labels = False, {}
+        return admission.check_profile(request, found, labels.get(admission.DEFAULT_PROFILE_LABEL))
 
     def _profile_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         namespace, name = key

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -22,8 +22,10 @@ from lightkube import ApiError
 from prometheus_client import Gauge, Histogram
 from pydantic import ValidationError
 
+from trainerop_common.admission import Request
+from trainerop_common.admission import Verdict as Admission
 from trainerop_common.api import QuotaPolicy, Trainer, kind_info
-from trainerop_common.api.trainer import QuotaStatus, TrainerStatus
+from trainerop_common.api.trainer import QuotaStatus, TrainerSpec, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired, parse
@@ -33,13 +35,15 @@ from trainerop_common.contracts import (
     REPLICA_TYPE_LABEL,
     TRAINER_UID_LABEL,
 )
+from trainerop_common.kube import Kube
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
 from trainerop_common.tracing import record_span
 
+from . import admission
 from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, pod_requests, quantity_text
-from .decide import CONDITION, OWNED_FIELDS, Plan, PolicyInfo, TrainerInfo, Verdict, World, plan
+from .decide import CONDITION, OWNED_FIELDS, Plan, PolicyInfo, TrainerInfo, Verdict, World, plan, policy_for
 
 ADMITTED = Gauge("quota_admitted_trainers", "Trainers holding a quota admission, by capacity type.", ["capacity_type"])
 PENDING = Gauge("quota_pending_trainers", "Trainers under a QuotaPolicy waiting for an admission.")
@@ -246,6 +250,42 @@ class QuotaController:
         self.nodes.register(registry, self._on_change(node_fingerprint))
         self.pods.register(registry, self._on_change(pod_fingerprint))
         self.trainers.register(registry, self._on_change(trainer_fingerprint))
+        runtime.admit(registry, "validate-scheduling", self.admit)
+
+    async def admit(self, request: Request) -> Admission:
+        """The validating webhook: judged on the cached policies and namespace labels, and a
+        refusal confirmed on fresh reads (a replica paused by peering has stale caches)."""
+        try:
+            spec = TrainerSpec.model_validate(request.spec)
+        except ValidationError as err:  # the API server's schema passed it: a newer API than ours
+            return Admission(warnings=(f"the quota controller does not understand this spec yet: {err}",))
+        namespace = await self.namespaces.get("", request.namespace)
+        labels = (namespace or {}).get("metadata", {}).get("labels") or {}
+        verdict = admission.check_scheduling(
+            request, spec, policy_for(self.policy_infos(await self.policies.values()), labels)
+        )
+        if verdict.allowed:
+            return verdict
+
+        async def fresh(kube: Kube) -> Admission:
+            labels = await kube.get_namespace_labels(request.namespace) or {}
+            policies = self.policy_infos(await kube.list_all("QuotaPolicy"))
+            return admission.check_scheduling(request, spec, policy_for(policies, labels))
+
+        try:
+            return await self.rt.admission_read(fresh)
+        except TimeoutError:  # the cache's answer stands
+            return verdict
+
+    @staticmethod
+    def policy_infos(bodies: Sequence[Mapping[str, Any]]) -> list[PolicyInfo]:
+        policies = []
+        for p in bodies:
+            try:
+                policies.append(PolicyInfo(p["metadata"]["name"], QuotaPolicy.model_validate(p).spec))
+            except ValidationError as err:  # stored before a schema change: skipped, not fatal to the rest
+                log.warning("ignoring QuotaPolicy %s: %s", p["metadata"]["name"], err)
+        return policies
 
     def _on_change(
         self, fingerprint: Callable[[Mapping[str, Any]], str]
@@ -317,12 +357,7 @@ class QuotaController:
             if wait is not None:
                 waits.append(wait)
         pods = [p for p in map(pod_info, await self.pods.values()) if p is not None]
-        policies = []
-        for p in await self.policies.values():
-            try:
-                policies.append(PolicyInfo(p["metadata"]["name"], QuotaPolicy.model_validate(p).spec))
-            except ValidationError as err:  # stored before a schema change: skipped, not fatal to the rest
-                log.warning("ignoring QuotaPolicy %s: %s", p["metadata"]["name"], err)
+        policies = self.policy_infos(await self.policies.values())
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         bodies: list[Body] = []
         trainers: list[TrainerInfo] = []

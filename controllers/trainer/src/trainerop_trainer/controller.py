@@ -1,22 +1,27 @@
 """kopf adapter of the trainer controller: observe the Trainer and its pods and Services, call
 decide(), carry out the decision (Services, then pods, then deletions), write status."""
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from lightkube import ApiError
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
+from pydantic import ValidationError
 
+from trainerop_common.admission import Request, Verdict
 from trainerop_common.api import Contribution, Trainer, kind_info
-from trainerop_common.api.trainer import TrainerStatus
+from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import parse
 from trainerop_common.contracts import ADMISSION_ANNOTATION, NODE_ANNOTATION
 from trainerop_common.runtime import Body, Runtime, run_entrypoint
 from trainerop_common.status_writer import StatusWriter
+from trainerop_common.tracing import record_span
 
+from . import admission
 from .decide import (
     CONDITIONS,
     OWNED_FIELDS,
@@ -28,7 +33,7 @@ from .decide import (
     decide,
     lost_nodes,
 )
-from .pods import INDEX_LABEL, NAME_LABEL, TYPE_LABEL, Owner, PodSettings
+from .pods import INDEX_LABEL, NAME_LABEL, TYPE_LABEL, Owner, PodSettings, spawn_of
 from .topology import CONTRACTS, ROLES
 
 EPOCH_ANNOTATION = "trainer.operator.kubeflow.org/epoch"  # written by trainerop_sdk.heartbeat
@@ -36,6 +41,13 @@ STEP_ANNOTATION = "trainer.operator.kubeflow.org/step"
 EPOCHS = Counter("training_epochs_total", "Epochs completed, from progress heartbeats.", ["namespace", "trainer"])
 PODS_CREATED = Counter("trainer_pods_created_total", "Training pods created.", ["role"])
 RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retryable failure.", ["role"])
+SPAWN_FRESH_SECONDS = 120.0  # a pod first seen running later than this after its start is not recorded
+SPAWN_SECONDS = Histogram(
+    "trainer_pod_spawn_seconds",
+    "From a training pod's creation to its node (scheduled) and to its training container running (running).",
+    ["stage"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
 
 
 def pod_view(body: dict[str, Any], container: str) -> PodView | None:
@@ -129,14 +141,31 @@ class TrainerController:
         # stale event cannot make one failure count twice.
         self._deleted: set[str] = set()
         self._readiness: dict[str, str | None] = {}  # node -> Ready status last seen
+        self._spawned: set[str] = set()  # UIDs of pods whose spawn latency is recorded
+        self._since = runtime.clock.now()
         self._runners: dict[tuple[str, str, str], frozenset[str]] = {}  # Trainer -> Leases its Role covers
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
-        self.pods.register(registry, self._child_changed)
+        self.pods.register(registry, self._pod_changed)
         self.services.register(registry, self._child_changed)
         self.nodes.register(registry, self._node_changed)
         self.leases.register(registry, self._child_changed)
         self.claims.register(registry, self._child_changed)
+        runtime.admit(registry, "validate-trainer", self.admit)
+
+    async def admit(self, request: Request) -> Verdict:
+        """The validating webhook: topology for the framework; node fit when the resources are
+        new, judged on the cached nodes and confirmed on a fresh list before refusing."""
+        try:
+            spec = TrainerSpec.model_validate(request.spec)
+        except ValidationError as err:  # the API server's schema passed it: a newer API than ours
+            return Verdict(warnings=(f"the trainer controller does not understand this spec yet: {err}",))
+        judge_fit = self.rt.config.admission_node_fit and request.changed("resources")
+        verdict = admission.validate(request, spec, await self.nodes.values() if judge_fit else None)
+        if judge_fit and not verdict.allowed:
+            with contextlib.suppress(TimeoutError):  # past it, the cached nodes' verdict stands
+                verdict = admission.validate(request, spec, await self.rt.admission_read(lambda k: k.list_nodes()))
+        return verdict
 
     def _node_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         """Reconcile the Trainers with pods on a node that went away or changed readiness (not on
@@ -151,6 +180,42 @@ class TrainerController:
             self._readiness[node] = readiness
         owners = {owner_of(p) for p in self.pods.items.values() if (p.get("spec") or {}).get("nodeName") == node}
         self.rt.requeue([k for k in owners if k in self.rt.trainers])
+
+    def _pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        uid = body.get("metadata", {}).get("uid", "")
+        if deleted:
+            self._spawned.discard(uid)
+        elif uid not in self._spawned:
+            self._record_spawn(key[0], uid, body)
+        self._child_changed(key, body, deleted)
+
+    def _record_spawn(self, namespace: str, uid: str, body: dict[str, Any]) -> None:
+        """Once per pod, when its training container first runs: the pod spawn latency as a span
+        (creation → running, with the moment it was scheduled) and histogram samples."""
+        trainer = self.rt.trainers.get((namespace, (body["metadata"].get("labels") or {}).get(NAME_LABEL, "")))
+        framework = (trainer or {}).get("spec", {}).get("framework", "generic")
+        spawn = spawn_of(body, CONTRACTS[framework].container) if framework in CONTRACTS else None
+        if spawn is None:
+            return
+        self._spawned.add(uid)
+        if spawn.started < self._since or (self.rt.clock.now() - spawn.started).total_seconds() > SPAWN_FRESH_SECONDS:
+            return  # started before this process, or long ago (a standby taking over): recorded before
+        if spawn.scheduled is not None:
+            SPAWN_SECONDS.labels("scheduled").observe(max(0.0, (spawn.scheduled - spawn.created).total_seconds()))
+        SPAWN_SECONDS.labels("running").observe(max(0.0, (spawn.started - spawn.created).total_seconds()))
+        labels = body["metadata"].get("labels") or {}
+        record_span(
+            "pod.spawn",
+            spawn.created,
+            spawn.started,
+            {
+                "k8s.namespace.name": namespace,
+                "k8s.pod.name": body["metadata"]["name"],
+                "trainer_operator.trainer": labels.get(NAME_LABEL, ""),
+                "trainer_operator.role": labels.get(TYPE_LABEL, ""),
+            },
+            {"scheduled": spawn.scheduled} if spawn.scheduled else None,
+        )
 
     def _child_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         # Deletions matter most: a replacement can only be created once its predecessor is gone.

@@ -8,10 +8,12 @@ Per-role ``podTemplateOverrides`` are applied last.
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from trainerop_common.api import GROUP, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.clock import parse_time
 from trainerop_common.contracts import (
     NODE_ANNOTATION,
     REPLICA_INDEX_LABEL,
@@ -383,3 +385,28 @@ def service_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[
             "ports": [{"name": contract.port_name, "port": contract.port, "targetPort": contract.port}],
         },
     }
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """When a training pod was created, placed on a node, and its container started."""
+
+    created: datetime
+    scheduled: datetime | None
+    started: datetime
+
+
+def spawn_of(pod: Mapping[str, Any], container: str) -> Spawn | None:
+    """The pod's spawn once its training container runs (None before, or without timestamps)."""
+    status = pod.get("status") or {}
+    statuses: list[dict[str, Any]] = status.get("containerStatuses") or []
+    main = next((c for c in statuses if c.get("name") == container), {})
+    started = ((main.get("state") or {}).get("running") or {}).get("startedAt")
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not started or not created:
+        return None
+    scheduled = next(
+        (c.get("lastTransitionTime") for c in status.get("conditions") or () if c.get("type") == "PodScheduled"),
+        None,
+    )
+    return Spawn(parse_time(created), parse_time(scheduled) if scheduled else None, parse_time(started))

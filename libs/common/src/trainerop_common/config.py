@@ -12,6 +12,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 CONCERNS = ("profile", "quota", "checkpoint", "audit")
+# Controllers that serve admission webhooks (docs/admission.md); the audit one only observes.
+WEBHOOK_SERVERS = ("trainer", "profile", "quota", "audit")
+WEBHOOK_TLS = ("files", "self-signed")
+NOTIFY_FORMATS = ("slack", "teams", "json")
+NOTIFY_EVENTS = ("Failed", "Stalled", "Succeeded", "RestartStorm")
 # The condition each gating concern owns; audit records but never gates.
 GATE_CONDITIONS = {"profile": "ProfileResolved", "quota": "QuotaAdmitted", "checkpoint": "CheckpointReady"}
 
@@ -56,6 +61,17 @@ class ControllerConfig:
     webhook_port: int = 0
     webhook_cert_file: str = "/etc/trainer-operator/webhook/tls.crt"
     webhook_key_file: str = "/etc/trainer-operator/webhook/tls.key"
+    webhook_tls: str = "files"
+    webhook_service: str = ""
+    operator_namespace: str = "trainer-operator-system"
+    admission_node_fit: bool = True
+    otlp_endpoint: str = ""
+    notify_url_file: str = ""
+    notify_format: str = "slack"
+    notify_events: tuple[str, ...] = ("Failed", "RestartStorm", "Stalled", "Succeeded")
+    notify_restart_storm_failures: int = 3
+    notify_max_age_seconds: float = 3600.0
+    trace_sample_ratio: float = 1.0
     retention_days: float = 0.0
     retention_records: int = 0
     retention_interval_seconds: float = 300.0
@@ -102,6 +118,12 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         help="the live replica with the highest priority works, the others pause (default: random)",
     )
     flag("peering-lifetime", "seconds without a heartbeat after which a replica is presumed dead", int)
+    flag(
+        "otlp-endpoint",
+        "export OpenTelemetry spans over OTLP/HTTP to this base URL (e.g. http://tempo:4318); empty: "
+        "off unless OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set",
+    )
+    flag("trace-sample-ratio", "fraction of traces exported (0 to 1)", float)
     if controller == "trainer":
         p.add_argument(
             "--gates",
@@ -124,14 +146,56 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
             "image of the pods that verify and delete checkpoints on a PersistentVolumeClaim "
             "(python -m trainerop_checkpoint.pvc): the operator's image, as the storage-pod admission policy allows",
         )
+    if controller in WEBHOOK_SERVERS:
+        flag("webhook-address", "address the admission webhooks (HTTPS) listen on")
+        flag("webhook-port", "port of the admission webhooks (0: not served)", int)
+        flag("webhook-cert-file", "the webhooks' serving certificate (PEM); re-read when it changes")
+        flag("webhook-key-file", "the webhooks' private key (PEM)")
+        flag(
+            "webhook-tls",
+            "files: the certificate files are provided (cert-manager's Secret); self-signed: issue them "
+            "from the CA in Secret trainer-operator-webhook-ca (created if missing), write them to the "
+            "files above and put the CA into this controller's webhook configurations",
+            choices=list(WEBHOOK_TLS),
+        )
+        flag(
+            "webhook-service",
+            "the webhooks' Service, named in self-signed certificates (default: trainer-operator-<controller>-webhook)",
+        )
+        flag("operator-namespace", "the namespace the operator runs in (its Service and the CA Secret)")
+    if controller == "trainer":
+        p.add_argument(
+            "--admission-node-fit",
+            action=argparse.BooleanOptionalAction,
+            default=_env("ADMISSION_NODE_FIT", "true").lower() == "true",
+            help="refuse a Trainer whose pods fit no node of the cluster "
+            "(turn off where an autoscaler adds nodes on demand)",
+        )
     if controller == "audit":
-        flag("webhook-address", "address the audit webhook (HTTPS) listens on")
-        flag("webhook-port", "port of the audit webhook that records users' requests (0: not served)", int)
-        flag("webhook-cert-file", "the webhook's serving certificate (PEM); re-read when it changes")
-        flag("webhook-key-file", "the webhook's private key (PEM)")
         flag("retention-days", "delete audit records older than this many days (0: keep)", float)
         flag("retention-records", "keep at most this many audit records per namespace (0: no limit)", int)
         flag("retention-interval-seconds", "how often retention runs", float)
+        flag(
+            "notify-url-file",
+            "a file holding the URL of the webhook to notify of Trainer events (mount it from a Secret; "
+            "re-read when it changes); empty: no notifications",
+        )
+        flag(
+            "notify-format",
+            "the webhook's payload: slack, teams (an Adaptive Card) or json",
+            choices=list(NOTIFY_FORMATS),
+        )
+        p.add_argument(
+            "--notify-events",
+            default=_env("NOTIFY_EVENTS", ",".join(defaults.notify_events)),
+            help=f"events to notify, comma-separated: {','.join(NOTIFY_EVENTS)}",
+        )
+        flag("notify-restart-storm-failures", "a role's failures in a row that make a restart storm", int)
+        flag(
+            "notify-max-age-seconds",
+            "events older than this when first seen are not sent (a notifier turned on over old runs)",
+            float,
+        )
     a = p.parse_args(argv)
     gates = _csv(getattr(a, "gates", ""))
     unknown = set(gates) - set(CONCERNS)
@@ -141,9 +205,22 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         p.error("--retention-days and --retention-records must be 0 (no limit) or more")
     if getattr(a, "retention_interval_seconds", 1) <= 0:
         p.error("--retention-interval-seconds must be more than 0")
+    events = _csv(getattr(a, "notify_events", ""))
+    if set(events) - set(NOTIFY_EVENTS):
+        p.error(
+            f"unknown --notify-events {sorted(set(events) - set(NOTIFY_EVENTS))}; choose from {','.join(NOTIFY_EVENTS)}"
+        )
+    if getattr(a, "notify_restart_storm_failures", 1) < 1:
+        p.error("--notify-restart-storm-failures must be at least 1")
+    # choices= judges flags only; values from the environment are judged here
+    for name, allowed in (("webhook_tls", WEBHOOK_TLS), ("notify_format", NOTIFY_FORMATS)):
+        if hasattr(a, name) and getattr(a, name) not in allowed:
+            p.error(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)} (got {getattr(a, name)!r})")
+    if not 0 <= a.trace_sample_ratio <= 1:
+        p.error("--trace-sample-ratio must be between 0 and 1")
     if a.qps <= 0 or a.burst < 1 or a.workers < 0:
         p.error("--qps must be > 0, --burst at least 1, --workers at least 0 (0: no limit)")
-    derived = {"controller", "namespaces", "pod_name", "gates"}
+    derived = {"controller", "namespaces", "pod_name", "gates", "webhook_service", "notify_events"}
     parsed = {k: v for k, v in vars(a).items() if k in {f.name for f in fields(ControllerConfig)} - derived}
     return replace(
         defaults,
@@ -151,4 +228,6 @@ def parse_args(controller: str, argv: Sequence[str] | None = None) -> Controller
         namespaces=tuple(a.namespace) if a.namespace else _csv(_env("NAMESPACES", "")),
         pod_name=os.environ.get("POD_NAME", os.uname().nodename),
         gates=gates,
+        webhook_service=getattr(a, "webhook_service", "") or f"trainer-operator-{controller}-webhook",
+        notify_events=events or defaults.notify_events,
     )

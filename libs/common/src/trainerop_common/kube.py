@@ -7,12 +7,17 @@ rate limit. Only this module talks HTTP; decision code stays pure.
 import base64
 from typing import Any
 
+import httpx2
 from lightkube import ApiError, AsyncClient, operators
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericNamespacedResource,
     create_global_resource,
     create_namespaced_resource,
+)
+from lightkube.resources.admissionregistration_v1 import (
+    MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration,
 )
 from lightkube.resources.authentication_v1 import SelfSubjectReview
 from lightkube.resources.coordination_v1 import Lease
@@ -30,7 +35,7 @@ from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
-from .metrics import API_REQUESTS
+from .metrics import API_ERRORS, API_REQUESTS
 from .ratelimit import TokenBucket
 
 Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
@@ -54,6 +59,11 @@ CORE: dict[str, Any] = {
     "ServiceAccount": ServiceAccount,
     "Role": Role,
     "RoleBinding": RoleBinding,
+    "Secret": Secret,
+}
+WEBHOOK_CONFIGURATIONS: dict[str, Any] = {
+    "ValidatingWebhookConfiguration": ValidatingWebhookConfiguration,
+    "MutatingWebhookConfiguration": MutatingWebhookConfiguration,
 }
 
 
@@ -86,6 +96,17 @@ def is_namespace_terminating(err: ApiError) -> bool:
     )
 
 
+def ca_bundle_patch(webhooks: list[tuple[str, str | None]], bundle: str) -> list[dict[str, Any]]:
+    """A JSON patch setting the caBundle of each webhook (name, caBundle) that differs from
+    ``bundle``; each is pinned to the name read, so a concurrent reordering fails the patch."""
+    patch: list[dict[str, Any]] = []
+    for i, (name, current) in enumerate(webhooks):
+        if current != bundle:
+            patch.append({"op": "test", "path": f"/webhooks/{i}/name", "value": name})
+            patch.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
+    return patch
+
+
 class Kube:
     """Rate-limited API access for one controller."""
 
@@ -105,6 +126,10 @@ class Kube:
             result = await coro
         except ApiError as err:
             API_REQUESTS.labels(self._controller, verb, str(err.status.code)).inc()
+            API_ERRORS.labels(self._controller, verb, str(err.status.code)).inc()
+            raise
+        except (OSError, TimeoutError, httpx2.TransportError):
+            API_ERRORS.labels(self._controller, verb, "connection").inc()
             raise
         API_REQUESTS.labels(self._controller, verb, "ok").inc()
         return result
@@ -261,6 +286,23 @@ class Kube:
                 return False
             raise
         return True
+
+    async def inject_ca_bundle(self, kind: str, name: str, ca: bytes) -> str:
+        """Set the caBundle of every webhook of one webhook configuration to ``ca``: "written",
+        "unchanged", or "missing" (no such configuration)."""
+        res = WEBHOOK_CONFIGURATIONS[kind]
+        try:
+            config = await self._call("get", self._client.get(res, name))
+        except ApiError as err:
+            if is_not_found(err):
+                return "missing"
+            raise
+        names = [(hook.name, hook.clientConfig.caBundle) for hook in config.webhooks or []]
+        patch = ca_bundle_patch(names, base64.b64encode(ca).decode())
+        if not patch:
+            return "unchanged"
+        await self._call("patch", self._client.patch(res, name, patch, patch_type=PatchType.JSON))
+        return "written"
 
     async def whoami(self) -> str:
         """The username the API server authenticates this controller as (SelfSubjectReview)."""

@@ -19,7 +19,31 @@ API_REQUESTS = Counter(
     "API requests made by the controller's own client (kopf's watches excluded), by result code.",
     ["controller", "verb", "code"],
 )
+API_ERRORS = Counter(
+    "operator_api_errors_total",
+    "API requests of the controller's own client that failed, by HTTP status code or 'connection' "
+    "(no answer: refused, reset, timed out).",
+    ["controller", "verb", "code"],
+)
+QUEUE_DEPTH = Gauge(
+    "operator_queue_depth",
+    "Reconciles waiting to start: requeues and retries scheduled (backoff, deadlines, resync of one "
+    "object) and reconciles waiting for another reconcile of the same object to finish.",
+    ["controller"],
+)
+RECONCILES_IN_FLIGHT = Gauge("operator_reconciles_in_flight", "Reconciles running now.", ["controller"])
 EVENTS_POSTED = Counter(
     "operator_events_total", "Kubernetes Events posted, by type and reason.", ["controller", "type", "reason"]
 )
 UP = Gauge("operator_up", "1 while the controller is connected and serving.", ["controller"])
+ADMISSION_REVIEWS = Counter(
+    "operator_admission_reviews_total",
+    "Admission reviews of Trainers answered, by webhook and outcome (allowed, mutated, refused, error).",
+    ["controller", "webhook", "outcome"],
+)
+ADMISSION_DURATION = Histogram(
+    "operator_admission_duration_seconds",
+    "Time one admission review took (the API server waits at most the webhook's timeoutSeconds).",
+    ["controller", "webhook"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)

@@ -12,28 +12,46 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
 
 import kopf
 from aiohttp import web
 from lightkube import ApiError
+from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from . import jsonlog, kopf_settings
+from . import admission, jsonlog, kopf_settings, tracing
 from .api import GROUP, VERSION
 from .clock import Clock, SystemClock
 from .config import ControllerConfig, parse_args
 from .kube import Kube
-from .metrics import EVENTS_POSTED, RECONCILE_DURATION, UP
+from .metrics import (
+    ADMISSION_DURATION,
+    ADMISSION_REVIEWS,
+    EVENTS_POSTED,
+    QUEUE_DEPTH,
+    RECONCILE_DURATION,
+    RECONCILES_IN_FLIGHT,
+    UP,
+)
 from .redaction import redact_text
+from .tracing import reconcile_span
+from .webhook_tls import SelfSignedTLS, serving_names
 
 log = logging.getLogger("trainerop.runtime")
 
 Key = tuple[str, str]  # (namespace, name)
+T = TypeVar("T")
+ADMISSION_READ_SECONDS = 3.0  # the webhooks' timeoutSeconds is 5
 Body = Mapping[str, Any]
+
+
+class StartupError(Exception):
+    """The controller cannot start as configured; the message says what to change."""
 
 
 class PermanentError(Exception):
@@ -103,6 +121,11 @@ class Runtime:
         self.ready = asyncio.Event()
         # More that /readyz waits for: each returns what is not ready yet, or None.
         self.readiness: list[Callable[[], str | None]] = []
+        self.admission_checks = 0  # checks registered with kopf (served when --webhook-port is set)
+        # The admission checks' own client: their reads never queue behind reconciles' requests.
+        self.admission_kube = kube
+        self._waiting = 0  # reconciles waiting for the lock of their object
+        QUEUE_DEPTH.labels(config.controller).set_function(lambda: self._waiting + len(self._retries))
 
     # -- events ---------------------------------------------------------------------------------
     def event(self, body: Body, type_: str, reason: str, message: str) -> None:
@@ -148,14 +171,23 @@ class Runtime:
         assert self._controller is not None
         key = key_of(body)
         lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
+        self._waiting += 1
+        try:
+            await lock.acquire()
+        finally:
+            self._waiting -= 1
+        try:
             latest = self.trainers.get(key)
             if latest is None:
                 return  # deleted meanwhile: nothing to reconcile (its children go with it)
             started = time.perf_counter()
             result = "ok"
+            in_flight = RECONCILES_IN_FLIGHT.labels(self.config.controller)
+            in_flight.inc()
+            span = reconcile_span(self.config.controller, latest)
             try:
-                await self._controller.reconcile(latest)
+                with trace.use_span(span, end_on_exit=False):
+                    await self._controller.reconcile(latest)
                 self._backoff.reset(key)
             except (PermanentError, ValidationError) as err:
                 result = "permanent_error"
@@ -172,9 +204,14 @@ class Runtime:
                 log.exception("reconcile of %s/%s crashed, retrying in %.0fs", *key, delay)
                 self._schedule(key, delay)
             finally:
+                in_flight.dec()
+                span.set_attribute("trainer_operator.result", result)
+                span.end()
                 RECONCILE_DURATION.labels(self.config.controller, "Trainer", result).observe(
                     time.perf_counter() - started
                 )
+        finally:
+            lock.release()
 
     def _report(self, body: Body, err: PermanentError | ValidationError) -> None:
         if isinstance(err, ValidationError):
@@ -238,7 +275,21 @@ class Runtime:
             for body in list(self.trainers.values()):
                 await self.reconcile(body)
 
+    async def admission_read(self, read: Callable[[Kube], Awaitable[T]]) -> T:
+        """A read of an admission check from the API server, bounded well within the webhook's
+        timeoutSeconds (raises TimeoutError past it)."""
+        async with asyncio.timeout(ADMISSION_READ_SECONDS):
+            return await read(self.admission_kube)
+
     # -- wiring ---------------------------------------------------------------------------------
+    def admit(
+        self, registry: kopf.OperatorRegistry, webhook: str, check: admission.Check, mutating: bool = False
+    ) -> None:
+        """Serve an admission check of Trainers at ``/<webhook>`` (only with --webhook-port)."""
+        if self.config.webhook_port:
+            register_admission(registry, self.config.controller, webhook, check, mutating)
+            self.admission_checks += 1
+
     def registry_for(self, controller: Controller) -> kopf.OperatorRegistry:
         self._controller = controller
         registry = kopf.OperatorRegistry()
@@ -264,6 +315,42 @@ class Runtime:
 
         controller.register(registry, self)
         return registry
+
+
+def register_admission(
+    registry: kopf.OperatorRegistry, controller: str, webhook: str, check: admission.Check, mutating: bool = False
+) -> None:
+    """Serve ``check`` for Trainers at ``/<webhook>`` (validating, or mutating: its ``spec`` is set)."""
+    decorator = kopf.on.mutate if mutating else kopf.on.validate
+
+    @decorator(GROUP, VERSION, "trainers", id=webhook, operations=["CREATE", "UPDATE"], registry=registry)
+    async def handler(**kwargs: Any) -> None:
+        # kopf passes its admission kwargs by name: body, old, operation, warnings, patch, ...
+        body: Mapping[str, Any] = kwargs["body"]
+        warnings: list[str] = kwargs["warnings"]
+        patch: kopf.Patch = kwargs["patch"]
+        operation = str(kwargs.get("operation") or "CREATE")
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            verdict = await check(admission.request_of(body, kwargs.get("old"), operation))
+            warnings.extend(verdict.warnings)
+            for name, value in verdict.spec.items():
+                patch.spec[name] = value
+            outcome = "refused" if verdict.problems else ("mutated" if verdict.spec else "allowed")
+        finally:
+            ADMISSION_REVIEWS.labels(controller, webhook, outcome).inc()
+            ADMISSION_DURATION.labels(controller, webhook).observe(time.perf_counter() - started)
+        if verdict.problems:
+            meta = body.get("metadata") or {}
+            log.info(
+                "refused %s of Trainer %s/%s: %s",
+                operation,
+                meta.get("namespace"),
+                meta.get("name"),
+                "; ".join(verdict.problems),
+            )
+            raise kopf.AdmissionError("; ".join(verdict.problems), code=admission.REFUSED)
 
 
 class Health:
@@ -298,9 +385,26 @@ class Health:
         if not self._runtime.ready.is_set():
             return web.Response(status=503, text="not ready: not yet watching the API server\n")
         waiting = [w for w in (check() for check in self._runtime.readiness) if w]
+        if not await self._webhooks_listening():
+            waiting.append("the admission webhooks are not listening yet")
         if waiting:
             return web.Response(status=503, text=f"not ready: {'; '.join(waiting)}\n")
         return web.Response(text="ready\n")
+
+    async def _webhooks_listening(self) -> bool:
+        """Whether kopf's webhook server accepts connections (when this controller serves any)."""
+        config = self._runtime.config
+        if not (self._runtime.admission_checks and config.webhook_port):
+            return True
+        host = "127.0.0.1" if config.webhook_address in ("", "0.0.0.0") else config.webhook_address
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, config.webhook_port), timeout=1.0)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -313,6 +417,33 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
     registry = runtime.registry_for(controller)
     settings = kopf.OperatorSettings()
     kopf_settings.apply(settings, config)
+    renewal: list[Coroutine[Any, Any, None]] = []
+    if config.webhook_port and config.webhook_tls == "self-signed":
+        tls = self_signed(config, kube, runtime.clock)
+        try:
+            await tls.start()
+        except (ApiError, OSError, RuntimeError) as err:
+            raise StartupError(
+                f"cannot set up the webhooks' self-signed certificate: {err}. The ServiceAccount needs the RBAC of "
+                "deploy/components/self-signed-tls (the CA Secret, its own webhook configurations) and "
+                f"{Path(config.webhook_cert_file).parent} must be writable"
+            ) from None
+        renewal.append(tls.maintain_forever())
+    missing = missing_files(config.webhook_cert_file, config.webhook_key_file) if runtime.admission_checks else []
+    if missing:
+        raise StartupError(
+            f"the webhooks' certificate is missing ({', '.join(missing)}): mount its Secret there "
+            "(deploy/components/cert-manager), or run with --webhook-tls self-signed, or --webhook-port 0"
+        )
+    if runtime.admission_checks:
+        runtime.admission_kube = Kube.from_environment(config.controller, config.qps, config.burst)
+        # kopf's HTTPS server for the checks; it reloads the certificate files when they change.
+        settings.admission.server = kopf.WebhookServer(
+            addr=config.webhook_address,
+            port=config.webhook_port,
+            certfile=config.webhook_cert_file,
+            pkeyfile=config.webhook_key_file,
+        )
     health = Health(runtime)
     await health.start(config.metrics_address, config.metrics_port)
     log.info(
@@ -328,6 +459,7 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
         log.info("watching Trainers", extra={"namespaces": list(config.namespaces) or "all"})
 
     helpers = [asyncio.create_task(mark_ready()), asyncio.create_task(runtime.resync_forever())]
+    helpers += [asyncio.create_task(coro) for coro in renewal]
 
     @kopf.on.cleanup(registry=registry)
     async def stop_helpers(**_: Any) -> None:
@@ -351,14 +483,48 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
             task.cancel()
         await health.stop()
         await kube.close()
+        if runtime.admission_kube is not kube:
+            await runtime.admission_kube.close()
+
+
+def missing_files(*paths: str) -> list[str]:
+    """Those of ``paths`` that are not files (checked once, before serving)."""
+    return [path for path in paths if not Path(path).is_file()]
+
+
+def self_signed(config: ControllerConfig, kube: Kube, clock: Clock) -> SelfSignedTLS:
+    """--webhook-tls self-signed: this controller's certificate from the shared CA, and the CA in
+    its own webhook configurations (named trainer-operator-<controller>, of either kind)."""
+    name = f"trainer-operator-{config.controller}"
+    return SelfSignedTLS(
+        kube,
+        clock,
+        config.operator_namespace,
+        serving_names(config.webhook_service, config.operator_namespace, config.webhook_address),
+        Path(config.webhook_cert_file),
+        Path(config.webhook_key_file),
+        [("ValidatingWebhookConfiguration", name), ("MutatingWebhookConfiguration", name)],
+    )
 
 
 def main(controller: str, make: Callable[[Runtime], Controller], argv: Sequence[str] | None = None) -> int:
     """Console entry point body shared by the five controllers."""
     config = parse_args(controller, argv)
     jsonlog.setup(controller, config.log_level)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, make))
+    provider = tracing.setup(
+        f"trainer-operator-{controller}", config.pod_name, config.otlp_endpoint, config.trace_sample_ratio
+    )
+    if provider is not None:
+        log.info("exporting spans over OTLP", extra={"endpoint": config.otlp_endpoint or "from OTEL_EXPORTER_OTLP_*"})
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, make))
+    except StartupError as err:
+        log.error("%s", err)
+        return 1
+    finally:
+        if provider is not None:
+            provider.shutdown()
     return 0
 
 

@@ -37,6 +37,19 @@ class ElasticPolicy(K8sModel):
 class Topology(K8sModel):
     """How many replicas of each role the run has."""
 
+    model_config = K8sModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.elastic) || (self.workers >= self.elastic.minWorkers "
+                    "&& self.workers <= self.elastic.maxWorkers)",
+                    "topology.workers must lie within topology.elastic's minWorkers and maxWorkers "
+                    "(kubectl scale included)",
+                )
+            ]
+        }
+    }
+
     workers: int = Field(default=1, ge=1, le=4096, description="Worker replicas (the scale subresource's replicas).")
     parameter_servers: int = Field(default=0, ge=0, le=256)
     replication_factor: int = Field(
@@ -150,6 +163,8 @@ class PodTemplateOverrides(K8sModel):
 
 # Frameworks whose Kubeflow contract has no parameter-server role.
 NO_PARAMETER_SERVERS = ("pytorch", "jax", "xgboost")
+# Frameworks whose workers may come and go (the others read their world size once at start).
+ELASTIC_FRAMEWORKS = ("pytorch", "generic")
 
 
 class Scheduling(K8sModel):
@@ -175,7 +190,13 @@ class TrainerSpec(K8sModel):
                     f"!(self.framework in {list(NO_PARAMETER_SERVERS)}) || self.topology.parameterServers == 0",
                     "topology.parameterServers must be 0 for pytorch, jax and xgboost (they have no "
                     "parameter-server role); use framework tensorflow or generic",
-                )
+                ),
+                cel(
+                    f"!has(self.topology.elastic) || self.framework in {list(ELASTIC_FRAMEWORKS)}",
+                    "topology.elastic: jax, tensorflow and xgboost read their world size once at start, so "
+                    "workers cannot come and go; remove topology.elastic (a new size then needs a gang restart) "
+                    "or use framework pytorch (torchrun's rendezvous) or generic",
+                ),
             ]
         }
     }
@@ -321,12 +342,24 @@ class AuditRecorded(K8sModel):
     checkpoint: str | None = None
 
 
+class AuditNotified(K8sModel):
+    """What the audit controller's notifier has sent (docs/notifications.md), so nothing is sent twice."""
+
+    conditions: dict[str, str] | None = Field(
+        default=None, description="Per event (Failed, Stalled, Succeeded): the condition transition notified."
+    )
+    restart_storms: dict[str, int] | None = Field(
+        default=None, description="Per role: its restart count when its last restart storm was notified."
+    )
+
+
 class AuditStatus(K8sModel):
     """Written by the audit controller: a summary of the run's audit trail."""
 
     records: int = Field(default=0, ge=0, description="This run's records that exist now.")
     last_record: str | None = None
     recorded: AuditRecorded | None = None
+    notified: AuditNotified | None = None
 
 
 class TrainerStatus(K8sModel):

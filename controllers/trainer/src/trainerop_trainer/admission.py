@@ -1,0 +1,89 @@
+"""What the trainer controller's validating webhook refuses (pure; the adapter is in controller.py).
+
+Beyond the CRD's schema and CEL rules (which hold the topology's rules for the framework, so that
+`kubectl scale` is judged too): one pod must fit some node, and per-role overrides of a role the
+run does not have are pointed out.
+"""
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from trainerop_common.admission import Request, Verdict
+from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.quantity import parse_quantity
+
+from .topology import Role, desired_counts
+
+OVERRIDE_ROLES: dict[str, Role] = {"master": "master", "worker": "worker", "parameterServer": "ps"}
+SHOWN_NODES = 3
+
+
+def unused_overrides(spec: TrainerSpec) -> list[str]:
+    """Warnings about podTemplateOverrides of roles this run has no replica of."""
+    overrides = spec.pod_template_overrides
+    if overrides is None:
+        return []
+    counts = desired_counts(spec)
+    return [
+        f"spec.podTemplateOverrides.{field} is unused: this {spec.framework} run has no {role} replica "
+        f"({', '.join(f'{r}: {n}' for r, n in counts.items())})"
+        for field, role in OVERRIDE_ROLES.items()
+        if getattr(overrides, "parameter_server" if field == "parameterServer" else field) and not counts[role]
+    ]
+
+
+def pod_requests(spec: TrainerSpec) -> dict[str, Decimal]:
+    """What one pod asks a node for: its requests, and limits where no request is given (the API
+    server defaults a missing request to the limit)."""
+    resources = spec.resources
+    if resources is None:
+        return {}
+    wanted = {k: parse_quantity(v) for k, v in (resources.limits or {}).items()}
+    wanted |= {k: parse_quantity(v) for k, v in (resources.requests or {}).items()}
+    return {k: v for k, v in wanted.items() if v > 0}
+
+
+def _offers(node: Mapping[str, Any]) -> dict[str, Decimal]:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    offers: dict[str, Decimal] = {}
+    for name, value in allocatable.items():
+        try:
+            offers[name] = parse_quantity(value)
+        except ValueError:
+            continue  # a node reporting nonsense offers nothing of it
+    return offers
+
+
+def _show(resources: Mapping[str, Decimal], names: Sequence[str]) -> str:
+    return ", ".join(f"{n} {format(resources.get(n, Decimal(0)).normalize(), 'f')}" for n in names)
+
+
+def check_node_fit(wanted: Mapping[str, Decimal], nodes: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why no node could ever hold one pod, or None if one can (or the pod asks for nothing)."""
+    if not wanted:
+        return None
+    names = sorted(wanted)
+    best: list[tuple[int, str, dict[str, Decimal]]] = []
+    for node in nodes:
+        offers = _offers(node)
+        short = sum(1 for n in names if offers.get(n, Decimal(0)) < wanted[n])
+        if short == 0:
+            return None
+        best.append((short, str(node["metadata"]["name"]), offers))
+    asked = _show(wanted, names)
+    if not best:
+        return f"spec.resources: the cluster has no nodes, so no pod asking for {asked} can run; add nodes first"
+    closest = "; ".join(f"{name}: {_show(offers, names)}" for _, name, offers in sorted(best)[:SHOWN_NODES])
+    return (
+        f"spec.resources: no node of the cluster can hold one pod asking for {asked} (closest: {closest}); "
+        "lower the requests, or, where an autoscaler adds larger nodes on demand, run the trainer controller "
+        "with --no-admission-node-fit"
+    )
+
+
+def validate(request: Request, spec: TrainerSpec, nodes: Sequence[Mapping[str, Any]] | None) -> Verdict:
+    """The verdict on a Trainer; ``nodes`` None: do not judge node fit (turned off, or unchanged)."""
+    unfit = check_node_fit(pod_requests(spec), nodes) if nodes is not None else None
+    warnings = unused_overrides(spec) if request.changed("podTemplateOverrides") or request.changed("topology") else []
+    return Verdict(problems=(unfit,) if unfit else (), warnings=tuple(warnings))

@@ -1,0 +1,239 @@
+"""Serving certificates of the admission webhooks without cert-manager (``--webhook-tls self-signed``).
+
+The controllers that serve webhooks share one CA, kept in the Secret ``trainer-operator-webhook-ca``
+of the operator's namespace: the first controller to start creates it (a create that loses the
+race reads the winner's). Each controller then issues its own serving certificate from it for
+its Service's DNS names, writes it where ``--webhook-cert-file``/``--webhook-key-file`` say (an
+emptyDir in the Deployment) and puts the CA into the ``caBundle`` of the webhook configurations
+it serves. The serving certificate is re-issued before it expires; the CA lasts ten years.
+
+The certificate logic is pure (``make_ca``, ``issue``, ``due_for_renewal``); ``SelfSignedTLS``
+does the I/O.
+"""
+
+import asyncio
+import base64
+import datetime as dt
+import ipaddress
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from lightkube import ApiError
+
+from .clock import Clock
+from .kube import Kube
+
+log = logging.getLogger("trainerop.webhook_tls")
+
+CA_SECRET = "trainer-operator-webhook-ca"
+CA_DAYS = 3650
+SERVING_DAYS = 365
+RENEW_BEFORE = dt.timedelta(days=30)
+CHECK_SECONDS = 60.0  # the CA is put back into a configuration re-applied without it within a minute
+BACKDATE = dt.timedelta(minutes=5)  # clocks of the API server and this process may differ a little
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    cert: bytes  # PEM
+    key: bytes  # PEM
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def make_ca(now: dt.datetime) -> KeyPair:
+    """A CA certificate that signs serving certificates only (path length 0)."""
+    key = _key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trainer-operator-webhook-ca")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + dt.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+
+def issue(ca: KeyPair, names: Sequence[str], now: dt.datetime, days: int = SERVING_DAYS) -> KeyPair:
+    """A serving certificate for ``names`` (DNS names or IP addresses) signed by ``ca``."""
+    if not names:
+        raise ValueError("a serving certificate needs at least one DNS name or address")
+    ca_cert = x509.load_pem_x509_certificate(ca.cert)
+    ca_key = serialization.load_pem_private_key(ca.key, None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"the CA in Secret {CA_SECRET} does not hold an EC private key")
+    alt: list[x509.GeneralName] = []
+    for host in names:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            alt.append(x509.DNSName(host))
+    key = _key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+
+def due_for_renewal(cert_pem: bytes, now: dt.datetime, before: dt.timedelta = RENEW_BEFORE) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return cert.not_valid_after_utc - before <= now
+
+
+def serving_names(service: str, namespace: str, address: str) -> list[str]:
+    """The names the API server may call a webhook by: its Service's, and the listening address
+    when it is a specific one (a controller run as a local process, called by URL)."""
+    names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    if address not in ("", "0.0.0.0", "::"):
+        names.append(address)
+    return names
+
+
+def ca_secret(namespace: str, ca: KeyPair) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {
+            "name": CA_SECRET,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "trainer-operator"},
+        },
+        "data": {"tls.crt": base64.b64encode(ca.cert).decode(), "tls.key": base64.b64encode(ca.key).decode()},
+    }
+
+
+def write_pair(pair: KeyPair, cert_file: Path, key_file: Path) -> None:
+    """Write key then certificate, each atomically (a reader never sees half a file; the key is
+    never readable by others)."""
+    for path, data, mode in ((key_file, pair.key, 0o600), (cert_file, pair.cert, 0o644)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        tmp.replace(path)
+
+
+class SelfSignedTLS:
+    """Keeps this controller's serving certificate issued from the shared CA and the CA in the
+    caBundle of ``configurations`` (webhook configuration kind -> names)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        clock: Clock,
+        namespace: str,
+        names: Sequence[str],
+        cert_file: Path,
+        key_file: Path,
+        configurations: Sequence[tuple[str, str]],
+    ) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._namespace = namespace
+        self._names = list(names)
+        self._cert_file = cert_file
+        self._key_file = key_file
+        self._configurations = list(configurations)
+        self.ca: KeyPair | None = None
+        self._none_found = False  # none of the configurations existed at the last look
+
+    async def load_ca(self) -> KeyPair:
+        data = await self._kube.secret_data(self._namespace, CA_SECRET)
+        if data is None:
+            fresh = make_ca(self._clock.now())
+            if await self._kube.create_core(ca_secret(self._namespace, fresh)):
+                log.info("created the webhook CA", extra={"secret": f"{self._namespace}/{CA_SECRET}"})
+                return fresh
+            data = await self._kube.secret_data(self._namespace, CA_SECRET)  # another controller's, just made
+            if data is None:
+                raise RuntimeError(f"Secret {self._namespace}/{CA_SECRET} was created and deleted again; restart")
+        if "tls.crt" not in data or "tls.key" not in data:
+            raise RuntimeError(
+                f"Secret {self._namespace}/{CA_SECRET} lacks tls.crt or tls.key; delete it and restart the controllers"
+            )
+        return KeyPair(data["tls.crt"].encode(), data["tls.key"].encode())
+
+    async def start(self) -> None:
+        """Before serving: the CA, a serving certificate on disk, the CA in the configurations."""
+        self.ca = await self.load_ca()
+        self._issue()
+        await self.inject()
+
+    async def inject(self) -> None:
+        """Put the CA into this controller's webhook configurations that lack it (re-applied ones
+        come without a caBundle); say when one is missing altogether."""
+        assert self.ca is not None
+        found = False
+        for kind, name in self._configurations:
+            outcome = await self._kube.inject_ca_bundle(kind, name, self.ca.cert)
+            if outcome == "written":
+                log.info("put the webhook CA into %s %s", kind, name)
+            found = found or outcome != "missing"
+        if not found and not self._none_found:
+            names = sorted({name for _, name in self._configurations})
+            log.warning("no webhook configuration %s exists: this controller's webhooks are not called", names)
+        self._none_found = not found
+
+    def _issue(self) -> None:
+        assert self.ca is not None
+        write_pair(issue(self.ca, self._names, self._clock.now()), self._cert_file, self._key_file)
+        log.info("issued the webhook's serving certificate", extra={"names": self._names})
+
+    async def maintain_forever(self, check_seconds: float = CHECK_SECONDS) -> None:
+        """Keep the CA in the configurations, and re-issue the serving certificate before it
+        expires (the servers reload changed files)."""
+        while True:
+            await asyncio.sleep(check_seconds)
+            try:
+                await self.inject()
+                if due_for_renewal(self._cert_file.read_bytes(), self._clock.now()):
+                    self._issue()
+            except (ApiError, OSError, ValueError) as err:
+                log.error("cannot keep the webhooks' certificate current (retried in %.0fs): %s", check_seconds, err)

@@ -1,0 +1,170 @@
+"""The admission webhooks (deploy/controllers/*/webhook.yaml) on the real API server, served by
+the controllers over TLS: refusals with messages that say what to fix, defaults filled in, the
+operator's own writes and unrelated updates never judged, and the self-signed TLS path."""
+
+import base64
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hack import cluster as cluster_tool
+from hack import localdev
+
+from tests.harness import Cluster, KubectlError, eventually, trainer_manifest
+
+SEED_TRAINER = "examples/seed/trainer.yaml"
+PROFILE = {
+    "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+    "kind": "TrainingProfile",
+    "metadata": {"name": "team-defaults"},
+    "spec": {"envVars": [{"name": "NCCL_IB_TIMEOUT", "value": "22"}]},
+}
+DEFAULT_PROFILE_LABEL = "trainer.operator.kubeflow.org/default-profile"
+
+
+def trainer(name: str = "run", **spec: Any) -> dict[str, Any]:
+    return trainer_manifest(name, **spec)
+
+
+def refusal(cluster: Cluster, manifest: dict[str, Any], namespace: str) -> str:
+    with pytest.raises(KubectlError) as refused:
+        cluster.apply(manifest, namespace)
+    return refused.value.stderr
+
+
+def apply_with_warnings(cluster: Cluster, manifest: dict[str, Any], namespace: str) -> str:
+    """kubectl apply; returns what it printed on stderr (the API server's warnings)."""
+    result = subprocess.run(
+        [str(cluster.kubectl_bin), f"--kubeconfig={cluster.kubeconfig}", "apply", "-n", namespace, "-f", "-"],
+        input=json.dumps(manifest),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stderr
+
+
+def test_a_trainer_naming_a_missing_profile_is_refused_with_what_to_do(cluster: Cluster, namespace: str) -> None:
+    message = refusal(cluster, trainer(profile="cost-optimized-32gpu"), namespace)
+    assert 'admission webhook "validate-profile.trainer.operator.kubeflow.org" denied the request' in message
+    assert (
+        f"spec.profile: there is no TrainingProfile 'cost-optimized-32gpu' in namespace '{namespace}' and no "
+        "ClusterTrainingProfile 'cost-optimized-32gpu'; create the profile first" in message
+    )
+    assert cluster.names("trainers", namespace) == set()
+    refused = {"controller": "profile", "webhook": "validate-profile", "outcome": "refused"}
+    assert cluster.metric("profile", "operator_admission_reviews_total", refused) >= 1
+
+    # once the profile exists the same Trainer is admitted; a later deletion of the profile does
+    # not block updates that leave spec.profile alone (the profile controller reports it instead)
+    cluster.apply({**PROFILE, "metadata": {"name": "cost-optimized-32gpu"}}, namespace)
+    cluster.apply(trainer(profile="cost-optimized-32gpu"), namespace)
+    cluster.kubectl("delete", "trainingprofile", "cost-optimized-32gpu", "-n", namespace)
+    cluster.apply(trainer(profile="cost-optimized-32gpu", epochs=2), namespace)
+    cluster.kubectl("label", "trainer", "run", "-n", namespace, "team=a")
+    assert cluster.get("trainer", "run", namespace)["spec"]["epochs"] == 2
+
+
+def test_the_namespace_default_profile_is_filled_in(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(PROFILE, namespace)
+    cluster.kubectl("label", "namespace", namespace, f"{DEFAULT_PROFILE_LABEL}=team-defaults")
+    warnings = apply_with_warnings(cluster, trainer("defaulted"), namespace)
+    assert f"spec.profile set to 'team-defaults', the default profile of namespace '{namespace}'" in warnings
+    assert cluster.get("trainer", "defaulted", namespace)["spec"]["profile"] == "team-defaults"
+    cluster.apply(trainer("own", profile="team-defaults"), namespace)  # a profile given is kept
+    eventually(
+        lambda: (
+            (cluster.get("trainer", "defaulted", namespace).get("status") or {}).get("profile", {}).get("name")
+            == "team-defaults"
+        ),
+        what="the defaulted profile resolved",
+    )
+
+    # a default that names a missing profile is refused with the label to fix
+    cluster.kubectl("label", "--overwrite", "namespace", namespace, f"{DEFAULT_PROFILE_LABEL}=nonexistent")
+    message = refusal(cluster, trainer("broken"), namespace)
+    assert f"it is namespace '{namespace}''s default profile (its label {DEFAULT_PROFILE_LABEL})" in message
+
+
+def test_pods_no_node_can_hold_are_refused(cluster: Cluster, namespace: str) -> None:
+    nine_gpus = trainer(resources={"limits": {"nvidia.com/gpu": 9}})
+    message = refusal(cluster, nine_gpus, namespace)
+    assert 'admission webhook "validate-trainer.trainer.operator.kubeflow.org" denied the request' in message
+    assert "spec.resources: no node of the cluster can hold one pod asking for nvidia.com/gpu 9 (closest: " in message
+    assert ": nvidia.com/gpu 8" in message  # the kwok nodes offer 8
+
+    # the seed README's Trainer fits (its YAML must work as written)
+    cluster.kubectl("apply", "-n", namespace, "-f", SEED_TRAINER)
+    # an update leaving the resources alone is not judged for node fit again, a resize is
+    patch = ("patch", "trainer", "llama-7b-finetune", "-n", namespace, "--type=merge", "-p")
+    cluster.kubectl(*patch, '{"spec": {"epochs": 11}}')
+    with pytest.raises(KubectlError, match="no node of the cluster can hold one pod"):
+        cluster.kubectl(*patch, '{"spec": {"resources": {"requests": {"cpu": "200"}}}}')
+
+
+def test_a_priority_class_the_namespace_policy_lacks_is_refused(cluster: Cluster, namespace: str, policy: Any) -> None:
+    name = policy(budgets={"spot": {"nvidia.com/gpu": 16}}, priorityClasses=[{"name": "high", "value": 100}])
+    message = eventually(
+        lambda: _refused_or_none(cluster, trainer(scheduling={"priorityClassName": "urgent"}), namespace),
+        what="the policy to be seen by the quota controller's webhook",
+    )
+    assert 'admission webhook "validate-scheduling.trainer.operator.kubeflow.org" denied the request' in message
+    assert f"QuotaPolicy '{name}', which governs namespace '{namespace}', has no priority class 'urgent'" in message
+    assert "(it defines 'high')" in message
+    cluster.apply(trainer(scheduling={"priorityClassName": "high"}), namespace)
+
+
+def _refused_or_none(cluster: Cluster, manifest: dict[str, Any], namespace: str) -> str | None:
+    try:
+        cluster.apply(manifest, namespace)
+    except KubectlError as err:
+        return err.stderr
+    cluster.kubectl("delete", "trainer", manifest["metadata"]["name"], "-n", namespace)
+    return None
+
+
+# -- the self-signed TLS path --------------------------------------------------------------------
+
+
+@pytest.fixture
+def self_signed_profile(cluster: Cluster, tmp_path: Path) -> Iterator[Path]:
+    """The profile controller restarted with --webhook-tls self-signed (its certificate files in a
+    fresh directory); afterwards restarted as before, and its webhooks given the cluster's CA back."""
+    certs = tmp_path / "webhook"
+    cluster.kubectl("delete", "secret", "trainer-operator-webhook-ca", "-n", localdev.NAMESPACE, "--ignore-not-found")
+    localdev.restart(
+        "profile",
+        {
+            "TRAINEROP_WEBHOOK_TLS": "self-signed",
+            "TRAINEROP_WEBHOOK_CERT_FILE": str(certs / "tls.crt"),
+            "TRAINEROP_WEBHOOK_KEY_FILE": str(certs / "tls.key"),
+        },
+    )
+    try:
+        yield certs
+    finally:
+        localdev.restart("profile")
+        configs = yaml.safe_dump_all(localdev.local_webhook("profile"))
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=configs)
+        cluster.kubectl("delete", "secret", "trainer-operator-webhook-ca", "-n", localdev.NAMESPACE)
+
+
+def test_the_self_signed_path_issues_the_certificate_and_injects_its_ca(
+    cluster: Cluster, namespace: str, self_signed_profile: Path
+) -> None:
+    secret = cluster.get("secret", "trainer-operator-webhook-ca", localdev.NAMESPACE)
+    ca = base64.b64decode(secret["data"]["tls.crt"])
+    assert ca.startswith(b"-----BEGIN CERTIFICATE-----")
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        for hook in cluster.get(kind, "trainer-operator-profile")["webhooks"]:
+            assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca, (kind, hook["name"])
+    assert (self_signed_profile / "tls.crt").read_bytes() != (cluster_tool.RUN_DIR / "pki" / "ca.crt").read_bytes()
+    # The API server now trusts only the operator's own CA for these webhooks: a refusal proves
+    # that it reached the controller over TLS with the self-signed certificate.
+    message = refusal(cluster, trainer(f"r-{uuid.uuid4().hex[:4]}", profile="missing"), namespace)
+    assert "spec.profile: there is no TrainingProfile 'missing'" in message

@@ -1,0 +1,84 @@
+"""Self-signed webhook certificates (pure parts): the CA, serving certificates, renewal, files."""
+
+import datetime as dt
+import ipaddress
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from trainerop_common.kube import ca_bundle_patch
+from trainerop_common.webhook_tls import (
+    KeyPair,
+    due_for_renewal,
+    issue,
+    make_ca,
+    serving_names,
+    write_pair,
+)
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture(scope="module")
+def ca() -> KeyPair:
+    return make_ca(NOW)
+
+
+def test_the_ca_signs_serving_certificates_only(ca: KeyPair) -> None:
+    cert = x509.load_pem_x509_certificate(ca.cert)
+    constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    assert constraints.ca
+    assert constraints.path_length == 0
+    assert cert.not_valid_after_utc - NOW == dt.timedelta(days=3650)
+
+
+def test_a_serving_certificate_names_the_service_and_a_given_address(ca: KeyPair) -> None:
+    names = serving_names("trainer-operator-profile-webhook", "trainer-operator-system", "127.0.0.1")
+    assert names == [
+        "trainer-operator-profile-webhook.trainer-operator-system.svc",
+        "trainer-operator-profile-webhook.trainer-operator-system.svc.cluster.local",
+        "127.0.0.1",
+    ]
+    assert serving_names("s", "ns", "0.0.0.0") == ["s.ns.svc", "s.ns.svc.cluster.local"]
+    pair = issue(ca, names, NOW)
+    cert = x509.load_pem_x509_certificate(pair.cert)
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.cert))
+    alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert alt.get_values_for_type(x509.DNSName) == names[:2]
+    assert alt.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert cert.not_valid_before_utc < NOW  # backdated a little for clock skew
+
+
+def test_a_certificate_is_due_for_renewal_thirty_days_before_it_expires(ca: KeyPair) -> None:
+    cert = issue(ca, ["s.ns.svc"], NOW, days=365).cert
+    assert not due_for_renewal(cert, NOW + dt.timedelta(days=334))
+    assert due_for_renewal(cert, NOW + dt.timedelta(days=335))
+
+
+def test_issuing_needs_a_name(ca: KeyPair) -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        issue(ca, [], NOW)
+
+
+def test_the_pair_is_written_whole_and_the_key_readable_only_by_its_owner(ca: KeyPair, tmp_path: Path) -> None:
+    pair = issue(ca, ["s.ns.svc"], NOW)
+    cert, key = tmp_path / "dir" / "tls.crt", tmp_path / "dir" / "tls.key"
+    write_pair(pair, cert, key)
+    assert cert.read_bytes() == pair.cert
+    assert key.read_bytes() == pair.key
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert sorted(p.name for p in cert.parent.iterdir()) == ["tls.crt", "tls.key"]  # no temporary left
+
+
+def test_the_ca_bundle_patch_touches_only_webhooks_without_the_bundle() -> None:
+    patch = ca_bundle_patch([("a.example", "QUJD"), ("b.example", None), ("c.example", "old")], "QUJD")
+    assert patch == [
+        {"op": "test", "path": "/webhooks/1/name", "value": "b.example"},
+        {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": "QUJD"},
+        {"op": "test", "path": "/webhooks/2/name", "value": "c.example"},
+        {"op": "add", "path": "/webhooks/2/clientConfig/caBundle", "value": "QUJD"},
+    ]
+    assert ca_bundle_patch([("a.example", "QUJD")], "QUJD") == []  # nothing to write
