@@ -1,12 +1,15 @@
 """Error classes in the runtime: permanent errors become one Event, temporary ones a backoff retry."""
 
+import asyncio
 from typing import Any, cast
 
 import httpx2
 import kopf
 import pytest
 from lightkube import ApiError
+from prometheus_client import REGISTRY
 
+from trainerop_common.admission import Request, Verdict
 from trainerop_common.config import ControllerConfig
 from trainerop_common.kube import Kube
 from trainerop_common.runtime import Backoff, Body, PermanentError, Runtime
@@ -166,3 +169,57 @@ async def test_outside_kopfs_context_an_event_is_posted_with_the_controllers_own
     assert event["message"] == "deleting; API_TOKEN=***"
     assert event["involvedObject"]["name"] == "t"
     assert event["reportingInstance"] == "trainer-0"
+
+
+# -- admission checks served through kopf ------------------------------------------------------
+
+
+def admission_handler(rt: Runtime, check: Any, mutating: bool = False) -> Any:
+    registry = kopf.OperatorRegistry()
+    rt.admit(registry, "check-it", check, mutating=mutating)
+    (handler,) = registry._webhooks.get_all_handlers()  # kopf keeps no public accessor
+    assert handler.id == "check-it"  # the path deploy/'s webhook configurations name
+    return handler.fn
+
+
+def test_checks_are_registered_only_when_webhooks_are_served() -> None:
+    async def check(_: Any) -> Any:
+        raise AssertionError("not called")
+
+    rt = Runtime(ControllerConfig(controller="quota"), cast(Kube, None))
+    registry = kopf.OperatorRegistry()
+    rt.admit(registry, "check-it", check)
+    assert not registry._webhooks.get_all_handlers()
+    assert rt.admission_checks == 0
+
+
+def test_a_refusal_is_a_422_with_every_problem_and_a_mutation_sets_spec_fields() -> None:
+    seen: list[Request] = []
+
+    async def refuse(request: Request) -> Verdict:
+        seen.append(request)
+        return Verdict(problems=("spec.a: wrong", "spec.b: wrong too"), warnings=("look",))
+
+    async def default(request: Request) -> Verdict:
+        return Verdict(spec={"profile": "team"}, warnings=("defaulted",))
+
+    rt = Runtime(ControllerConfig(controller="profile", webhook_port=9443), cast(Kube, None))
+    body = kopf.Body({"metadata": {"namespace": "ns", "name": "t"}, "spec": {"epochs": 1}})
+    warnings: list[str] = []
+    with pytest.raises(kopf.AdmissionError) as refused:
+        asyncio.run(
+            admission_handler(rt, refuse)(
+                body=body, old=None, operation="CREATE", warnings=warnings, patch=kopf.Patch()
+            )
+        )
+    assert (str(refused.value), refused.value.code) == ("spec.a: wrong; spec.b: wrong too", 422)
+    assert warnings == ["look"]
+    assert (seen[0].namespace, seen[0].name, seen[0].old_spec) == ("ns", "t", None)
+
+    patch = kopf.Patch()
+    asyncio.run(admission_handler(rt, default, mutating=True)(body=body, operation="CREATE", warnings=[], patch=patch))
+    assert patch == {"spec": {"profile": "team"}}
+    assert rt.admission_checks == 2
+    for outcome in ("refused", "mutated"):
+        labels = {"controller": "profile", "webhook": "check-it", "outcome": outcome}
+        assert REGISTRY.get_sample_value("operator_admission_reviews_total", labels) == 1
