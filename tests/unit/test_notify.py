@@ -159,15 +159,3 @@ def test_the_url_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
     (tmp_path / "url").write_text("https://hooks.example/rotated")
     os.utime(tmp_path / "url", (1, 1))  # a new mtime, as a Secret update gives
     assert n.url() == "https://hooks.example/rotated"
-
-
-def test_what_this_process_notified_counts_while_the_status_it_reads_is_stale() -> None:
-    (notice,), _ = notices([cond("Failed")])
-    mine = notice.mark(Notified(storms={"worker": 5}))
-    stale = Notified(storms={"worker": 3})
-    merged = stale.merged(mine)
-    assert merged == Notified({"Failed": T}, {"worker": 5})
-    later = "2026-11-30T11:59:30Z"  # another replica notified a later failure meanwhile
-    assert Notified({"Failed": later}).merged(mine).conditions == {"Failed": later}
-    assert notices([cond("Failed")], notified=merged) == ([], [])
-    assert stale.merged(None) == stale

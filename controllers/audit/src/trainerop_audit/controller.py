@@ -64,8 +64,7 @@ class AuditController:
             cfg.notify_restart_storm_failures,
             timedelta(seconds=cfg.notify_max_age_seconds),
         )
-        self._attempts: dict[tuple[str, str, str], int] = {}  # (uid, event, time) -> failed attempts
-        self._notified: dict[str, Notified] = {}  # uid -> notified, until the Trainer's status shows it
+        self._attempts: dict[str, dict[tuple[str, str], int]] = {}  # uid -> (event, time) -> failed attempts
         if cfg.webhook_port:
             runtime.readiness.append(
                 lambda: None if self.webhook.serving.is_set() else "the audit webhook is not serving (see the log)"
@@ -176,7 +175,8 @@ class AuditController:
         for record in decision.create:
             await self.write(record, "operator")
         status = decision.status
-        if self.notifier is not None:
+        if self.notifier is not None and not self.writer.is_stale(body):
+            # (a body older than this controller's last status write may not show what it notified)
             notified = await self.notify(body, replicas)
             status = {"audit": {**status["audit"], "notified": notified.to_k8s()}}
         await self.writer.write(body, status, (), rfc3339(now))
@@ -191,10 +191,8 @@ class AuditController:
         assert self.notifier is not None
         meta, status = body["metadata"], body.get("status") or {}
         uid = meta["uid"]
-        written = Notified.parse((status.get("audit") or {}).get("notified"))
-        if self._notified.get(uid) == written:
-            del self._notified[uid]  # the status caught up
-        notified = written.merged(self._notified.get(uid))
+        notified = Notified.parse((status.get("audit") or {}).get("notified"))
+        attempts = self._attempts.setdefault(uid, {})
         roles = [
             RoleFailures(role, int(r.get("restarts") or 0), int(r.get("recentFailures") or 0), r.get("lastFailureTime"))
             for role, r in sorted(replicas.items())
@@ -208,21 +206,21 @@ class AuditController:
             notified,
             self.rt.clock.now(),
             self.notify_settings,
-            attempted={(event, time) for (u, event, time) in self._attempts if u == uid},
+            attempted=attempts.keys(),
         )
         for notice in skip:
             NOTIFICATIONS.labels(notice.event, "skipped").inc()
             notified = notice.mark(notified)
         retry: float | None = None
         for notice in send:
-            key = (uid, notice.event, notice.time)
+            key = (notice.event, notice.time)
             delivery = await self.notifier.send(notice)
             if delivery.failure is None:
                 notified = notice.mark(notified)
-                self._attempts.pop(key, None)
+                attempts.pop(key, None)
                 continue
-            attempts = self._attempts[key] = self._attempts.get(key, 0) + 1
-            if attempts == 1:
+            failed = attempts[key] = attempts.get(key, 0) + 1
+            if failed == 1:
                 self.rt.event(
                     body,
                     "Warning",
@@ -231,22 +229,13 @@ class AuditController:
                     + ("with backoff" if delivery.retryable else "at the next resync"),
                 )
             if delivery.retryable:
-                delay = retry_delay(attempts, delivery.retry_after)
+                delay = retry_delay(failed, delivery.retry_after)
                 retry = delay if retry is None else min(retry, delay)
         if retry is not None:
             self.rt.requeue_after((meta["namespace"], meta["name"]), retry)
-        if notified != written:
-            self._notified[uid] = notified
-        self._forget_deleted()
+        if not attempts:
+            del self._attempts[uid]
         return notified
-
-    def _forget_deleted(self) -> None:
-        """Drop what is remembered of Trainers that are gone (checked once the memory outgrows them)."""
-        if len(self._notified) + len(self._attempts) <= len(self.rt.trainers) + 100:
-            return
-        live = {t["metadata"]["uid"] for t in self.rt.trainers.values()}
-        self._notified = {u: n for u, n in self._notified.items() if u in live}
-        self._attempts = {k: n for k, n in self._attempts.items() if k[0] in live}
 
 
 entry = run_entrypoint("audit", AuditController)

@@ -50,16 +50,6 @@ class Notified:
         raw = raw or {}
         return cls(dict(raw.get("conditions") or {}), {k: int(v) for k, v in (raw.get("restartStorms") or {}).items()})
 
-    def merged(self, newer: "Notified | None") -> "Notified":
-        """This (read from status) with what this process notified since (``newer``), which the
-        status the controller reads may not show yet: nothing is sent twice for a stale read."""
-        if newer is None:
-            return self
-        storms = {r: max(self.storms.get(r, 0), n) for r, n in newer.storms.items()}
-        # RFC 3339 times as Kubernetes writes them (UTC, seconds) order as text: the later one stays
-        conditions = {e: max(self.conditions.get(e, ""), t) for e, t in newer.conditions.items()}
-        return Notified({**self.conditions, **conditions}, {**self.storms, **storms})
-
     def to_k8s(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.conditions:
