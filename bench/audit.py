@@ -25,11 +25,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hack import cluster as cluster_tool
-from hack import localdev
-from tests.harness import Cluster
-
 from bench.setup import operator_running, percentile, scratch_namespace
+from testbed import cluster as cluster_tool
+from testbed import localdev
+from tests.harness import Cluster
 
 API = "trainer.operator.kubeflow.org/v1alpha1"
 

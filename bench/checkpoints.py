@@ -21,11 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hack import cluster as cluster_tool
+from bench.setup import operator_running, percentile, scratch_namespace
+from testbed import cluster as cluster_tool
 from tests.harness import Cluster, eventually
 from tests.integration.test_checkpoints import as_pod, create_credentials, phase_is, start
-
-from bench.setup import operator_running, percentile, scratch_namespace
 from trainerop_sdk.s3 import Credentials, S3Client
 
 

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hack import cluster as cluster_tool
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
-from tests.harness import Cluster, eventually
 
 from bench.measure import Obj, Timeline, api_requests, conflicts, create_all, rss_mib, writes
 from bench.throughput import running
+from testbed import cluster as cluster_tool
+from tests.harness import Cluster, eventually
 
 VERSION = "v1.8.1"
 MODULE = "github.com/kubeflow/training-operator"

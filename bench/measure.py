@@ -20,12 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hack import cluster as cluster_tool
-from hack import localdev
 from lightkube import Client
-from tests.harness import Cluster
 
 from bench.setup import percentile
+from testbed import cluster as cluster_tool
+from testbed import localdev
+from tests.harness import Cluster
 
 Obj = dict[str, Any]
 CREATORS = 8  # concurrent create requests of the benchmark's own client (operator and ceiling alike)

@@ -26,9 +26,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.harness import REPO, Cluster, eventually
-
 from bench.setup import run_with_trainers
+from tests.harness import REPO, Cluster, eventually
 
 PROFILE: dict[str, Any] = yaml.safe_load((REPO / "examples" / "seed" / "trainingprofile.yaml").read_text())
 TRAINER: dict[str, Any] = yaml.safe_load((REPO / "examples" / "profiles" / "trainer.yaml").read_text())

@@ -25,10 +25,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hack import cluster as cluster_tool
-from tests.harness import REPO, Cluster, eventually
-
 from bench.setup import run_with_trainers
+from testbed import cluster as cluster_tool
+from tests.harness import REPO, Cluster, eventually
 
 POLICY: dict[str, Any] = yaml.safe_load((REPO / "examples" / "quota" / "policy.yaml").read_text())
 GPU = "nvidia.com/gpu"

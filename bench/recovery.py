@@ -9,14 +9,14 @@ import time
 from typing import Any
 
 import yaml
-from hack import cluster as cluster_tool
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
-from tests.harness import REPO, Cluster, eventually
 
 from bench.measure import Timeline, spread
 from bench.throughput import TRAINER, bench_trainer, running
 from bench.trainer_pods import fail
+from testbed import cluster as cluster_tool
+from tests.harness import REPO, Cluster, eventually
 
 GPU = "nvidia.com/gpu"
 

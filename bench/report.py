@@ -19,7 +19,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"# Benchmark results: {r['label']} ({r['date']})",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}. "
-        f"Local cluster (hack/cluster.py: etcd, kube-apiserver, scheduler, controller-manager, kwok) with "
+        f"Local cluster (testbed/cluster.py: etcd, kube-apiserver, scheduler, controller-manager, kwok) with "
         f"{s['kwok_nodes']} kwok nodes; controllers as local processes; {s['concurrent_creates']} concurrent creates; "
         f"resync {s['resync_seconds']} s; restart backoff {s['restart_backoff_seconds']} s; "
         f"the controllers' client rate limit {s.get('controller_qps', 20)} requests/s. "

@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from hack import cluster as cluster_tool
-from hack import localdev
+from testbed import cluster as cluster_tool
+from testbed import localdev
 from tests.harness import Cluster
 
 

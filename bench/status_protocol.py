@@ -20,11 +20,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hack import localdev
+from bench.setup import run_with_trainers
+from testbed import localdev
 from tests.harness import REPO, Cluster, eventually
 from tests.integration.test_seed_examples import is_converged
-
-from bench.setup import run_with_trainers
 
 
 def writes(c: Cluster, outcome: str) -> float:

@@ -26,17 +26,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hack import cluster as cluster_tool
-from hack import localdev
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
-from tests.harness import Cluster, eventually
 
 from bench import kubeflow, recovery
 from bench.measure import Profile, machine, resident_mib
 from bench.report import markdown
 from bench.setup import operator_running, scratch_namespace
 from bench.throughput import ceiling_run, operator_run
+from testbed import cluster as cluster_tool
+from testbed import localdev
+from tests.harness import Cluster, eventually
 
 REPO = Path(__file__).resolve().parent.parent
 

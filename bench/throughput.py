@@ -11,7 +11,6 @@ from typing import Any
 
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod, Service
-from tests.harness import Cluster, eventually
 
 from bench.measure import (
     Obj,
@@ -25,6 +24,7 @@ from bench.measure import (
     writes,
 )
 from bench.trainer_pods import exit_with
+from tests.harness import Cluster, eventually
 from trainerop_common.kube import RESOURCES
 
 TRAINER = RESOURCES["Trainer"]

@@ -29,9 +29,9 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
-from tests.harness import Cluster, eventually
 
 from bench.setup import operator_running, percentile, scratch_namespace
+from tests.harness import Cluster, eventually
 
 Seen = tuple[float, str, str, str, str]  # (time, event type, name, uid, phase)
 

@@ -19,10 +19,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hack import cluster as cluster_tool
+from testbed import cluster as cluster_tool
 from trainerop_sdk.checkpoint import Checkpointer
 from trainerop_sdk.kubeapi import ApiClient
-from trainerop_sdk.s3 import Credentials, S3Client, parse_uri
+from trainerop_sdk.layout import parse_s3_uri
+from trainerop_sdk.s3 import Credentials, S3Client
 
 TRAINER = "llama-7b-s3"
 REPO = Path(__file__).resolve().parent.parent
@@ -49,7 +50,7 @@ def main() -> int:
     ns = parser.parse_args().namespace
     manifest = yaml.safe_load((REPO / "examples" / "checkpoints" / "trainer-s3.yaml").read_text())
     creds = cluster_tool.s3_credentials()
-    S3Client(Credentials.from_env(creds), parse_uri(manifest["spec"]["checkpoint"]["bucket"])[0]).create_bucket()
+    S3Client(Credentials.from_env(creds), parse_s3_uri(manifest["spec"]["checkpoint"]["bucket"]).bucket).create_bucket()
     secret = yaml.safe_dump(
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "checkpoint-credentials"}, "stringData": creds}
     )

@@ -3,15 +3,45 @@
 # the five controllers, and the seed README's TrainingProfile and Trainer, with their status.
 #
 # The controllers first run here as local processes, each with its own ServiceAccount's token
-# (hack/localdev.py), for the kwok part; then, on the local cluster and as root, the real node
-# comes up, the operator is deployed in the cluster from its image (hack/deploy.py) and the JAX
+# (testbed.localdev), for the kwok part; then, on the local cluster and as root, the real node
+# comes up, the operator is deployed in the cluster from its image (testbed.deploy) and the JAX
 # example trains on real containers (hack/train_demo.py). Stop everything with
-#   .venv/bin/python hack/node.py down && .venv/bin/python hack/cluster.py down
+#   .venv/bin/python -m testbed.node down && .venv/bin/python -m testbed.cluster down
+#
+# It sets itself up: before building anything it says what it will install and, as root, installs
+# the Debian packages the real node needs (testbed/packages.py lists them) when they are missing.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 cd "$REPO_ROOT"
 
 step() { printf '\n==> %s\n' "$*"; }
+
+step "What this machine needs, installed before anything is built"
+command -v go >/dev/null || die "Go >= 1.26 builds Kubernetes and SeaweedFS: install it (https://go.dev/dl/) and run again"
+PY=${PYTHON:-python3}
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "Python 3.11 or newer is needed (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11"
+# Debian packages: the real node's (it runs on the local cluster, as root), and venv's for .venv.
+NEEDED=()
+if [[ -n "${KUBECONFIG:-}" ]]; then
+  log "the cluster in KUBECONFIG is used: the real node part does not run"
+elif [[ $(id -u) != 0 ]]; then
+  log "not root: the real node part (a kubelet and containerd) does not run; run hack/demo.sh as root for it"
+else
+  missing=$("$PY" -m testbed.packages --missing)
+  read -r -a NEEDED <<<"$missing"
+fi
+[[ -x .venv/bin/python ]] || "$PY" -c 'import ensurepip' 2>/dev/null || NEEDED+=(python3-venv)
+if [[ ${#NEEDED[@]} -eq 0 ]]; then
+  log "no Debian package to install"
+elif [[ $(id -u) != 0 ]]; then
+  die "$PY cannot create .venv without ensurepip: run \`apt-get install -y ${NEEDED[*]}\` as root, then this again"
+else
+  command -v apt-get >/dev/null || die "these Debian packages are missing and there is no apt-get: ${NEEDED[*]}"
+  log "installing the missing Debian packages: ${NEEDED[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${NEEDED[@]}"
+fi
 
 step "Building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION and SeaweedFS (cached after the first run)"
 hack/build-k8s.sh
@@ -23,18 +53,18 @@ hack/dev-env.sh
 USER_CLUSTER=${KUBECONFIG:-}
 if [[ -z "$USER_CLUSTER" ]]; then
   step "Local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes"
-  .venv/bin/python hack/cluster.py up
+  .venv/bin/python -m testbed.cluster up
   export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
 else
   step "Using the cluster in KUBECONFIG=$KUBECONFIG"
 fi
 
 step "Operator: CRDs, namespace, ServiceAccounts, RBAC; controllers as their ServiceAccounts"
-.venv/bin/python hack/localdev.py install
-.venv/bin/python hack/localdev.py start
+.venv/bin/python -m testbed.localdev install
+.venv/bin/python -m testbed.localdev start
 
 step "The PVC the seed Trainer checkpoints to (checkpoint.bucket: pvc-backups), on a static local volume"
-.venv/bin/python hack/cluster.py checkpoint-volume --namespace default | kubectl apply -f -
+.venv/bin/python -m testbed.cluster checkpoint-volume --namespace default | kubectl apply -f -
 
 step "Applying the seed README's TrainingProfile and Trainer (unmodified)"
 kubectl apply -f examples/seed/trainingprofile.yaml -f examples/seed/trainer.yaml
@@ -70,8 +100,8 @@ echo "status.checkpoint of trainer/llama-7b-s3 (RESUME_FROM for pods created fro
 kubectl get trainer llama-7b-s3 -o jsonpath='{.status.checkpoint.latest}{"  "}{.status.checkpoint.resumeFrom}{"\n"}'
 
 step "Quota: a QuotaPolicy for namespaces labelled team=research (spot first, prices) and an elastic Trainer there"
-.venv/bin/python hack/cluster.py namespace research --label team=research | kubectl apply -f -
-.venv/bin/python hack/cluster.py checkpoint-volume --namespace research | kubectl apply -f -
+.venv/bin/python -m testbed.cluster namespace research --label team=research | kubectl apply -f -
+.venv/bin/python -m testbed.cluster checkpoint-volume --namespace research | kubectl apply -f -
 kubectl apply -f examples/quota/policy.yaml
 kubectl apply -n research -f examples/quota/trainer.yaml
 kubectl wait -n research --for=condition=QuotaAdmitted trainer/spot-llm --timeout=60s
@@ -95,14 +125,14 @@ kubectl get auditlogs
 step "Status of trainer/llama-7b-finetune (each section written by its own controller)"
 kubectl get trainer llama-7b-finetune -o jsonpath='{.status}' | python3 -m json.tool
 step "Controllers"
-.venv/bin/python hack/localdev.py status
+.venv/bin/python -m testbed.localdev status
 
 if [[ -n "$USER_CLUSTER" ]]; then
   cat <<MSG
 
 Real training (examples/jax) needs the training image in your cluster and an S3 endpoint for its
 checkpoints: see docs/training-example.md ("On kind"). Stop the local controllers with
-  .venv/bin/python hack/localdev.py stop
+  .venv/bin/python -m testbed.localdev stop
 MSG
   exit 0
 fi
@@ -110,18 +140,19 @@ if [[ $(id -u) != 0 ]]; then
   cat <<MSG
 
 The real node (containerd, runc and the kubelet running real containers) needs root: run this
-script as root to train examples/jax/trainer.yaml on it. Stop everything with
-  .venv/bin/python hack/cluster.py down
+script as root (it installs the Debian packages the node needs) to train examples/jax/trainer.yaml
+on it. Stop everything with
+  .venv/bin/python -m testbed.cluster down
 MSG
   exit 0
 fi
 
-step "The real node real-0: containerd, runc, CNI, the kubelet, kube-proxy, CoreDNS (hack/node.py)"
-.venv/bin/python hack/node.py up
+step "The real node real-0: containerd, runc, CNI, the kubelet, kube-proxy, CoreDNS (testbed.node)"
+.venv/bin/python -m testbed.node up
 
 step "The operator in the cluster: its image from deploy/Dockerfile, deploy/overlays/dev (the local controllers stop)"
-.venv/bin/python hack/localdev.py stop
-.venv/bin/python hack/deploy.py up
+.venv/bin/python -m testbed.localdev stop
+.venv/bin/python -m testbed.deploy up
 
 step "Training examples/jax/trainer.yaml on real-0: JAX on CPU across 3 pods, a checkpoint per epoch; worker 1 is killed after epoch 4"
 .venv/bin/python hack/train_demo.py
@@ -134,5 +165,5 @@ To look around:
   kubectl get trainers,checkpoints,pods -n jax-demo
   kubectl logs -n jax-demo jax-spirals-worker-0
   kubectl get pods -n trainer-operator-system -o wide
-Stop everything:  .venv/bin/python hack/node.py down && .venv/bin/python hack/cluster.py down
+Stop everything:  .venv/bin/python -m testbed.node down && .venv/bin/python -m testbed.cluster down
 MSG

@@ -2,11 +2,11 @@
 """The main job's training part: examples/jax/trainer.yaml on the local cluster's real node, with
 a progress display, one worker killed mid-training and the run resuming from its checkpoint.
 
-    python hack/train_demo.py                 # after cluster.py up and localdev.py start; needs root
+    python hack/train_demo.py                 # after testbed.cluster up and testbed.localdev start; needs root
     python hack/train_demo.py --no-kill       # just train
 
-It brings up the real node (hack/node.py) if it is not Ready, builds and imports the example's
-image (hack/images.py), makes a namespace whose pods run on the node with the S3 checkpoint
+It brings up the real node (testbed/node.py) if it is not Ready, builds and imports the example's
+image (testbed/images.py), makes a namespace whose pods run on the node with the S3 checkpoint
 credentials, applies the example's Trainer (deleting one left by an earlier run) and follows it
 until it succeeds: phase, epoch, global step, the latest committed checkpoint, restarts. With a
 kill (the default), the training process of worker 1 is killed with SIGKILL after the given epoch;
@@ -26,8 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hack import cluster, images, node
-from hack.localdev import kubectl
+from testbed import cluster, containerd, images, node
+from testbed.localdev import kubectl
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jax" / "trainer.yaml"
 NAME = "jax-spirals"
@@ -62,7 +62,7 @@ def log_of(namespace: str, pod: str) -> str:
 def kill_worker(namespace: str) -> None:
     pod = json.loads(kubectl("get", "pod", f"{NAME}-worker-1", "-n", namespace, "-o", "json"))
     container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    node.ctr(node.node_dir(), "tasks", "kill", "--signal", "SIGKILL", container)
+    containerd.ctr(containerd.node_dir(), "tasks", "kill", "--signal", "SIGKILL", container)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         if not node.node_ready(Path(os.environ["KUBECONFIG"])):
-            cluster.say("bringing up the real node real-0 (hack/node.py up)")
+            cluster.say("bringing up the real node real-0 (testbed.node up)")
             if node.main(["up"]) != 0:
                 return 1
-        images.load("jax-example", node.node_dir())
+        images.load("jax-example", containerd.node_dir())
         # Foreground: an earlier run's Checkpoints (same names) are gone before the new one saves.
         kubectl("delete", "trainer", NAME, "-n", args.namespace, "--ignore-not-found", "--cascade=foreground")
         manifests = [node.team_namespace(args.namespace), node.checkpoint_secret(args.namespace)]

@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-The integration session fixture brings the local cluster up with hack/cluster.py (real
+The integration session fixture brings the local cluster up with testbed/cluster.py (real
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok), or uses the cluster in
 $KUBECONFIG when the user set one, installs deploy/overlays/local (CRDs, namespace,
 ServiceAccounts, RBAC) and runs the five controllers as separate processes, each
@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hack import cluster as cluster_tool
-from hack import localdev
 
+from testbed import cluster as cluster_tool
+from testbed import localdev
 from tests.harness import Cluster
 
 

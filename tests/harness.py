@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,18 +61,23 @@ class Cluster:
         return read_metric(self.metrics_ports[controller], name, labels, timeout)
 
 
+def metric_families(port: int, timeout: float = 5) -> list[Metric]:
+    """What the /metrics endpoint at ``port`` exposes, parsed by prometheus_client's own parser."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as response:
+        return list(text_string_to_metric_families(response.read().decode()))
+
+
+def exposed_names(families: list[Metric]) -> set[str]:
+    """The metrics' names as they are registered (a counter's with its _total)."""
+    return {f.name + "_total" if f.type == "counter" else f.name for f in families}
+
+
 def read_metric(port: int, name: str, labels: dict[str, str], timeout: float = 5) -> float:
     """Current value of one sample on the /metrics endpoint at ``port`` (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as response:
-        text = response.read().decode()
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if not labels and line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-        if line.startswith(name + "{"):
-            label_text = line[len(name) + 1 : line.index("}")]
-            if ",".join(sorted(label_text.split(","))) == want:
-                return float(line.rsplit(" ", 1)[1])
+    for family in metric_families(port, timeout):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
     return 0.0
 
 
@@ -109,16 +117,6 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
         if cond["type"] == type_:
             return dict(cond)
     return {}
-
-
-def trainer_manifest(name: str, **spec: Any) -> dict[str, Any]:
-    """A Trainer of one epoch of busybox, with ``spec`` fields added or replaced."""
-    return {
-        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-        "kind": "Trainer",
-        "metadata": {"name": name},
-        "spec": {"epochs": 1, "image": "busybox:1.36", **spec},
-    }
 
 
 def dry_run_pod(cluster: Cluster, name: str, namespace: str, spec: dict[str, Any]) -> tuple[int, str]:

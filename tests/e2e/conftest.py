@@ -1,16 +1,16 @@
 """Every test here runs real containers on the real node (marker: e2e): the local cluster with
-hack/node.py's node (containerd, runc, the kubelet, kube-proxy, CoreDNS). Needs root and the
-Debian packages hack/node.py names; the fixture fails saying what is missing. Tests that train
+testbed/node.py's node (containerd, runc, the kubelet, kube-proxy, CoreDNS). Needs root and the
+Debian packages testbed/packages.py names; the fixture fails saying what is missing. Tests that train
 use the operator as users deploy it: the five controllers as pods from their image
-(hack/deploy.py, deploy/overlays/dev), not the local processes of the integration tests."""
+(testbed/deploy.py, deploy/overlays/dev), not the local processes of the integration tests."""
 
 import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from hack import deploy, images, localdev, node
 
+from testbed import containerd, deploy, images, localdev, node
 from tests.harness import Cluster
 
 
@@ -43,7 +43,7 @@ def operator_in_cluster(cluster: Cluster, real_node: str) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def jax_image(real_node: str, operator_in_cluster: None) -> str:
     """examples/jax's image on the node (with the operator in the cluster to run it)."""
-    images.load("jax-example", node.node_dir())
+    images.load("jax-example", containerd.node_dir())
     return images.IMAGES["jax-example"].ref
 
 

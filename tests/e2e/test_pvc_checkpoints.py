@@ -1,7 +1,7 @@
 """Checkpoints on a PersistentVolumeClaim on the real node: the verifier pod (the operator's image,
 the claim mounted read-only) reports each copy in its termination message, and a real training
 run's checkpoints on the seed's claim pvc-backups are committed from those verdicts and the old
-ones deleted by collector pods (trainerop_checkpoint.pvc, with the operator in the cluster)."""
+ones deleted by collector pods (trainerop_checkpoint.pvc_pods, with the operator in the cluster)."""
 
 import hashlib
 import json
@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hack import cluster as cluster_tool
-from hack import images, node
 
+from testbed import cluster as cluster_tool
+from testbed import containerd, images
 from tests.e2e.test_training import checkpoint_phases, example, finished
 from tests.harness import Cluster, eventually
-from trainerop_checkpoint import pvc
+from trainerop_checkpoint import pvc_pods as pvc
 from trainerop_checkpoint.decide import Copy
 from trainerop_sdk.layout import checkpoint_path, copy_key
 from trainerop_sdk.storage import LocalLocation
@@ -40,7 +40,7 @@ def claim(cluster: Cluster, real_namespace: str) -> Iterator[Path]:
 def test_a_verifier_pod_reads_the_claim_and_reports_each_copy(
     cluster: Cluster, real_namespace: str, claim: Path
 ) -> None:
-    images.load("controllers", node.node_dir())
+    images.load("controllers", containerd.node_dir())
     # The claim's directory on the node, written as training pods write through the SDK.
     in_pod = checkpoint_path("/checkpoints/llama", 300)
     on_host = LocalLocation(checkpoint_path(str(claim / "llama"), 300))

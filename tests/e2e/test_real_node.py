@@ -5,8 +5,7 @@ reaches `kubectl logs` in the kubelet's log format, and its exit code reaches th
 import json
 from typing import Any
 
-from hack import node
-
+from testbed import node
 from tests.harness import Cluster, eventually
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hack import localdev, node
 
+from testbed import containerd, localdev, node
 from tests.harness import Cluster, eventually
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jax" / "trainer.yaml"
@@ -146,7 +146,7 @@ def test_a_killed_worker_comes_back_from_the_latest_committed_checkpoint(
     victim = cluster.get("pod", "resumes-worker-1", real_namespace)
     container = victim["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
     # The training process itself dies (SIGKILL, as the kernel's OOM killer would do it).
-    node.ctr(node.node_dir(), "tasks", "kill", "--signal", "SIGKILL", container)
+    containerd.ctr(containerd.node_dir(), "tasks", "kill", "--signal", "SIGKILL", container)
 
     def replaced() -> dict[str, Any] | None:
         pod = cluster.get("pod", "resumes-worker-1", real_namespace)

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
-from hack import cluster as cluster_tool
-from hack import localdev
 
-from tests.harness import Cluster, KubectlError, eventually, trainer_manifest
+from testbed import cluster as cluster_tool
+from testbed import localdev
+from tests.factories import trainer_manifest
+from tests.harness import Cluster, KubectlError, eventually
 
 SEED_TRAINER = "examples/seed/trainer.yaml"
 PROFILE = {

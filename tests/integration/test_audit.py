@@ -8,18 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hack import localdev
 
+from testbed import localdev
+from tests.factories import trainer_manifest
 from tests.harness import Cluster, KubectlError, eventually
 
 NAME = "audited"
 API = "trainer.operator.kubeflow.org/v1alpha1"
-TRAINER: dict[str, Any] = {
-    "apiVersion": API,
-    "kind": "Trainer",
-    "metadata": {"name": NAME},
-    "spec": {"epochs": 1, "image": "busybox", "topology": {"workers": 1}},
-}
+TRAINER = trainer_manifest(NAME, topology={"workers": 1})
 SA = "system:serviceaccount:trainer-operator-system:trainer-operator-"
 
 

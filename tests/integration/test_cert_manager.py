@@ -1,5 +1,5 @@
 """The webhooks' TLS from the real cert-manager (v1.21.2, built from its Go module by
-hack/certmanager.py and run as a local process against the test cluster): the Issuers and
+testbed/certmanager.py and run as a local process against the test cluster): the Issuers and
 Certificates of deploy/components/cert-manager are issued, cert-manager's CA injector fills the
 caBundle of a webhook configuration carrying cert-manager.io/inject-ca-from, and the profile
 controller serves its webhook with a certificate cert-manager issued, which the API server then
@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
-from hack import certmanager, localdev
-from hack import cluster as cluster_tool
 
-from tests.harness import REPO, Cluster, KubectlError, eventually, trainer_manifest
+from testbed import certmanager, localdev
+from testbed import cluster as cluster_tool
+from tests.factories import trainer_manifest
+from tests.harness import REPO, Cluster, KubectlError, eventually
 
 SYSTEM = localdev.NAMESPACE
 HEALTH_PORT = cluster_tool.PORT_BASE + 38

@@ -15,14 +15,15 @@ from typing import Any
 
 import pytest
 import yaml
-from hack import cluster as cluster_tool
 
+from testbed import cluster as cluster_tool
+from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, KubectlError, condition, eventually
-from trainerop_checkpoint import pvc
+from trainerop_checkpoint import pvc_pods as pvc
 from trainerop_sdk.checkpoint import Checkpointer
 from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
-from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key
-from trainerop_sdk.s3 import Credentials, S3Client, parse_uri
+from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key, parse_s3_uri
+from trainerop_sdk.s3 import Credentials, S3Client
 
 SIM = "sim.trainer.operator.kubeflow.org"
 
@@ -37,7 +38,7 @@ def bucket(cluster: Cluster, namespace: str) -> str:
 
 
 def s3(bucket: str) -> S3Client:
-    return S3Client(Credentials.from_env(cluster_tool.s3_credentials()), parse_uri(bucket)[0])
+    return S3Client(Credentials.from_env(cluster_tool.s3_credentials()), parse_s3_uri(bucket).bucket)
 
 
 def create_credentials(cluster: Cluster, namespace: str, name: str = "ckpt-creds") -> None:
@@ -45,22 +46,18 @@ def create_credentials(cluster: Cluster, namespace: str, name: str = "ckpt-creds
     cluster.kubectl("create", "secret", "generic", name, "-n", namespace, *literals)
 
 
-def trainer_body(name: str, bucket: str, workers: int = 2, **checkpoint: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-        "kind": "Trainer",
-        "metadata": {"name": name},
-        "spec": {
-            "epochs": 3,
-            "image": "train:1",
-            "topology": {"workers": workers, "replicationFactor": 3},
-            "checkpoint": {"bucket": bucket, "credentialsSecret": "ckpt-creds", "maxRetention": 2, **checkpoint},
-        },
-    }
+def checkpointed(name: str, bucket: str, workers: int = 2, **checkpoint: Any) -> dict[str, Any]:
+    """A Trainer of 3 epochs that checkpoints to ``bucket`` (3 copies of each shard, the newest 2 kept)."""
+    return trainer_manifest(
+        name,
+        epochs=3,
+        topology={"workers": workers, "replicationFactor": 3},
+        checkpoint={"bucket": bucket, "credentialsSecret": "ckpt-creds", "maxRetention": 2, **checkpoint},
+    )
 
 
 def start(cluster: Cluster, namespace: str, bucket: str, name: str = "alpha", **checkpoint: Any) -> dict[str, Any]:
-    cluster.apply(trainer_body(name, bucket, **checkpoint), namespace)
+    cluster.apply(checkpointed(name, bucket, **checkpoint), namespace)
     return eventually(
         lambda: (t := cluster.get("trainer", name, namespace)).get("status", {}).get("phase") == "Running" and t,
         what=f"{name} to run",
@@ -228,7 +225,7 @@ def test_a_checkpoint_without_a_quorum_in_time_fails(cluster: Cluster, namespace
 def test_storage_that_is_not_there_holds_the_trainer(
     cluster: Cluster, namespace: str, bucket_value: str, secret: bool, reason: str, fragment: str
 ) -> None:
-    cluster.apply(trainer_body("alpha", bucket_value), namespace)
+    cluster.apply(checkpointed("alpha", bucket_value), namespace)
     obj = eventually(
         lambda: (
             (t := cluster.get("trainer", "alpha", namespace))
@@ -242,9 +239,41 @@ def test_storage_that_is_not_there_holds_the_trainer(
     assert cluster.names("pods", namespace) == set()
 
 
+def test_a_claim_deleted_under_a_trainer_closes_its_gate(cluster: Cluster, namespace: str) -> None:
+    """The section a ready claim gave (resume point, contribution) goes with the claim; an empty
+    section applied instead would be null, which the API server refuses (seen while namespaces
+    were deleted: the write was retried until the Trainer went)."""
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": cluster_tool.checkpoint_volume(namespace, "gone-soon")})
+    cluster.apply(checkpointed("alpha", "gone-soon"), namespace)
+    eventually(
+        lambda: "contribution" in cluster.get("trainer", "alpha", namespace).get("status", {}).get("checkpoint", {}),
+        what="the claim's contribution",
+    )
+    cluster.kubectl("delete", "pvc", "gone-soon", "-n", namespace, "--wait=false")
+    cluster.kubectl(
+        "patch",
+        "pvc",
+        "gone-soon",
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/metadata/finalizers"}]',
+    )
+    obj = eventually(
+        lambda: (
+            (t := cluster.get("trainer", "alpha", namespace))
+            and condition(t, "CheckpointReady").get("reason") == "StorageNotFound"
+            and t
+        ),
+        what="StorageNotFound",
+    )
+    assert "checkpoint" not in obj["status"]
+    cluster.kubectl("delete", "persistentvolume", f"{namespace}-gone-soon", "--wait=false")
+
+
 SIGTERM_SCRIPT = """
 import json, sys, time
-from trainerop_checkpoint import pvc
 from trainerop_sdk.checkpoint import Checkpointer
 from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
 args = json.loads(sys.argv[1])
@@ -316,7 +345,7 @@ def test_a_pvc_checkpoint_is_verified_by_a_pod_that_mounts_the_claim(cluster: Cl
     explained, and the pod goes with the checkpoint's timeout. A verifier's answer leading to a
     commit and collection: tests/e2e/test_pvc_checkpoints.py."""
     cluster.apply({"apiVersion": "v1", "kind": "List", "items": cluster_tool.checkpoint_volume(namespace)})
-    body = trainer_body("alpha", "pvc-backups", commitTimeoutSeconds=45)
+    body = checkpointed("alpha", "pvc-backups", commitTimeoutSeconds=45)
     del body["spec"]["checkpoint"]["credentialsSecret"]
     cluster.apply(body, namespace)
     eventually(lambda: cluster.get("trainer", "alpha", namespace).get("status", {}).get("phase") == "Running")
@@ -401,7 +430,7 @@ def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster
     root = {"capabilities": {"add": ["SYS_ADMIN"]}, "allowPrivilegeEscalation": False}
     secret = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "ckpt-creds", "key": "AWS_SECRET_ACCESS_KEY"}}}
     assert "only checkpoint verifier and collector pods" in refused(lambda p, c: p["metadata"]["labels"].clear())
-    assert "python -m trainerop_checkpoint.pvc" in refused(lambda p, c: c.update(command=["sh", "-c", "id"]))
+    assert "python -m trainerop_checkpoint.pvc_worker" in refused(lambda p, c: c.update(command=["sh", "-c", "id"]))
     assert "no ServiceAccount token" in refused(lambda p, c: p["spec"].update(automountServiceAccountToken=True))
     assert "one PersistentVolumeClaim" in refused(lambda p, c: p["spec"]["volumes"].append(host))
     assert "read-only to verify" in refused(lambda p, c: c["volumeMounts"][0].pop("readOnly"))

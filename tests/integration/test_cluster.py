@@ -6,8 +6,8 @@ import sys
 from typing import Any
 
 import pytest
-from hack import cluster as cluster_tool
 
+from testbed import cluster as cluster_tool
 from tests.harness import REPO, Cluster, eventually
 
 
@@ -52,9 +52,9 @@ def test_the_real_scheduler_binds_a_gpu_pod_to_a_kwok_node(cluster: Cluster, nam
 
 def test_status_command_reports_every_component_healthy(cluster: Cluster) -> None:
     if not (cluster_tool.RUN_DIR / "pids").is_dir():
-        pytest.skip("the session uses the cluster in $KUBECONFIG, not one hack/cluster.py started")
+        pytest.skip("the session uses the cluster in $KUBECONFIG, not one testbed.cluster started")
     result = subprocess.run(
-        [sys.executable, str(REPO / "hack" / "cluster.py"), "status"], capture_output=True, text=True
+        [sys.executable, "-m", "testbed.cluster", "status"], cwd=REPO, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
     for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):

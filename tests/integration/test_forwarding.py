@@ -1,5 +1,5 @@
 """Log forwarding end to end (issue 7): the five controllers' recorded logs, laid out as the kubelet
-writes container logs, go through the forwarding path that runs here (hack/logforward.py executing
+writes container logs, go through the forwarding path that runs here (testbed/logforward.py executing
 deploy/components/log-forwarding/fluent-bit.yaml, its Lua redaction in real Lua) to a SIEM-style
 HTTP receiver. Every audit record arrives exactly once and intact, every controller log line
 arrives, and a secret that slipped into the logs unmasked arrives masked.
@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hack import localdev
-from hack.logforward import DEFAULT_CONFIG, Receiver
 
+from testbed import localdev
+from testbed.logforward import DEFAULT_CONFIG, Receiver
+from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, dry_run_pod, eventually
 from trainerop_common.redaction import redact, redact_text
 
@@ -74,15 +75,7 @@ def test_recorded_controller_logs_reach_the_siem_intact_with_secrets_masked(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     canary = f"canary-{uuid.uuid4().hex}"
-    cluster.apply(
-        {
-            "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-            "kind": "Trainer",
-            "metadata": {"name": "forwarded"},
-            "spec": {"epochs": 1, "image": "busybox", "env": [{"name": "API_TOKEN", "value": canary}]},
-        },
-        namespace,
-    )
+    cluster.apply(trainer_manifest("forwarded", env=[{"name": "API_TOKEN", "value": canary}]), namespace)
 
     def records_and_their_lines() -> tuple[list[dict[str, Any]], dict[str, list[str]]] | None:
         records = json.loads(cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "json"))["items"]
@@ -134,7 +127,7 @@ def test_recorded_controller_logs_reach_the_siem_intact_with_secrets_masked(
             "SIEM_LOGS_URI": "/siem/logs",
         }
         result = subprocess.run(
-            [sys.executable, "hack/logforward.py", "forward", "--path", str(logdir), "--retry-wait", "0.2"],
+            [sys.executable, "-m", "testbed.logforward", "forward", "--path", str(logdir), "--retry-wait", "0.2"],
             cwd=REPO,
             env=env,
             capture_output=True,

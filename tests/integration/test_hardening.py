@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from hack import localdev
 
+from testbed import localdev
 from tests.harness import REPO, Cluster, dry_run_pod
 
 SNAPSHOTS = Path(__file__).parent / "rbac"

@@ -7,17 +7,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.factories import trainer_manifest
 from tests.harness import Cluster, condition, eventually
 from trainerop_sdk.heartbeat import Heartbeat, HeartbeatError
 
 
 def trainer(name: str, workers: int = 2, **run_policy: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-        "kind": "Trainer",
-        "metadata": {"name": name},
-        "spec": {"epochs": 5, "image": "train:1", "topology": {"workers": workers}, "runPolicy": run_policy},
-    }
+    return trainer_manifest(name, epochs=5, topology={"workers": workers}, runPolicy=run_policy)
 
 
 def beat_as(cluster: Cluster, namespace: str, runner: str, lease: str) -> Heartbeat:

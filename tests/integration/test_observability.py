@@ -5,7 +5,6 @@ no secret in them."""
 
 import json
 import re
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hack import localdev
-from hack.logforward import Received, Receiver
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.harness import REPO, Cluster, eventually, trainer_manifest
+from testbed import localdev
+from testbed.logforward import Received, Receiver
+from tests.factories import trainer_manifest
+from tests.harness import REPO, Cluster, eventually, exposed_names, metric_families
 
 CANARY = f"canary-{uuid.uuid4().hex}"
 
@@ -38,10 +38,7 @@ def documented() -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("controller", localdev.CONTROLLERS)
 def test_the_metrics_endpoint_exposes_the_documented_names(cluster: Cluster, controller: str) -> None:
-    port = cluster.metrics_ports[controller]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    exposed = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    exposed = exposed_names(metric_families(cluster.metrics_ports[controller], timeout=30))
     wanted = documented()[controller]
     assert wanted, controller
     assert wanted <= exposed, f"{controller} does not expose {sorted(wanted - exposed)}"

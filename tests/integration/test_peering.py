@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from hack import cluster as cluster_tool
-from hack import localdev
 
+from testbed import cluster as cluster_tool
+from testbed import localdev
 from tests.harness import REPO, Cluster, eventually, read_metric
 from trainerop_common.api import GROUP
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from hack import localdev
 
+from testbed import localdev
 from tests.harness import REPO, Cluster, KubectlError, condition, eventually
 
 SEED = REPO / "examples" / "seed"
@@ -305,8 +305,11 @@ def test_rbac_keeps_teams_to_their_own_namespace(cluster: Cluster, namespace: st
 def test_the_profile_examples_are_accepted_by_the_api_server(cluster: Cluster, namespace: str) -> None:
     # the example Trainer names the seed's profile, which the profile webhook wants to exist
     cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "examples" / "seed" / "trainingprofile.yaml"))
-    for path in sorted((REPO / "examples" / "profiles").glob("*.yaml")):
-        cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+    examples = sorted((REPO / "examples" / "profiles").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        out = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+        assert "(server dry run)" in out, f"{path.name}: {out}"
 
 
 def test_where_it_may_not_look_for_secrets_it_says_so(cluster: Cluster, namespace: str) -> None:

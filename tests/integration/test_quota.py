@@ -5,9 +5,9 @@ import json
 import time
 from typing import Any
 
-from hack import cluster as cluster_tool
-from hack import localdev
-
+from testbed import cluster as cluster_tool
+from testbed import localdev
+from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, condition, eventually
 
 GPU = "nvidia.com/gpu"
@@ -18,18 +18,7 @@ ADMISSION = "trainer.operator.kubeflow.org/admission"
 def run(name: str, workers: int = 1, gpus: int = 8, domain: str | None = None, **spec: Any) -> dict[str, Any]:
     """A Trainer of ``workers`` pods with ``gpus`` each, pinned to one NVLink domain if given
     (each domain has one spot and one on-demand node: kwok-gpu-2k and kwok-gpu-2k+1)."""
-    body: dict[str, Any] = {
-        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-        "kind": "Trainer",
-        "metadata": {"name": name},
-        "spec": {
-            "epochs": 1,
-            "image": "busybox",
-            "resources": {"limits": {GPU: gpus}},
-            "topology": {"workers": workers},
-            **spec,
-        },
-    }
+    body = trainer_manifest(name, resources={"limits": {GPU: gpus}}, topology={"workers": workers}, **spec)
     if domain:
         selector = {"nodeSelector": {f"{cluster_tool.LABEL_PREFIX}/nvlink-domain": domain}}
         body["spec"]["podTemplateOverrides"] = {"worker": {"spec": selector}}
@@ -228,8 +217,11 @@ def test_fifty_trainers_at_once_never_over_commit(cluster: Cluster, namespace: s
 
 
 def test_the_quota_examples_are_accepted_by_the_api_server(cluster: Cluster, namespace: str) -> None:
-    for path in sorted((REPO / "examples" / "quota").glob("*.yaml")):
-        cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+    examples = sorted((REPO / "examples" / "quota").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        out = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+        assert "(server dry run)" in out, f"{path.name}: {out}"
 
 
 def test_a_restarted_quota_controller_keeps_every_admission(cluster: Cluster, namespace: str, policy: Any) -> None:

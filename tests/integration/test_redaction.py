@@ -1,4 +1,4 @@
-"""A canary secret value never leaves the places a user put it (DESIGN §4): it is in a Trainer's
+"""A canary secret value never leaves the places a user put it (docs/architecture.md): it is in a Trainer's
 env, in the Secret a profile mounts and in the checkpoint credentials the checkpoint controller
 reads, and it must not appear in any controller's log, any Event, any status or any AuditLog."""
 
@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hack import cluster as cluster_tool
-from hack import localdev
 
+from testbed import cluster as cluster_tool
+from testbed import localdev
+from tests.factories import trainer_manifest
 from tests.harness import Cluster, condition, eventually
 
 GATES = ("ProfileResolved", "QuotaAdmitted", "CheckpointReady")
@@ -65,26 +66,17 @@ def test_a_canary_secret_reaches_no_log_event_status_or_audit_record(
     )
     try:
         cluster.apply(
-            {
-                "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-                "kind": "Trainer",
-                "metadata": {"name": "canary"},
-                "spec": {
-                    "epochs": 1,
-                    "image": "busybox",
-                    "profile": "canary-profile",
-                    "resources": {"limits": {"nvidia.com/gpu": 1}},
-                    "topology": {"workers": 2},
-                    "env": [
-                        {"name": "API_TOKEN", "value": canary},
-                        {
-                            "name": "DB_PASSWORD",
-                            "valueFrom": {"secretKeyRef": {"name": "canary-vault", "key": "api-key"}},
-                        },
-                    ],
-                    "checkpoint": {"bucket": "s3://canary-bucket/runs", "credentialsSecret": "canary-s3"},
-                },
-            },
+            trainer_manifest(
+                "canary",
+                profile="canary-profile",
+                resources={"limits": {"nvidia.com/gpu": 1}},
+                topology={"workers": 2},
+                env=[
+                    {"name": "API_TOKEN", "value": canary},
+                    {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "canary-vault", "key": "api-key"}}},
+                ],
+                checkpoint={"bucket": "s3://canary-bucket/runs", "credentialsSecret": "canary-s3"},
+            ),
             namespace,
         )
 

@@ -1,4 +1,4 @@
-"""The status protocol between the controllers (DESIGN §3) against the real API server."""
+"""The status protocol between the controllers (docs/design/status-protocol.md) against the real API server."""
 
 import json
 from typing import Any
@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, KubectlError, condition, eventually
 from tests.integration.test_seed_examples import converged
 
@@ -52,12 +53,9 @@ def test_each_controller_writes_only_its_own_status_section(cluster: Cluster, na
 def test_the_api_server_refuses_a_controller_writing_another_section(cluster: Cluster, namespace: str) -> None:
     cluster.apply(SEED_TRAINER, namespace)
     eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
-    intrusion = {
-        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-        "kind": "Trainer",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "status": {"phase": "Succeeded"},  # differs from what the trainer wrote: a real conflict
-    }
+    intrusion = trainer_manifest(NAME, namespace=namespace)
+    del intrusion["spec"]  # an apply to the status subresource carries only the status it sets
+    intrusion["status"] = {"phase": "Succeeded"}  # differs from what the trainer wrote: a real conflict
     with pytest.raises(KubectlError) as refused:
         cluster.kubectl(
             "apply",

@@ -4,8 +4,9 @@ import json
 from typing import Any
 
 import yaml
-from hack import cluster as cluster_tool
 
+from testbed import cluster as cluster_tool
+from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, condition, eventually
 
 SEED_TRAINER: dict[str, Any] = yaml.safe_load((REPO / "examples" / "seed" / "trainer.yaml").read_text())
@@ -201,17 +202,7 @@ def test_a_replacement_keeps_its_replicas_claim(cluster: Cluster, namespace: str
         )
     try:
         cluster.apply(
-            {
-                "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-                "kind": "Trainer",
-                "metadata": {"name": name},
-                "spec": {
-                    "epochs": 1,
-                    "image": "img",
-                    "topology": {"workers": 2},
-                    "storage": {"size": "1Gi", "storageClassName": ""},
-                },
-            },
+            trainer_manifest(name, topology={"workers": 2}, storage={"size": "1Gi", "storageClassName": ""}),
             namespace,
         )
 

@@ -68,6 +68,18 @@ CASES = [
         ["bucket must be a PersistentVolumeClaim name or s3://bucket/prefix"],
     ),
     (
+        "s3 prefix that climbs out of itself",
+        SEED_TRAINER,
+        lambda t: t["spec"]["checkpoint"].update(bucket="s3://ckpt/../other", credentialsSecret="creds"),
+        ["bucket must be a PersistentVolumeClaim name or s3://bucket/prefix", "not starting with '.'"],
+    ),
+    (
+        "more shard writers than a Checkpoint holds",
+        SEED_TRAINER,
+        set_path("spec.topology", {"workers": 2000}),
+        ["at most 1024 replicas that write a checkpoint shard", "lower topology.workers"],
+    ),
+    (
         "checkpoint copy outside its path",
         CHECKPOINT,
         set_path("spec.shards", [{"index": 0, "sha256": "a" * 64, "size": 1, "copies": ["../other/copy-0"]}]),
@@ -238,3 +250,8 @@ def test_a_valid_edit_of_the_seed_is_accepted(cluster: Cluster, namespace: str) 
     """The table above fails for the reason it names, not because the base object is broken."""
     cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "tensorflow")), namespace)
     cluster.apply(SEED_PROFILE, namespace)
+    stored = cluster.get("trainer", SEED_TRAINER["metadata"]["name"], namespace)
+    assert stored["spec"]["framework"] == "tensorflow"
+    asked = SEED_TRAINER["spec"]["checkpoint"]
+    assert {k: stored["spec"]["checkpoint"][k] for k in asked} == asked
+    assert cluster.get("trainingprofile", SEED_PROFILE["metadata"]["name"], namespace)["spec"] == SEED_PROFILE["spec"]

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from tests.factories import trainer_body, trainer_fields, trainer_spec
 from trainerop_common.admission import Request, request_of
 from trainerop_common.api.quota import QuotaPolicySpec
-from trainerop_common.api.trainer import TrainerSpec
 from trainerop_profile.admission import DEFAULT_PROFILE_LABEL, check_profile, default_profile
 from trainerop_quota.admission import check_scheduling
 from trainerop_quota.decide import PolicyInfo
@@ -18,20 +18,12 @@ GPU = "nvidia.com/gpu"
 SEED_RESOURCES = {"requests": {"cpu": 20, "memory": "40Gi"}, "limits": {GPU: 8}}
 
 
-def raw(**extra: Any) -> dict[str, Any]:
-    return {"epochs": 1, "image": "img", **extra}
-
-
-def spec(**extra: Any) -> TrainerSpec:
-    return TrainerSpec.model_validate(raw(**extra))
-
-
 def create(**extra: Any) -> Request:
-    return Request("CREATE", "team-a", "run", raw(**extra), None)
+    return Request("CREATE", "team-a", "run", trainer_fields(**extra), None)
 
 
 def update(old: dict[str, Any], **new: Any) -> Request:
-    return Request("UPDATE", "team-a", "run", raw(**new), raw(**old))
+    return Request("UPDATE", "team-a", "run", trainer_fields(**new), trainer_fields(**old))
 
 
 def node(name: str, cpu: str = "96", memory: str = "1Ti", gpus: str | None = "8") -> dict[str, Any]:
@@ -45,8 +37,8 @@ def node(name: str, cpu: str = "96", memory: str = "1Ti", gpus: str | None = "8"
 
 
 def test_a_request_says_which_fields_an_update_changes() -> None:
-    before = {"metadata": {"name": "run", "namespace": "ns"}, "spec": raw(profile="a", topology={"workers": 2})}
-    after = {"metadata": {"name": "run", "namespace": "ns"}, "spec": raw(profile="a", topology={"workers": 3})}
+    before = trainer_body("run", "ns", profile="a", topology={"workers": 2})
+    after = trainer_body("run", "ns", profile="a", topology={"workers": 3})
     request = request_of(after, before, "UPDATE")
     assert (request.namespace, request.name) == ("ns", "run")
     assert request.changed("topology", "workers")
@@ -74,7 +66,7 @@ def test_an_override_of_a_role_the_run_does_not_have_is_a_warning(
     framework: str, topology: dict[str, Any], override: str, unused: bool
 ) -> None:
     warnings = trainer.unused_overrides(
-        spec(framework=framework, topology=topology, podTemplateOverrides={override: {"metadata": {}}})
+        trainer_spec(framework=framework, topology=topology, podTemplateOverrides={override: {"metadata": {}}})
     )
     assert bool(warnings) is unused
     if unused:
@@ -86,19 +78,19 @@ def test_an_override_of_a_role_the_run_does_not_have_is_a_warning(
 
 def test_limits_stand_for_missing_requests_and_zero_asks_for_nothing() -> None:
     resources = {"requests": {"cpu": "500m", "memory": 0}, "limits": {GPU: 2, "cpu": 4, "memory": "1Gi"}}
-    wanted = trainer.pod_requests(spec(resources=resources))
+    wanted = trainer.pod_requests(trainer_spec(resources=resources))
     assert {k: str(v) for k, v in wanted.items()} == {"cpu": "0.500", GPU: "2"}
-    assert trainer.pod_requests(spec()) == {}
+    assert trainer.pod_requests(trainer_spec()) == {}
 
 
 def test_a_pod_fits_when_one_node_offers_every_resource_it_asks_for() -> None:
-    wanted = trainer.pod_requests(spec(resources=SEED_RESOURCES))
+    wanted = trainer.pod_requests(trainer_spec(resources=SEED_RESOURCES))
     assert trainer.check_node_fit(wanted, [node("small", cpu="8"), node("big")]) is None
     assert trainer.check_node_fit({}, []) is None  # asking for nothing fits anywhere
 
 
 def test_a_pod_no_node_can_hold_is_refused_naming_the_closest_nodes() -> None:
-    wanted = trainer.pod_requests(spec(resources=SEED_RESOURCES))
+    wanted = trainer.pod_requests(trainer_spec(resources=SEED_RESOURCES))
     nodes = [node("cpu-only", gpus=None), node("small-gpu", cpu="16"), node("tiny", cpu="2", memory="4Gi", gpus="1")]
     message = trainer.check_node_fit(wanted, nodes)
     assert message is not None
@@ -116,7 +108,7 @@ def test_no_nodes_at_all_is_said_plainly() -> None:
 
 
 def test_the_verdict_judges_node_fit_only_when_given_nodes() -> None:
-    seed = spec(resources=SEED_RESOURCES)
+    seed = trainer_spec(resources=SEED_RESOURCES)
     assert trainer.validate(create(), seed, [node("cpu-only", gpus=None)]).problems
     assert trainer.validate(create(), seed, None).allowed
 
@@ -131,7 +123,7 @@ def test_the_namespace_default_profile_fills_a_trainer_created_without_one() -> 
     assert verdict.warnings == ("spec.profile set to 'team-defaults', the default profile of namespace 'team-a'",)
     assert default_profile(create(profile="own"), labels).spec == {}  # the user's choice stays
     assert default_profile(create(), {}).spec == {}  # no default: nothing to fill
-    assert default_profile(update(raw()), labels).spec == {}  # only new Trainers get it
+    assert default_profile(update(trainer_fields()), labels).spec == {}  # only new Trainers get it
 
 
 def test_a_missing_profile_is_refused_on_create_and_when_an_update_names_it() -> None:
@@ -164,18 +156,18 @@ def policy(**extra: Any) -> PolicyInfo:
 
 def test_a_priority_class_the_governing_policy_lacks_is_refused() -> None:
     request = create(scheduling={"priorityClassName": "urgent"})
-    verdict = check_scheduling(request, spec(**request.spec), policy())
+    verdict = check_scheduling(request, trainer_spec(**request.spec), policy())
     assert verdict.problems == (
         "spec.scheduling.priorityClassName: QuotaPolicy 'gpu-teams', which governs namespace 'team-a', has no "
         "priority class 'urgent' (it defines 'high'); use one of those or leave it unset",
     )
     ok = create(scheduling={"priorityClassName": "high"})
-    assert check_scheduling(ok, spec(**ok.spec), policy()).allowed
+    assert check_scheduling(ok, trainer_spec(**ok.spec), policy()).allowed
 
 
 def test_a_preference_leaving_no_budgeted_capacity_is_refused() -> None:
     request = create(scheduling={"preference": "OnDemandOnly"})
-    verdict = check_scheduling(request, spec(**request.spec), policy())
+    verdict = check_scheduling(request, trainer_spec(**request.spec), policy())
     assert len(verdict.problems) == 1
     assert (
         "OnDemandOnly leaves no capacity type that QuotaPolicy 'gpu-teams' budgets for (it has: spot)"
@@ -185,8 +177,8 @@ def test_a_preference_leaving_no_budgeted_capacity_is_refused() -> None:
 
 def test_scheduling_under_no_policy_is_a_warning_and_unchanged_scheduling_is_not_judged() -> None:
     request = create(scheduling={"priorityClassName": "urgent"})
-    verdict = check_scheduling(request, spec(**request.spec), None)
+    verdict = check_scheduling(request, trainer_spec(**request.spec), None)
     assert verdict.allowed
     assert verdict.warnings[0].startswith("spec.scheduling has no effect")
     same = update({"scheduling": {"priorityClassName": "urgent"}}, scheduling={"priorityClassName": "urgent"})
-    assert check_scheduling(same, spec(**same.spec), policy()).allowed  # the policy changed later: not now
+    assert check_scheduling(same, trainer_spec(**same.spec), policy()).allowed  # the policy changed later: not now

@@ -1,4 +1,4 @@
-"""Checkpoints on a PVC (trainerop_checkpoint.pvc): the verifier and collector pods, what they do on
+"""Checkpoints on a PVC (trainerop_checkpoint.pvc_pods, .pvc_worker): the verifier and collector pods, what they do on
 the mounted claim, and the controller's plan — which pods to create and delete and what their
 one-letter answers mean."""
 
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from trainerop_checkpoint import pvc
+from trainerop_checkpoint import pvc_pods as pvc
+from trainerop_checkpoint import pvc_worker
 from trainerop_checkpoint.decide import RECHECK_SECONDS, Copy
 from trainerop_sdk.layout import checkpoint_path, copy_key
 from trainerop_sdk.storage import LocalLocation, open_location
@@ -56,7 +57,7 @@ def test_the_verifier_mounts_the_claim_read_only_without_a_token_or_privileges()
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    assert container["command"] == ["python", "-m", "trainerop_checkpoint.pvc"]
+    assert container["command"] == ["python", "-m", "trainerop_checkpoint.pvc_worker"]
     (owner,) = pod["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("Checkpoint", "uid-1")  # goes with its Checkpoint
     (env,) = container["env"]
@@ -96,13 +97,13 @@ def test_the_verifier_finds_good_missing_and_corrupted_copies(tmp_path: Path) ->
     copies = copies_on_disk(tmp_path, {0: b"weights of shard 0", 1: b"weights of shard 1"})
     (Path(copies[1].path) / copies[1].key).write_bytes(b"bit rot")  # shard 0, copy 1
     (Path(copies[5].path) / copies[5].key).unlink()  # shard 1, copy 2
-    assert pvc.check(pvc.encode_request(copies)) == "oxooom"
+    assert pvc_worker.check(pvc.encode_request(copies)) == "oxooom"
 
 
 def test_a_copy_with_the_right_hash_but_another_size_is_a_mismatch(tmp_path: Path) -> None:
     (copy,) = copies_on_disk(tmp_path, {0: b"x"}, replicas=1)
     wrong = Copy(copy.checkpoint, copy.uid, copy.path, copy.key, copy.sha256, copy.size + 1)
-    assert pvc.check(pvc.encode_request([wrong])) == "x"
+    assert pvc_worker.check(pvc.encode_request([wrong])) == "x"
 
 
 def test_the_collector_deletes_checkpoint_directories_and_nothing_outside_the_claim(tmp_path: Path) -> None:
@@ -121,14 +122,14 @@ def test_the_collector_deletes_checkpoint_directories_and_nothing_outside_the_cl
     def delete(path: str) -> object:
         return open_location(path, local_root=str(tmp_path)).delete_all()
 
-    assert pvc.collect(json.dumps(requested), delete) == "ddeeeee"
+    assert pvc_worker.collect(json.dumps(requested), delete) == "ddeeeee"
     assert not (tmp_path / "llama" / "step-0000000300").exists()
     assert (tmp_path / "llama").exists()
 
     def broken(path: str) -> object:
         raise PermissionError(13, "Permission denied", path)
 
-    assert pvc.collect(json.dumps([PATH]), broken) == "e"
+    assert pvc_worker.collect(json.dumps([PATH]), broken) == "e"
 
 
 def test_large_checkpoints_are_split_so_each_answer_fits_a_termination_message() -> None:
@@ -144,14 +145,14 @@ def test_main_answers_in_the_termination_log(tmp_path: Path, monkeypatch: pytest
     log = tmp_path / "termination-log"
     monkeypatch.setenv("TRAINEROP_TERMINATION_LOG", str(log))
     monkeypatch.setenv(pvc.VERIFY_ENV, pvc.encode_request(copies))
-    assert pvc.main([]) == 0
+    assert pvc_worker.main([]) == 0
     assert log.read_text() == "oo"
     monkeypatch.delenv(pvc.VERIFY_ENV)
     monkeypatch.setenv(pvc.COLLECT_ENV, json.dumps(["/elsewhere"]))
-    assert pvc.main([]) == 0
+    assert pvc_worker.main([]) == 0
     assert log.read_text() == "e"
     monkeypatch.delenv(pvc.COLLECT_ENV)
-    assert pvc.main([]) == 2
+    assert pvc_worker.main([]) == 2
 
 
 # The controller's plan, on pods as the API server returns them (the created manifest plus a status).
@@ -179,7 +180,7 @@ def test_a_checkpoint_without_a_pod_gets_one_for_all_its_copies() -> None:
     plan = pvc.plan_verification(TARGET, a + b, [], NOW)
     assert [p["metadata"]["ownerReferences"][0]["uid"] for p in plan.create] == ["uid-1", "uid-2"]
     assert plan.create[0] == pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", a)
-    assert (plan.delete, plan.verdicts, plan.notes) == ((), {}, {})
+    assert (plan.delete, plan.copy_states, plan.notes) == ((), {}, {})
 
 
 def test_a_pod_at_work_is_waited_for_and_its_wait_explained() -> None:
@@ -205,7 +206,7 @@ def test_an_answer_of_all_good_copies_is_final_and_the_pod_goes() -> None:
     copies = reported(shards=1)
     manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
     plan = pvc.plan_verification(TARGET, copies, [pod_with(manifest, ended("ooo"))], NOW)
-    assert plan.verdicts == {("uid-1", c.key, c.sha256): "ok" for c in copies}
+    assert plan.copy_states == {("uid-1", c.key, c.sha256): "ok" for c in copies}
     assert plan.delete == (manifest["metadata"]["name"],)
     assert plan.create == ()
 
@@ -217,7 +218,7 @@ def test_a_missing_copy_is_looked_at_again_after_a_rest() -> None:
     answered = pod_with(manifest, ended("omo"))
     # Just answered: the verdicts count, the pod stays (no tight loop of pods for a late copy).
     plan = pvc.plan_verification(TARGET, copies, [answered], NOW + timedelta(seconds=1))
-    assert plan.verdicts[("uid-1", copies[1].key, copies[1].sha256)] == "missing"
+    assert plan.copy_states[("uid-1", copies[1].key, copies[1].sha256)] == "missing"
     assert (plan.create, plan.delete) == ((), ())
     # The ok ones are no longer wanted: after the rest the pod goes and a new one reads only copy 1.
     rested = NOW + timedelta(seconds=RECHECK_SECONDS)
@@ -265,7 +266,7 @@ def test_a_pod_without_an_answer_is_a_failure_retried_after_a_rest(status: dict[
     name = manifest["metadata"]["name"]
     plan = pvc.plan_verification(TARGET, copies, [pod_with(manifest, status)], NOW)
     assert plan.failures == ((name, failure),)
-    assert plan.verdicts == {}
+    assert plan.copy_states == {}
     assert (plan.create, plan.delete) == ((), ())
     assert "failed" in plan.notes["uid-1"]
     later = pvc.plan_verification(TARGET, copies, [pod_with(manifest, status)], NOW + timedelta(seconds=60))
@@ -316,7 +317,7 @@ def test_a_pod_this_controller_would_not_have_made_is_deleted_unread() -> None:
     for variant in (forged_owner, other_image, other_claim):
         variant["metadata"]["name"] = "forged"
         plan = pvc.plan_verification(TARGET, copies, [pod_with(variant, ended("ooo"))], NOW)
-        assert plan.verdicts == {}  # its answer is not believed
+        assert plan.copy_states == {}  # its answer is not believed
         assert plan.delete == ("forged",)
         assert [p["metadata"]["name"] for p in plan.create] == [manifest["metadata"]["name"]]
     upgraded = replace(TARGET, image="trainer-operator:v2")
@@ -330,7 +331,7 @@ def test_answers_count_only_for_copies_still_wanted() -> None:
     copies = reported(shards=1)
     manifest = pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)
     plan = pvc.plan_verification(TARGET, copies[:1], [pod_with(manifest, ended("mmm"))], NOW)
-    assert set(plan.verdicts) == {("uid-1", copies[0].key, copies[0].sha256)}
+    assert set(plan.copy_states) == {("uid-1", copies[0].key, copies[0].sha256)}
 
 
 def test_a_resting_pod_says_when_it_is_due_and_a_pod_stuck_terminating_is_forced() -> None:

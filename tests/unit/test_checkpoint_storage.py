@@ -5,13 +5,59 @@ from pathlib import Path
 import pytest
 
 from trainerop_sdk.checkpoint import default_shard
-from trainerop_sdk.layout import checkpoint_dir, checkpoint_name, checkpoint_path, copy_key
+from trainerop_sdk.layout import (
+    Claim,
+    S3Bucket,
+    StorageLocation,
+    checkpoint_dir,
+    checkpoint_name,
+    checkpoint_path,
+    copy_key,
+    parse_bucket,
+)
 from trainerop_sdk.storage import LocalLocation, open_location
 
 
+@pytest.mark.parametrize(
+    ("bucket", "location", "directory"),
+    [
+        ("pvc-backups", Claim("pvc-backups"), "/checkpoints/llama"),
+        ("s3://ckpt/runs/", S3Bucket("ckpt", "runs"), "s3://ckpt/runs/team-a/llama"),
+        ("s3://ckpt/team-a/runs", S3Bucket("ckpt", "team-a/runs"), "s3://ckpt/team-a/runs/team-a/llama"),
+        ("s3://ckpt", S3Bucket("ckpt", ""), "s3://ckpt/team-a/llama"),
+        ("s3://ckpt/v1.2/_x", S3Bucket("ckpt", "v1.2/_x"), "s3://ckpt/v1.2/_x/team-a/llama"),
+    ],
+)
+def test_a_bucket_is_parsed_once_into_a_location(bucket: str, location: StorageLocation, directory: str) -> None:
+    assert parse_bucket(bucket) == location
+    assert checkpoint_dir(location, "team-a", "llama") == directory
+
+
+# A segment that climbs out of the prefix ("..", "."), or "#" and "?" that would cut the prefix short
+# (every Trainer's data under one prefix): refused, here and by the CRD's rule (test_models).
+@pytest.mark.parametrize(
+    "bucket",
+    [
+        "s3://bkt/../other",
+        "s3://bkt/runs/..",
+        "s3://bkt/./runs",
+        "s3://bkt/.hidden",
+        "s3:///x",
+        "s3://bkt/team#a",
+        "s3://bkt/a?b",
+        "s3://bkt//a",
+        "gs://bkt/p",
+        "/checkpoints",
+        "Pvc",
+        "pvc..backups",
+    ],
+)
+def test_a_bucket_that_could_leave_its_prefix_is_refused(bucket: str) -> None:
+    with pytest.raises(ValueError, match="is n"):
+        parse_bucket(bucket)
+
+
 def test_layout() -> None:
-    assert checkpoint_dir("pvc-backups", "team-a", "llama") == "/checkpoints/llama"
-    assert checkpoint_dir("s3://ckpt/runs/", "team-a", "llama") == "s3://ckpt/runs/team-a/llama"
     assert checkpoint_path("/checkpoints/llama", 1200) == "/checkpoints/llama/step-0000001200"
     assert checkpoint_name("llama", 1200) == "llama-step-1200"
     assert copy_key(3, 1) == "shard-00003/copy-1"

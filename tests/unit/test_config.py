@@ -1,26 +1,42 @@
+"""Flags, with TRAINEROP_* variables as defaults: the runtime's, the webhooks' (for the controllers
+that serve them) and each controller's own."""
+
 import pytest
 
-from trainerop_common.config import env_gates, parse_args
+from trainerop_audit.config import AuditConfig
+from trainerop_checkpoint.config import CheckpointConfig
+from trainerop_common.config import parse_args
+from trainerop_profile.config import ProfileConfig
+from trainerop_quota.config import QuotaConfig
+from trainerop_trainer.config import TrainerConfig, env_gates
 
 
 def test_components_announce_gates_through_their_own_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINEROP_GATE_PROFILE", "true")
     monkeypatch.setenv("TRAINEROP_GATE_AUDIT", "true")
-    config = parse_args("trainer", [])
-    assert config.gates == ("audit", "profile")
-    assert config.gate_conditions == ("ProfileResolved",)  # audit never gates
+    _, trainer = parse_args("trainer", TrainerConfig, [], webhooks=True)
+    assert trainer.gates == ("audit", "profile")
+    assert trainer.gate_conditions == ("ProfileResolved",)  # audit never gates
 
 
 def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINEROP_QPS", "5")
-    config = parse_args("quota", ["--qps", "7", "--namespace", "a", "--namespace", "b"])
+    monkeypatch.setenv("TRAINEROP_NODE_LOST_SECONDS", "90")
+    config, quota = parse_args("quota", QuotaConfig, ["--qps", "7", "--namespace", "a", "--namespace", "b"])
     assert config.qps == 7
+    assert config.namespaces == ("a", "b")
+    assert quota.node_lost_seconds == 90
+
+
+def test_namespaces_come_from_one_variable_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINEROP_NAMESPACES", "b, a")
+    config, _ = parse_args("profile", ProfileConfig, [])
     assert config.namespaces == ("a", "b")
 
 
 def test_unknown_gate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        parse_args("trainer", ["--gates", "profile,billing"])
+        parse_args("trainer", TrainerConfig, ["--gates", "profile,billing"])
     assert "unknown gate(s) ['billing']" in capsys.readouterr().err
 
 
@@ -33,33 +49,53 @@ def test_the_controllers_that_own_a_concern_serve_webhooks_with_a_choice_of_tls(
 ) -> None:
     monkeypatch.setenv("TRAINEROP_WEBHOOK_TLS", "self-signed")
     monkeypatch.setenv("TRAINEROP_WEBHOOK_PORT", "9443")
-    profile = parse_args("profile", [])
-    assert (profile.webhook_port, profile.webhook_tls) == (9443, "self-signed")
-    assert profile.webhook_service == "trainer-operator-profile-webhook"
-    assert parse_args("quota", ["--webhook-service", "mine"]).webhook_service == "mine"
-    trainer = parse_args("trainer", ["--no-admission-node-fit"])
-    assert not trainer.admission_node_fit
-    assert parse_args("trainer", []).admission_node_fit
+    profile, _ = parse_args("profile", ProfileConfig, [], webhooks=True)
+    assert (profile.webhook.webhook_port, profile.webhook.webhook_tls) == (9443, "self-signed")
+    quota, _ = parse_args("quota", QuotaConfig, ["--webhook-service", "mine"], webhooks=True)
+    assert quota.webhook.webhook_service == "mine"
+    assert not parse_args("trainer", TrainerConfig, ["--no-admission-node-fit"], webhooks=True)[1].admission_node_fit
+    assert parse_args("trainer", TrainerConfig, [], webhooks=True)[1].admission_node_fit
     with pytest.raises(SystemExit):
-        parse_args("checkpoint", ["--webhook-port", "9443"])  # the checkpoint controller serves none
+        parse_args("checkpoint", CheckpointConfig, ["--webhook-port", "9443"])  # the checkpoint controller serves none
     with pytest.raises(SystemExit):
-        parse_args("profile", ["--webhook-tls", "plain"])
+        parse_args("profile", ProfileConfig, ["--webhook-tls", "plain"], webhooks=True)
 
 
-def test_retention_and_notifications_are_the_audit_controllers_flags() -> None:
-    audit = parse_args("audit", ["--retention-records", "3", "--notify-url-file", "/u", "--notify-events", "Failed"])
+def test_each_controller_has_only_its_own_flags() -> None:
+    _, audit = parse_args(
+        "audit", AuditConfig, ["--retention-records", "3", "--notify-url-file", "/u", "--notify-events", "Failed"]
+    )
     assert (audit.retention_records, audit.notify_url_file, audit.notify_events) == (3, "/u", ("Failed",))
     with pytest.raises(SystemExit):
-        parse_args("trainer", ["--retention-records", "3"])
+        parse_args("trainer", TrainerConfig, ["--retention-records", "3"])
     with pytest.raises(SystemExit):
-        parse_args("audit", ["--notify-events", "Exploded"])
+        parse_args("profile", ProfileConfig, ["--storage-pod-image", "x"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["--notify-events", "Exploded"], "unknown --notify-events ['Exploded']"),
+        (["--retention-days", "-1"], "--retention-days and --retention-records must be 0"),
+        (["--retention-interval-seconds", "0"], "--retention-interval-seconds must be more than 0"),
+        (["--notify-restart-storm-failures", "0"], "--notify-restart-storm-failures must be at least 1"),
+        (["--trace-sample-ratio", "2"], "--trace-sample-ratio must be between 0 and 1"),
+        (["--qps", "0"], "--qps must be > 0"),
+    ],
+)
+def test_bad_values_are_refused_saying_what_to_fix(
+    flags: list[str], problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args("audit", AuditConfig, flags, webhooks=True)
+    assert problem in capsys.readouterr().err
 
 
 def test_choices_from_the_environment_are_judged_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINEROP_WEBHOOK_TLS", "plaintext")
     with pytest.raises(SystemExit):
-        parse_args("quota", [])
+        parse_args("quota", QuotaConfig, [], webhooks=True)
     monkeypatch.delenv("TRAINEROP_WEBHOOK_TLS")
     monkeypatch.setenv("TRAINEROP_NOTIFY_FORMAT", "discord")
     with pytest.raises(SystemExit):
-        parse_args("audit", [])
+        parse_args("audit", AuditConfig, [], webhooks=True)

@@ -8,10 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
-from hack import dashboard
 from prometheus_client import REGISTRY, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+from deploy.dashboards import generate as dashboard
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROLLERS = ("trainer", "profile", "quota", "checkpoint", "audit")
@@ -54,7 +55,7 @@ def documented() -> dict[str, set[str]]:
 
 
 def test_the_committed_dashboard_is_the_generated_one() -> None:
-    assert dashboard.main(["--check"]) == 0, "run python hack/dashboard.py"
+    assert dashboard.main(["--check"]) == 0, "run python deploy/dashboards/generate.py"
 
 
 def test_every_panel_queries_metrics_and_labels_that_exist() -> None:

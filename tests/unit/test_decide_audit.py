@@ -4,13 +4,13 @@ retention from being undone, the record of a creation the webhook did not observ
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from trainerop_audit.decide import UNOBSERVED_AFTER_SECONDS, Recorded, TrainerFacts, decide, manager_of
+from trainerop_audit.decide import UNOBSERVED_AFTER_SECONDS, Observed, Recorded, decide, manager_of
 from trainerop_common.api import AuditLog
 from trainerop_common.api.base import Condition
 
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = CREATED + timedelta(hours=1)
-FACTS = TrainerFacts("ns", "llama", "0123456789abcdef", 1, "kubectl-client-side-apply", "2026-01-01T00:00:00Z")
+FACTS = Observed("ns", "llama", "0123456789abcdef", 1, "kubectl-client-side-apply", "2026-01-01T00:00:00Z")
 SA = "system:serviceaccount:trainer-operator-system:trainer-operator-"
 
 
@@ -59,7 +59,7 @@ def test_the_webhooks_creation_record_is_not_duplicated() -> None:
 
 
 def test_records_of_an_earlier_trainer_with_the_same_name_do_not_count() -> None:
-    earlier = decide(TrainerFacts("ns", "llama", "ffff", 1, "x", "2025-01-01T00:00:00Z"), [], LATER).create[0]
+    earlier = decide(Observed("ns", "llama", "ffff", 1, "x", "2025-01-01T00:00:00Z"), [], LATER).create[0]
     d = decide(FACTS, [earlier], LATER)
     assert len(d.create) == 1
     assert d.status["audit"]["records"] == 1

@@ -7,8 +7,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainerop_checkpoint.decide import CheckpointView, Observed, Storage, Verdict, decide, quorum
-from trainerop_common.api import Checkpoint
+from tests.factories import trainer_spec
+from trainerop_checkpoint.decide import (
+    CheckpointView,
+    Copy,
+    CopyState,
+    Decision,
+    Observed,
+    Storage,
+    copies_to_read,
+    decide,
+    quorum,
+)
+from trainerop_common.api import Checkpoint, Grant
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_sdk.layout import checkpoint_path, copy_key
 
@@ -17,9 +28,9 @@ S3 = "s3://ckpt/runs"
 DIR = f"{S3}/ns/t"
 
 
-def spec(**checkpoint: Any) -> TrainerSpec:
+def spec(topology: dict[str, Any] | None = None, **checkpoint: Any) -> TrainerSpec:
     ckpt = {"bucket": S3, "credentialsSecret": "creds", "maxRetention": 2, "intervalMinutes": 10, **checkpoint}
-    return TrainerSpec.model_validate({"epochs": 3, "image": "i", "topology": {"workers": 2}, "checkpoint": ckpt})
+    return trainer_spec(epochs=3, image="i", topology=topology or {"workers": 2}, checkpoint=ckpt)
 
 
 def view(
@@ -55,32 +66,44 @@ def view(
 SHA = "a" * 64
 
 
-def good(v: CheckpointView, bad: dict[str, Verdict] | None = None) -> dict[tuple[str, str, str], Verdict]:
+def good(v: CheckpointView, bad: dict[str, CopyState] | None = None) -> dict[tuple[str, str, str], CopyState]:
     """Every copy of ``v`` verified, except the copies in ``bad``."""
-    out: dict[tuple[str, str, str], Verdict] = {}
+    out: dict[tuple[str, str, str], CopyState] = {}
     for shard in v.checkpoint.spec.shards or ():
         for key in shard.copies:
             out[(v.uid, key, shard.sha256)] = (bad or {}).get(key, "ok")
     return out
 
 
-def observe(views: list[CheckpointView], verdicts: dict[tuple[str, str, str], Verdict] | None = None, **kw: Any) -> Any:
-    return decide(
-        Observed(
-            namespace="ns",
-            trainer="t",
-            spec=kw.pop("trainer_spec", spec()),
-            generation=4,
-            now=kw.pop("now", NOW),
-            checkpoints=views,
-            verdicts=verdicts or {},
-            **kw,
-        )
+def observed(
+    views: list[CheckpointView], states: dict[tuple[str, str, str], CopyState] | None = None, **kw: Any
+) -> Observed:
+    return Observed(
+        namespace="ns",
+        trainer="t",
+        spec=kw.pop("trainer_spec", spec()),
+        generation=4,
+        now=kw.pop("now", NOW),
+        checkpoints=views,
+        copy_states=states or {},
+        **kw,
     )
 
 
+def observe(
+    views: list[CheckpointView], states: dict[tuple[str, str, str], CopyState] | None = None, **kw: Any
+) -> Decision:
+    return decide(observed(views, states, **kw))
+
+
+def to_read(
+    views: list[CheckpointView], states: dict[tuple[str, str, str], CopyState] | None = None, **kw: Any
+) -> tuple[Copy, ...]:
+    return copies_to_read(observed(views, states, **kw))
+
+
 def test_without_checkpointing_the_gate_is_open() -> None:
-    d = observe([], trainer_spec=TrainerSpec.model_validate({"epochs": 1, "image": "i"}))
+    d = observe([], trainer_spec=trainer_spec())
     assert d.status == {}
     assert d.conditions[0].reason == "NoCheckpointing"
 
@@ -101,6 +124,31 @@ def test_before_any_commit_pods_start_from_scratch_with_the_storage_settings() -
     assert section["contribution"]["generation"] == 4
 
 
+@pytest.mark.parametrize(
+    ("framework", "topology", "granted", "shards"),
+    [
+        ("generic", {"workers": 2}, None, 2),
+        ("pytorch", {"workers": 3}, None, 4),  # the master writes a shard too
+        ("xgboost", {"workers": 3}, 3, 4),
+        ("tensorflow", {"workers": 2, "parameterServers": 1}, None, 2),  # parameter servers write none
+        ("pytorch", {"workers": 4, "elastic": {"minWorkers": 1, "maxWorkers": 4}}, 2, 2),  # the quota granted 2
+        ("generic", {"workers": 4, "elastic": {"minWorkers": 2, "maxWorkers": 8}}, 8, 4),  # a grant never adds
+    ],
+)
+def test_the_shard_count_is_the_replicas_the_run_is_admitted_with(
+    framework: str, topology: dict[str, Any], granted: int | None, shards: int
+) -> None:
+    trainer = spec().model_copy(
+        update={
+            "framework": framework,
+            "topology": trainer_spec(topology=topology).topology,
+        }
+    )
+    d = observe([], trainer_spec=trainer, grant=Grant(id="spot-0", workers=granted) if granted else None)
+    env = {e["name"]: e.get("value") for e in d.status["checkpoint"]["contribution"]["pod"]["env"]}
+    assert env["CHECKPOINT_SHARDS"] == str(shards)
+
+
 def test_a_pvc_bucket_is_mounted_at_checkpoints() -> None:
     d = observe([], trainer_spec=spec(bucket="pvc-backups", credentialsSecret=None))
     pod = d.status["checkpoint"]["contribution"]["pod"]
@@ -114,6 +162,8 @@ def test_missing_storage_closes_the_gate_and_says_what_to_do() -> None:
     (c,) = d.conditions
     assert (c.status, c.reason) == ("False", "StorageNotFound")
     assert d.problem == c
+    # The section goes (an applied empty one would be null, which the API server refuses).
+    assert d.status == {}
 
 
 @pytest.mark.parametrize(
@@ -126,7 +176,7 @@ def test_missing_storage_closes_the_gate_and_says_what_to_do() -> None:
     ],
 )
 def test_quorum_needs_a_majority_of_verified_copies_of_every_shard(
-    reported: int, bad: dict[str, Verdict], phase: str, message: str
+    reported: int, bad: dict[str, CopyState], phase: str, message: str
 ) -> None:
     v = view(10, reported=reported)
     d = observe([v], good(v, bad))
@@ -135,7 +185,7 @@ def test_quorum_needs_a_majority_of_verified_copies_of_every_shard(
     assert message in status["message"]
     if phase == "Staging":
         assert "shard 1 shard-00001/copy-0: missing" in status["message"]
-        assert {c.key for c in d.verify} == {copy_key(1, 0), copy_key(1, 1)}  # read again later
+        assert {c.key for c in to_read([v], good(v, bad))} == {copy_key(1, 0), copy_key(1, 1)}  # read again later
         assert d.requeue_after == 10.0
 
 
@@ -170,7 +220,7 @@ def test_a_path_outside_the_trainers_directory_fails_and_its_data_is_never_touch
     newer = view(20, phase="Committed")
     d = observe([rogue, newer], good(rogue))
     assert d.checkpoints[rogue.name]["reason"] == "InvalidPath"
-    assert not d.verify
+    assert not to_read([rogue, newer], good(rogue))
     assert all(c.checkpoint != rogue.name for c in d.collect)
 
 
@@ -224,19 +274,18 @@ def test_on_a_claim_copies_are_verified_once_every_shard_is_reported_and_the_wai
     claim = Storage(claim="pvc-backups")
     half = view(10, reported=1)
     d = observe([half], storage=claim)
-    assert not d.verify  # one pod reads them all when the last shard is in
+    assert not to_read([half], storage=claim)  # one pod reads them all when the last shard is in
     assert d.checkpoints[half.name]["phase"] == "Pending"
     full = view(10)
-    d = observe([full], storage=claim)
-    assert len(d.verify) == 6
+    assert len(to_read([full], storage=claim)) == 6
     note = {full.uid: "verifying on claim 'pvc-backups': pod p is Pending (Unschedulable: 0/1 nodes are available)"}
     d = observe([full], storage=claim, notes=note)
     assert d.checkpoints[full.name]["message"].endswith("; " + note[full.uid])
     assert observe([full], good(full), storage=claim, notes=note).checkpoints[full.name]["phase"] == "Committed"
 
 
-VERDICTS: list[Verdict] = ["ok", "missing", "mismatch"]
-verdicts = st.sampled_from(VERDICTS)
+STATES: list[CopyState] = ["ok", "missing", "mismatch"]
+states = st.sampled_from(STATES)
 
 
 @settings(max_examples=300, deadline=None)
@@ -247,9 +296,9 @@ verdicts = st.sampled_from(VERDICTS)
 )
 def test_property_commit_iff_every_shard_has_a_majority(shards: int, replication: int, data: st.DataObject) -> None:
     v = view(10, shards=shards, replication=replication)
-    grid = {(s, r): data.draw(verdicts) for s in range(shards) for r in range(replication)}
-    given_verdicts = {(v.uid, copy_key(s, r), SHA): verdict for (s, r), verdict in grid.items()}
-    d = observe([v], given_verdicts)
+    grid = {(s, r): data.draw(states) for s in range(shards) for r in range(replication)}
+    given = {(v.uid, copy_key(s, r), SHA): state for (s, r), state in grid.items()}
+    d = observe([v], given)
     majority = all(sum(grid[(s, r)] == "ok" for r in range(replication)) >= quorum(replication) for s in range(shards))
     assert (d.checkpoints[v.name]["phase"] == "Committed") == majority
     weakest = min(sum(grid[(s, r)] == "ok" for r in range(replication)) for s in range(shards))
@@ -278,7 +327,7 @@ def test_quorum_is_a_majority() -> None:
 
 
 def test_a_report_cannot_lower_the_bar_by_repeating_a_copy_or_claiming_fewer() -> None:
-    trainer3 = TrainerSpec.model_validate({**spec().to_k8s(), "topology": {"workers": 2, "replicationFactor": 3}})
+    trainer3 = spec(topology={"workers": 2, "replicationFactor": 3})
     repeated = view(10, shards=1, replication=3)
     assert repeated.checkpoint.spec.shards is not None
     repeated.checkpoint.spec.shards[0].copies = [copy_key(0, 0)] * 3
@@ -312,6 +361,6 @@ def test_an_earlier_trainers_checkpoints_do_not_count() -> None:
     [(None, "missing"), (("abc", 3), "ok"), (("abc", 4), "mismatch"), (("abd", 3), "mismatch")],
 )
 def test_a_copy_is_ok_only_with_the_reported_hash_and_size(found: tuple[str, int] | None, verdict: str) -> None:
-    from trainerop_checkpoint.decide import copy_verdict
+    from trainerop_checkpoint.decide import copy_state
 
-    assert copy_verdict(found, "abc", 3) == verdict
+    assert copy_state(found, "abc", 3) == verdict

@@ -1,11 +1,13 @@
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from tests.factories import trainer_spec
 from trainerop_common.api import TrainerSpec
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.profile import TrainingProfileSpec
-from trainerop_profile.decide import FoundProfile, decide, needed_secrets, overrides, spec_hash
+from trainerop_profile.decide import Decision, FoundProfile, Observed, decide, needed_secrets, overrides, spec_hash
 
 SEED_PROFILE: dict[str, Any] = {
     "nodeSelector": {"gpu-type": "nvidia-tesla-a100"},
@@ -15,16 +17,25 @@ SEED_PROFILE: dict[str, Any] = {
     "retryPolicy": {"backoffLimit": 5, "restartPolicy": "OnFailure"},
 }
 SEED_SPEC = TrainingProfileSpec.model_validate(SEED_PROFILE)
-TRAINER: dict[str, Any] = {"epochs": 10, "image": "img", "profile": "cost-optimized-32gpu"}
 ALL_SECRETS = {"mistral-vault": True}
 
 
 def trainer(**fields: Any) -> TrainerSpec:
-    return TrainerSpec.model_validate({**TRAINER, **fields})
+    return trainer_spec(**{"epochs": 10, "image": "img", "profile": "cost-optimized-32gpu", **fields})
 
 
 def found(spec: TrainingProfileSpec = SEED_SPEC, kind: Any = "TrainingProfile") -> FoundProfile:
     return FoundProfile(kind, "cost-optimized-32gpu", 4, spec)
+
+
+def resolve(
+    namespace: str,
+    spec: TrainerSpec,
+    generation: int,
+    profile: FoundProfile | None,
+    secrets: Mapping[str, bool | None] | None = None,
+) -> Decision:
+    return decide(Observed(namespace, spec, generation, profile, secrets or {}))
 
 
 def profile(**fields: Any) -> TrainingProfileSpec:
@@ -32,7 +43,7 @@ def profile(**fields: Any) -> TrainingProfileSpec:
 
 
 def test_no_profile_passes_the_gate() -> None:
-    d = decide("ns", trainer(profile=None), 3, None)
+    d = resolve("ns", trainer(profile=None), 3, None)
     assert d.status == {}
     (c,) = d.conditions
     assert (c.type, c.status, c.reason) == ("ProfileResolved", "True", "NoProfile")
@@ -40,7 +51,7 @@ def test_no_profile_passes_the_gate() -> None:
 
 
 def test_missing_profile_says_what_to_fix_and_names_both_kinds() -> None:
-    d = decide("team-a", trainer(profile="gpu"), 3, None)
+    d = resolve("team-a", trainer(profile="gpu"), 3, None)
     (c,) = d.conditions
     assert (c.status, c.reason) == ("False", "ProfileNotFound")
     assert "no TrainingProfile 'gpu' in namespace 'team-a' and no ClusterTrainingProfile 'gpu'" in c.message
@@ -49,7 +60,7 @@ def test_missing_profile_says_what_to_fix_and_names_both_kinds() -> None:
 
 
 def test_profile_becomes_a_pod_contribution_for_the_generation() -> None:
-    d = decide("ns", trainer(), 7, found(), ALL_SECRETS)
+    d = resolve("ns", trainer(), 7, found(), ALL_SECRETS)
     section = d.status["profile"]
     assert (section["name"], section["kind"], section["generation"]) == (
         "cost-optimized-32gpu",
@@ -72,7 +83,7 @@ def test_profile_becomes_a_pod_contribution_for_the_generation() -> None:
 
 
 def test_a_cluster_profile_is_named_as_such() -> None:
-    d = decide("ns", trainer(), 1, found(kind="ClusterTrainingProfile"), ALL_SECRETS)
+    d = resolve("ns", trainer(), 1, found(kind="ClusterTrainingProfile"), ALL_SECRETS)
     assert d.status["profile"]["kind"] == "ClusterTrainingProfile"
     assert "ClusterTrainingProfile 'cost-optimized-32gpu' applied" in d.conditions[0].message
 
@@ -91,7 +102,7 @@ def test_the_hash_follows_the_content() -> None:
     ],
 )
 def test_a_missing_secret_is_named_and_holds_the_trainer(secrets: dict[str, bool], missing: tuple[str, ...]) -> None:
-    d = decide("team-a", trainer(), 2, found(), secrets)
+    d = resolve("team-a", trainer(), 2, found(), secrets)
     assert d.missing_secrets == missing
     (c,) = d.conditions
     if missing:
@@ -172,7 +183,7 @@ def test_what_the_trainer_overrides_is_listed(
 ) -> None:
     spec, prof = trainer(**trainer_fields), profile(**profile_fields)
     assert overrides(spec, prof) == expected
-    d = decide("ns", spec, 1, found(prof), ALL_SECRETS)
+    d = resolve("ns", spec, 1, found(prof), ALL_SECRETS)
     (c,) = d.conditions
     assert c.status == "True"
     if expected:
@@ -241,7 +252,7 @@ def test_overrides_look_at_what_really_reaches_the_training_container(
 def test_a_long_override_list_is_capped() -> None:
     many = [{"name": f"V{i}", "value": "p"} for i in range(80)]
     spec = trainer(env=[{"name": f"V{i}", "value": "t"} for i in range(80)])
-    d = decide("ns", spec, 1, found(profile(envVars=many)), ALL_SECRETS)
+    d = resolve("ns", spec, 1, found(profile(envVars=many)), ALL_SECRETS)
     listed = d.status["profile"]["overrides"]
     assert len(listed) == 50
     assert listed[-1] == "and 31 more"
@@ -251,7 +262,7 @@ def test_a_stored_secret_literal_is_refused_not_copied_into_status() -> None:
     # Stored before the CEL rule existed: the API server kept it, the model (lenient) parses it.
     leaky = profile()
     leaky.env_vars = [EnvVar(name="HF_TOKEN", value="hf_very_private")]
-    d = decide("ns", trainer(), 1, found(leaky), ALL_SECRETS)
+    d = resolve("ns", trainer(), 1, found(leaky), ALL_SECRETS)
     (c,) = d.conditions
     assert (c.status, c.reason) == ("False", "InvalidProfile")
     assert "envVars HF_TOKEN" in c.message
@@ -264,11 +275,11 @@ def test_a_secret_the_trainer_does_not_use_is_not_needed() -> None:
     own = trainer(env=[{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "k"}}}])
     assert needed_secrets(prof, own) == {"mistral-vault": "runtimeConfig.secret"}
     assert "team" in needed_secrets(prof, trainer())
-    assert decide("ns", own, 1, found(prof), ALL_SECRETS).conditions[0].status == "True"
+    assert resolve("ns", own, 1, found(prof), ALL_SECRETS).conditions[0].status == "True"
 
 
 def test_a_secret_that_may_not_be_checked_is_assumed_and_said_so() -> None:
-    d = decide("team-a", trainer(), 1, found(), {"mistral-vault": None})
+    d = resolve("team-a", trainer(), 1, found(), {"mistral-vault": None})
     (c,) = d.conditions
     assert (c.status, c.reason) == ("True", "Resolved")
     assert "not checked that Secret 'mistral-vault' exists" in c.message
@@ -277,13 +288,13 @@ def test_a_secret_that_may_not_be_checked_is_assumed_and_said_so() -> None:
 
 def test_operator_variables_are_left_out_of_the_contribution() -> None:
     prof = profile(envVars=[{"name": "WORLD_SIZE", "value": "8"}, {"name": "NCCL_DEBUG", "value": "INFO"}])
-    d = decide("ns", trainer(), 1, found(prof), ALL_SECRETS)
+    d = resolve("ns", trainer(), 1, found(prof), ALL_SECRETS)
     assert d.status["profile"]["contribution"]["pod"]["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
 
 
 def test_a_secret_mounted_over_the_replica_volume_stops_the_trainer() -> None:
     spec = trainer(storage={"size": "1Gi", "mountPath": "/etc/secrets/"})
-    d = decide("ns", spec, 1, found(), ALL_SECRETS)
+    d = resolve("ns", spec, 1, found(), ALL_SECRETS)
     (c,) = d.conditions
     assert (c.status, c.reason) == ("False", "ProfileConflict")
     assert "runtimeConfig.mountPath /etc/secrets is also spec.storage.mountPath" in c.message
@@ -293,6 +304,6 @@ def test_a_secret_mounted_over_the_replica_volume_stops_the_trainer() -> None:
 
 def test_a_profile_without_retry_policy_proposes_no_run_policy() -> None:
     prof = TrainingProfileSpec.model_validate({"nodeSelector": {"a": "b"}})
-    d = decide("ns", trainer(), 1, found(prof), {})
+    d = resolve("ns", trainer(), 1, found(prof), {})
     assert "runPolicy" not in d.status["profile"]["contribution"]
     assert d.conditions[0].reason == "Resolved"

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import trainer_spec
 from trainerop_common.api.quota import QuotaPolicySpec
 from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
-from trainerop_quota.decide import PolicyInfo, TrainerInfo, Verdict, World, plan
+from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, plan
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -32,15 +33,8 @@ def spec(workers: int = 2, gpus: int = 8, elastic: tuple[int, int] | None = None
     topology: dict[str, Any] = {"workers": workers}
     if elastic:
         topology["elastic"] = {"minWorkers": elastic[0], "maxWorkers": elastic[1]}
-    return TrainerSpec.model_validate(
-        {
-            "epochs": 1,
-            "image": "img",
-            "resources": {"requests": {"cpu": 4, "memory": "16Gi"}, "limits": {GPU: gpus}},
-            "topology": topology,
-            **extra,
-        }
-    )
+    resources = {"requests": {"cpu": 4, "memory": "16Gi"}, "limits": {GPU: gpus}}
+    return trainer_spec(resources=resources, topology=topology, **extra)
 
 
 def trainer(
@@ -68,8 +62,8 @@ def world(
     pods: list[PodInfo] | None = None,
     policies: list[PolicyInfo] | None = None,
     now: datetime = NOW,
-) -> World:
-    return World(
+) -> Observed:
+    return Observed(
         now=now,
         trainers=trainers,
         policies=[policy()] if policies is None else policies,
@@ -79,7 +73,7 @@ def world(
     )
 
 
-def feed_back(t: TrainerInfo, v: Verdict) -> TrainerInfo:
+def feed_back(t: TrainerInfo, v: Decision) -> TrainerInfo:
     """The Trainer as it looks once the verdict is written."""
     cond = v.condition
     return TrainerInfo(
@@ -106,7 +100,7 @@ def _condition(d: Desired, generation: int) -> Any:
     )
 
 
-def running(t: TrainerInfo, v: Verdict, nodes: list[str] | None = None) -> list[PodInfo]:
+def running(t: TrainerInfo, v: Decision, nodes: list[str] | None = None) -> list[PodInfo]:
     """The run's worker pods on ``nodes``, else where the grant placed them."""
     q = QuotaStatus.model_validate(v.quota)
     assert q.contribution is not None
@@ -120,7 +114,7 @@ def running(t: TrainerInfo, v: Verdict, nodes: list[str] | None = None) -> list[
     ]
 
 
-def admitted(v: Verdict) -> tuple[str, int, str] | None:
+def admitted(v: Decision) -> tuple[str, int, str] | None:
     q = QuotaStatus.model_validate(v.quota)
     if q.contribution is None or q.contribution.grant is None:
         return None
@@ -132,14 +126,14 @@ SPOT2_OD2 = [node("s1"), node("s2"), node("o1", "on-demand"), node("o2", "on-dem
 
 def test_no_policy_admits_without_a_contribution() -> None:
     t = trainer("a")
-    v = plan(world([t], SPOT2_OD2, policies=[])).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[])).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("True", "NoQuotaPolicy")
     assert v.quota == {}
 
 
 def test_spot_first_admission_places_the_run_on_spot() -> None:
     t = trainer("a")
-    v = plan(world([t], SPOT2_OD2)).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2)).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("True", "Admitted")
     assert admitted(v) == ("spot", 2, "spot-0")
     pod = QuotaStatus.model_validate(v.quota).contribution.pod  # type: ignore[union-attr]
@@ -153,14 +147,14 @@ def test_spot_first_admission_places_the_run_on_spot() -> None:
 def test_falls_back_to_on_demand_when_spot_is_full() -> None:
     other = [PodInfo(node="s1", requests={GPU: Decimal(8)}), PodInfo(node="s2", requests={GPU: Decimal(1)})]
     t = trainer("a")
-    v = plan(world([t], SPOT2_OD2, other)).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2, other)).decisions[t.uid]
     assert admitted(v) == ("on-demand", 2, "on-demand-0")
     assert "(spot has no room for it)" in v.events[0][2]
 
 
 def test_waits_without_a_partial_start_when_nothing_holds_the_gang() -> None:
     t = trainer("a", spec(workers=3))
-    v = plan(world([t], SPOT2_OD2)).verdicts[t.uid]  # 2 nodes of each kind: 3 workers fit on neither
+    v = plan(world([t], SPOT2_OD2)).decisions[t.uid]  # 2 nodes of each kind: 3 workers fit on neither
     assert (v.condition.status, v.condition.reason) == ("False", "WaitingForCapacity")
     assert admitted(v) is None
     assert "spot: not enough free nodes; on-demand: not enough free nodes" in v.condition.message
@@ -168,7 +162,7 @@ def test_waits_without_a_partial_start_when_nothing_holds_the_gang() -> None:
 
 def test_more_than_the_budget_is_refused_with_the_fix() -> None:
     t = trainer("a", spec(workers=3))
-    v = plan(world([t], SPOT2_OD2, policies=[policy(budgets={"spot": {GPU: 16}})])).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[policy(budgets={"spot": {GPU: 16}})])).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("False", "ExceedsQuota")
     assert "spot: more than the budget (16 nvidia.com/gpu)" in v.condition.message
     assert "lower topology.workers" in v.condition.message
@@ -179,8 +173,8 @@ def test_budget_in_use_sends_the_next_run_to_on_demand() -> None:
     a, b = trainer("a"), trainer("b", age=1)
     nodes = [*SPOT2_OD2, node("s3"), node("s4")]
     p = plan(world([a, b], nodes, policies=[policy(budgets={"spot": {GPU: 16}, "onDemand": {GPU: 16}})]))
-    assert admitted(p.verdicts[a.uid]) == ("spot", 2, "spot-0")
-    assert admitted(p.verdicts[b.uid]) == ("on-demand", 2, "on-demand-0")
+    assert admitted(p.decisions[a.uid]) == ("spot", 2, "spot-0")
+    assert admitted(p.decisions[b.uid]) == ("on-demand", 2, "on-demand-0")
     assert p.policies["team"].admitted == 2
     assert p.policies["team"].used["spot"][GPU] == 16
 
@@ -189,12 +183,12 @@ def test_budgets_are_per_namespace() -> None:
     a, b = trainer("a"), trainer("b", age=1, namespace="team-b")
     nodes = [*SPOT2_OD2, node("s3"), node("s4")]
     p = plan(world([a, b], nodes, policies=[policy(budgets={"spot": {GPU: 16}})]))
-    assert admitted(p.verdicts[a.uid]) == admitted(p.verdicts[b.uid]) == ("spot", 2, "spot-0")
+    assert admitted(p.decisions[a.uid]) == admitted(p.decisions[b.uid]) == ("spot", 2, "spot-0")
 
 
 def test_elastic_runs_get_the_most_workers_that_fit() -> None:
     t = trainer("a", spec(workers=4, elastic=(1, 4)))
-    v = plan(world([t], SPOT2_OD2, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[policy(preference="SpotOnly")])).decisions[t.uid]
     assert admitted(v) == ("spot", 2, "spot-0")
 
 
@@ -215,13 +209,13 @@ def test_priority_then_fifo(classes: list[dict[str, Any]], names: tuple[str | No
     p = plan(world([new, old], [node("s1"), node("s2")], policies=[policy(priorityClasses=classes)]))
     winner = old if first == "old" else new
     loser = new if first == "old" else old
-    assert admitted(p.verdicts[winner.uid]) is not None
-    assert p.verdicts[loser.uid].condition.reason == "WaitingForCapacity"
+    assert admitted(p.decisions[winner.uid]) is not None
+    assert p.decisions[loser.uid].condition.reason == "WaitingForCapacity"
 
 
 def test_an_unknown_priority_class_is_named() -> None:
     t = trainer("a", spec(scheduling={"priorityClassName": "urgent"}))
-    v = plan(world([t], SPOT2_OD2, policies=[policy(priorityClasses=[{"name": "high", "value": 1}])])).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[policy(priorityClasses=[{"name": "high", "value": 1}])])).decisions[t.uid]
     assert (v.condition.reason, v.condition.status) == ("PriorityClassNotFound", "False")
     assert "'urgent'" in v.condition.message
     assert "high" in v.condition.message
@@ -229,9 +223,9 @@ def test_an_unknown_priority_class_is_named() -> None:
 
 def test_the_trainer_preference_wins_within_the_budgets() -> None:
     t = trainer("a", spec(scheduling={"preference": "OnDemandFirst"}))
-    assert admitted(plan(world([t], SPOT2_OD2)).verdicts[t.uid]) == ("on-demand", 2, "on-demand-0")
+    assert admitted(plan(world([t], SPOT2_OD2)).decisions[t.uid]) == ("on-demand", 2, "on-demand-0")
     spot_only = policy(budgets={"spot": {GPU: 64}})
-    assert admitted(plan(world([t], SPOT2_OD2, policies=[spot_only])).verdicts[t.uid]) == ("spot", 2, "spot-0")
+    assert admitted(plan(world([t], SPOT2_OD2, policies=[spot_only])).decisions[t.uid]) == ("spot", 2, "spot-0")
 
 
 def test_node_selectors_of_the_profile_narrow_the_nodes() -> None:
@@ -243,18 +237,16 @@ def test_node_selectors_of_the_profile_narrow_the_nodes() -> None:
         node("s2", labels={"gpu-type": "h100"}),
         node("s3", labels={"gpu-type": "h100"}),
     ]
-    assert admitted(plan(world([t], nodes)).verdicts[t.uid]) == ("spot", 2, "spot-0")
-    assert plan(world([t], nodes[:2])).verdicts[t.uid].condition.reason == "WaitingForCapacity"
+    assert admitted(plan(world([t], nodes)).decisions[t.uid]) == ("spot", 2, "spot-0")
+    assert plan(world([t], nodes[:2])).decisions[t.uid].condition.reason == "WaitingForCapacity"
 
 
 def test_lowered_resources_where_the_policy_allows() -> None:
-    cpu_heavy = TrainerSpec.model_validate(
-        {"epochs": 1, "image": "img", "resources": {"requests": {"cpu": 80}, "limits": {"cpu": 80}}}
-    )
+    cpu_heavy = trainer_spec(resources={"requests": {"cpu": 80}, "limits": {"cpu": 80}})
     t = trainer("a", cpu_heavy)
     busy = [PodInfo(node="s1", requests={"cpu": Decimal(40)})]
     adjust = policy(adjustment={"resources": ["cpu"], "minPercent": 50}, preference="SpotOnly")
-    v = plan(world([t], [node("s1")], busy, policies=[adjust])).verdicts[t.uid]
+    v = plan(world([t], [node("s1")], busy, policies=[adjust])).decisions[t.uid]
     q = QuotaStatus.model_validate(v.quota)
     assert q.contribution
     assert q.contribution.grant
@@ -262,7 +254,7 @@ def test_lowered_resources_where_the_policy_allows() -> None:
     assert q.contribution.grant.resources.requests == {"cpu": "40"}  # 50 % of 80 fits the 56 free
     assert "(per-pod cpu lowered to 50%)" in v.events[0][2]
     assert (
-        plan(world([t], [node("s1")], busy, policies=[policy(preference="SpotOnly")])).verdicts[t.uid].condition.reason
+        plan(world([t], [node("s1")], busy, policies=[policy(preference="SpotOnly")])).decisions[t.uid].condition.reason
         == "WaitingForCapacity"
     )
 
@@ -271,21 +263,21 @@ def test_a_plan_fed_its_own_result_changes_nothing() -> None:
     ts = [trainer(f"t{i}", age=i) for i in range(6)]
     nodes = [*SPOT2_OD2, node("s3"), node("o3", "on-demand")]
     first = plan(world(ts, nodes))
-    again = [feed_back(t, first.verdicts[t.uid]) for t in ts]
+    again = [feed_back(t, first.decisions[t.uid]) for t in ts]
     second = plan(world(again, nodes))
     for t in ts:
-        assert second.verdicts[t.uid].quota == first.verdicts[t.uid].quota
-        assert second.verdicts[t.uid].condition == first.verdicts[t.uid].condition
+        assert second.decisions[t.uid].quota == first.decisions[t.uid].quota
+        assert second.decisions[t.uid].condition == first.decisions[t.uid].condition
     # and once the admitted runs' pods are placed, still nothing changes
-    pods = [pod for t in ts if admitted(first.verdicts[t.uid]) for pod in running(t, first.verdicts[t.uid])]
+    pods = [pod for t in ts if admitted(first.decisions[t.uid]) for pod in running(t, first.decisions[t.uid])]
     third = plan(world(again, nodes, pods))
-    assert {u: v.quota for u, v in third.verdicts.items()} == {u: v.quota for u, v in first.verdicts.items()}
+    assert {u: v.quota for u, v in third.decisions.items()} == {u: v.quota for u, v in first.decisions.items()}
 
 
 def _admit_on_spot(
     t: TrainerInfo, nodes: list[NodeInfo], pol: PolicyInfo | None = None
 ) -> tuple[TrainerInfo, list[PodInfo]]:
-    v = plan(world([t], nodes, policies=[pol or policy()])).verdicts[t.uid]
+    v = plan(world([t], nodes, policies=[pol or policy()])).decisions[t.uid]
     assert admitted(v) == ("spot", t.spec.topology.workers, "spot-0")
     return feed_back(t, v), running(t, v)
 
@@ -293,7 +285,7 @@ def _admit_on_spot(
 def test_a_lost_spot_node_moves_the_run_to_on_demand() -> None:
     t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
     after = [node("s1"), node("o1", "on-demand"), node("o2", "on-demand")]  # s2 is gone
-    v = plan(world([t], after, pods)).verdicts[t.uid]
+    v = plan(world([t], after, pods)).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("True", "Renegotiated")
     assert admitted(v) == ("on-demand", 2, "on-demand-1")
     assert QuotaStatus.model_validate(v.quota).renegotiations == 1
@@ -305,7 +297,7 @@ def test_a_lost_spot_node_moves_the_run_to_on_demand() -> None:
 def test_an_elastic_run_shrinks_on_spot_before_it_moves() -> None:
     t, pods = _admit_on_spot(trainer("a", spec(workers=2, elastic=(1, 2))), SPOT2_OD2)
     after = [node("s1"), node("o1", "on-demand"), node("o2", "on-demand")]
-    v = plan(world([t], after, pods)).verdicts[t.uid]
+    v = plan(world([t], after, pods)).decisions[t.uid]
     assert admitted(v) == ("spot", 1, "spot-0")  # same admission id: the surviving pod stays
     assert "shrunk to 1 workers on spot" in v.condition.message
 
@@ -313,14 +305,14 @@ def test_an_elastic_run_shrinks_on_spot_before_it_moves() -> None:
 def test_a_pod_on_a_lost_node_that_fits_elsewhere_keeps_the_admission() -> None:
     t, pods = _admit_on_spot(trainer("a"), [*SPOT2_OD2, node("s3")])
     after = [node("s1"), node("s3"), node("o1", "on-demand")]
-    v = plan(world([t], after, pods)).verdicts[t.uid]
+    v = plan(world([t], after, pods)).decisions[t.uid]
     assert admitted(v) == ("spot", 2, "spot-0")
     assert v.condition.reason == "Admitted"
 
 
 def test_nothing_left_revokes_and_queues_again() -> None:
     t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2, policy(preference="SpotOnly"))
-    v = plan(world([t], [node("s1")], pods, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    v = plan(world([t], [node("s1")], pods, policies=[policy(preference="SpotOnly")])).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("False", "CapacityLost")
     assert admitted(v) is None
     assert v.events[0][0] == "Warning"
@@ -336,7 +328,7 @@ def test_a_reclaim_notice_waits_for_a_checkpoint_then_moves() -> None:
     ckpt = spec(checkpoint={"bucket": "pvc-backups"})
     t, pods = _admit_on_spot(trainer("a", ckpt), SPOT2_OD2)
     notice = [node("s1"), _reclaim("s2"), node("o1", "on-demand"), node("o2", "on-demand")]
-    v = plan(world([t], notice, pods)).verdicts[t.uid]
+    v = plan(world([t], notice, pods)).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("True", "ReclaimPending")
     assert admitted(v) == ("spot", 2, "spot-0")
     q = QuotaStatus.model_validate(v.quota)
@@ -347,27 +339,27 @@ def test_a_reclaim_notice_waits_for_a_checkpoint_then_moves() -> None:
     waiting = feed_back(t, v)
 
     later = NOW + timedelta(seconds=30)
-    still = plan(world([waiting], notice, pods, now=later)).verdicts[t.uid]
+    still = plan(world([waiting], notice, pods, now=later)).decisions[t.uid]
     assert still.quota == v.quota
     assert still.condition == v.condition
     assert still.events == ()
 
     committed = TrainerInfo(**{**waiting.__dict__, "last_commit": rfc3339(later)})
-    moved = plan(world([committed], notice, pods, now=later)).verdicts[t.uid]
+    moved = plan(world([committed], notice, pods, now=later)).decisions[t.uid]
     assert admitted(moved) == ("on-demand", 2, "on-demand-1")
     assert "a checkpoint committed since" in moved.condition.message
     assert moved.renegotiation_seconds == 30
 
-    timeout = plan(world([waiting], notice, pods, now=NOW + timedelta(seconds=301))).verdicts[t.uid]
+    timeout = plan(world([waiting], notice, pods, now=NOW + timedelta(seconds=301))).decisions[t.uid]
     assert admitted(timeout) == ("on-demand", 2, "on-demand-1")
     assert "grace period ran out" in timeout.condition.message
 
 
 def test_a_reclaim_notice_moves_a_run_without_checkpoints_at_once() -> None:
     t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
-    v = plan(world([t], [node("s1"), _reclaim("s2"), node("o1", "on-demand"), node("o2", "on-demand")], pods)).verdicts[
-        t.uid
-    ]
+    v = plan(
+        world([t], [node("s1"), _reclaim("s2"), node("o1", "on-demand"), node("o2", "on-demand")], pods)
+    ).decisions[t.uid]
     assert admitted(v) == ("on-demand", 2, "on-demand-1")
     assert "the run has no checkpoints to wait for" in v.condition.message
 
@@ -375,7 +367,7 @@ def test_a_reclaim_notice_moves_a_run_without_checkpoints_at_once() -> None:
 def test_cost_against_all_on_demand() -> None:
     prices = {"onDemand": {GPU: "3.00", "cpu": "0.05"}, "spot": {GPU: "1.00", "cpu": "0.02"}}
     t = trainer("a")
-    v = plan(world([t], SPOT2_OD2, policies=[policy(prices=prices)])).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[policy(prices=prices)])).decisions[t.uid]
     cost = QuotaStatus.model_validate(v.quota).cost
     assert cost is not None
     assert (cost.per_hour, cost.on_demand_per_hour) == ("16.16", "48.40")  # 16 GPUs + 8 cpus
@@ -390,7 +382,7 @@ def test_cost_against_all_on_demand() -> None:
             policies=[policy(prices=prices)],
             now=NOW + timedelta(hours=1),
         )
-    ).verdicts[t.uid]
+    ).decisions[t.uid]
     moved = QuotaStatus.model_validate(later.quota).cost
     assert moved is not None
     assert (moved.accrued, moved.on_demand_accrued, moved.per_hour, moved.savings_percent) == (
@@ -406,8 +398,8 @@ def test_suspended_and_finished_runs_hold_nothing() -> None:
     done = trainer("d", finished=rfc3339(NOW))
     waiting = trainer("w", age=9)
     p = plan(world([suspended, done, waiting], [node("s1"), node("s2")]))
-    assert p.verdicts[suspended.uid].condition.reason == "Suspended"
-    assert admitted(p.verdicts[waiting.uid]) == ("spot", 2, "spot-0")
+    assert p.decisions[suspended.uid].condition.reason == "Suspended"
+    assert admitted(p.decisions[waiting.uid]) == ("spot", 2, "spot-0")
 
 
 def test_capacity_types_from_well_known_labels() -> None:
@@ -443,7 +435,7 @@ def test_no_plan_over_commits_a_budget_or_a_node(
     used: dict[tuple[str, str], int] = {}
     per_kind: dict[str, int] = {}
     for t in ts:
-        a = admitted(result.verdicts[t.uid])
+        a = admitted(result.decisions[t.uid])
         if a is None:
             continue
         kind, workers, _ = a
@@ -461,33 +453,33 @@ def test_no_plan_over_commits_a_budget_or_a_node(
 def test_a_renegotiated_run_keeps_saying_why_until_it_changes() -> None:
     t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
     after = [node("s1"), node("o1", "on-demand"), node("o2", "on-demand")]
-    moved = plan(world([t], after, pods)).verdicts[t.uid]
+    moved = plan(world([t], after, pods)).decisions[t.uid]
     settled = feed_back(t, moved)
-    again = plan(world([settled], after, running(t, moved))).verdicts[t.uid]
+    again = plan(world([settled], after, running(t, moved))).decisions[t.uid]
     assert (again.quota, again.condition, again.events) == (moved.quota, moved.condition, ())
 
 
 def test_each_replica_gets_a_node_and_keeps_it() -> None:
     t = trainer("a")
-    first = plan(world([t], SPOT2_OD2)).verdicts[t.uid]
+    first = plan(world([t], SPOT2_OD2)).decisions[t.uid]
     grant = QuotaStatus.model_validate(first.quota).contribution.grant  # type: ignore[union-attr]
     assert grant is not None
     assert grant.placement is not None
     assert sorted(grant.placement["worker"]) == ["s1", "s2"]
-    again = plan(world([feed_back(t, first)], SPOT2_OD2)).verdicts[t.uid]
+    again = plan(world([feed_back(t, first)], SPOT2_OD2)).decisions[t.uid]
     assert again.quota == first.quota
 
 
 def test_a_scale_that_does_not_fit_keeps_the_old_admission_until_it_does() -> None:
     t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2, policy(preference="SpotOnly"))
     bigger = TrainerInfo(**{**t.__dict__, "spec": spec(workers=3), "generation": 2})
-    v = plan(world([bigger], SPOT2_OD2, pods, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    v = plan(world([bigger], SPOT2_OD2, pods, policies=[policy(preference="SpotOnly")])).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("False", "WaitingForCapacity")
     assert admitted(v) == ("spot", 2, "spot-0")
     waiting = feed_back(bigger, v)
-    still = plan(world([waiting], SPOT2_OD2, pods, policies=[policy(preference="SpotOnly")])).verdicts[t.uid]
+    still = plan(world([waiting], SPOT2_OD2, pods, policies=[policy(preference="SpotOnly")])).decisions[t.uid]
     assert (still.quota, still.condition) == (v.quota, v.condition)
-    grown = plan(world([waiting], [*SPOT2_OD2, node("s3")], pods, policies=[policy(preference="SpotOnly")])).verdicts[
+    grown = plan(world([waiting], [*SPOT2_OD2, node("s3")], pods, policies=[policy(preference="SpotOnly")])).decisions[
         t.uid
     ]
     assert admitted(grown) == ("spot", 3, "spot-0")
@@ -497,15 +489,15 @@ def test_a_scale_that_does_not_fit_keeps_the_old_admission_until_it_does() -> No
 def test_an_elastic_run_grows_when_room_appears() -> None:
     only_spot = [policy(preference="SpotOnly")]
     t = trainer("a", spec(workers=3, elastic=(1, 3)))
-    small = plan(world([t], SPOT2_OD2, policies=only_spot)).verdicts[t.uid]
+    small = plan(world([t], SPOT2_OD2, policies=only_spot)).decisions[t.uid]
     assert admitted(small) == ("spot", 2, "spot-0")
     more = plan(world([feed_back(t, small)], [*SPOT2_OD2, node("s3")], running(t, small), policies=only_spot))
-    assert admitted(more.verdicts[t.uid]) == ("spot", 3, "spot-0")
+    assert admitted(more.decisions[t.uid]) == ("spot", 3, "spot-0")
 
 
 def test_a_namespace_not_seen_yet_gets_no_decision() -> None:
     t = trainer("a", namespace="team-new")
-    assert t.uid not in plan(world([t], SPOT2_OD2)).verdicts
+    assert t.uid not in plan(world([t], SPOT2_OD2)).decisions
 
 
 def test_pods_running_before_the_policy_keep_their_place() -> None:
@@ -514,7 +506,7 @@ def test_pods_running_before_the_policy_keep_their_place() -> None:
     before = [
         PodInfo(node=n, requests=per_pod, trainer_uid=t.uid, role="worker", index=i) for i, n in enumerate(["s1", "s2"])
     ]
-    v = plan(world([t], [node("s1"), node("s2")], before)).verdicts[t.uid]
+    v = plan(world([t], [node("s1"), node("s2")], before)).decisions[t.uid]
     assert admitted(v) == ("spot", 2, "spot-0")
     grant = QuotaStatus.model_validate(v.quota).contribution.grant  # type: ignore[union-attr]
     assert grant is not None
@@ -524,16 +516,16 @@ def test_pods_running_before_the_policy_keep_their_place() -> None:
 def test_capacity_lost_stays_until_something_changes() -> None:
     only_spot = policy(preference="SpotOnly")
     t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2, only_spot)
-    lost = plan(world([t], [node("s1")], pods, policies=[only_spot])).verdicts[t.uid]
+    lost = plan(world([t], [node("s1")], pods, policies=[only_spot])).decisions[t.uid]
     assert lost.condition.reason == "CapacityLost"
-    again = plan(world([feed_back(t, lost)], [node("s1")], pods[:1], policies=[only_spot])).verdicts[t.uid]
+    again = plan(world([feed_back(t, lost)], [node("s1")], pods[:1], policies=[only_spot])).decisions[t.uid]
     assert (again.quota, again.condition, again.events) == (lost.quota, lost.condition, ())
 
 
 def test_a_finished_run_is_released() -> None:
     t, pods = _admit_on_spot(trainer("a"), SPOT2_OD2)
     done = TrainerInfo(**{**t.__dict__, "finished": rfc3339(NOW)})
-    v = plan(world([done], SPOT2_OD2, pods)).verdicts[t.uid]
+    v = plan(world([done], SPOT2_OD2, pods)).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("True", "Released")
     assert admitted(v) is None
     assert "capacityType" not in v.quota
@@ -544,7 +536,7 @@ def test_pods_that_cannot_be_sized_are_named() -> None:
         "worker": {"spec": {"containers": [{"name": "sidecar", "resources": {"requests": {"cpu": "2 cores"}}}]}}
     }
     t = trainer("a", spec(podTemplateOverrides=override))
-    v = plan(world([t], SPOT2_OD2)).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2)).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("False", "InvalidResources")
     assert "'2 cores'" in v.condition.message
 
@@ -553,7 +545,7 @@ def test_spot_dearer_than_on_demand_saves_nothing() -> None:
     prices = {"onDemand": {GPU: "1.00"}, "spot": {GPU: "2.00"}}
     t = trainer("a")
     cost = QuotaStatus.model_validate(
-        plan(world([t], SPOT2_OD2, policies=[policy(prices=prices)])).verdicts[t.uid].quota
+        plan(world([t], SPOT2_OD2, policies=[policy(prices=prices)])).decisions[t.uid].quota
     ).cost
     assert cost is not None
     assert cost.savings_percent == 0
@@ -569,7 +561,7 @@ def test_a_replica_whose_pod_went_with_its_node_is_placed_again() -> None:
     survivor, gone = grant.placement["worker"]
     still = [p for p in pods if p.node == survivor]
     nodes = [n for n in [*SPOT2_OD2, node("s3")] if n.name != gone]
-    v = plan(world([t], nodes, still)).verdicts[t.uid]
+    v = plan(world([t], nodes, still)).decisions[t.uid]
     new = QuotaStatus.model_validate(v.quota).contribution.grant  # type: ignore[union-attr]
     assert new is not None
     assert new.id == "spot-0"
@@ -577,7 +569,7 @@ def test_a_replica_whose_pod_went_with_its_node_is_placed_again() -> None:
     assert new.placement["worker"][0] == survivor
     assert new.placement["worker"][1] not in (gone, survivor)
     full = [n for n in nodes if n.kind == "on-demand" or n.name == survivor]
-    moved = plan(world([t], full, still)).verdicts[t.uid]
+    moved = plan(world([t], full, still)).decisions[t.uid]
     assert admitted(moved) == ("on-demand", 2, "on-demand-1")
     assert f"node {gone} no longer exists" in moved.condition.message
 
@@ -586,13 +578,13 @@ def test_a_shrink_that_loses_replica_0_gives_it_the_place_of_the_removed_one() -
     t, pods = _admit_on_spot(trainer("a", spec(workers=2, elastic=(1, 2))), SPOT2_OD2)
     assert t.grant is not None
     assert t.grant.placement == {"worker": ["s1", "s2"]}
-    v = plan(world([t], [node("s2"), node("o1", "on-demand")], pods)).verdicts[t.uid]
+    v = plan(world([t], [node("s2"), node("o1", "on-demand")], pods)).decisions[t.uid]
     grant = QuotaStatus.model_validate(v.quota).contribution.grant  # type: ignore[union-attr]
     assert grant is not None
     assert (grant.id, grant.workers, grant.placement) == ("spot-0", 1, {"worker": ["s2"]})
 
 
-def _grant(v: Verdict) -> Any:
+def _grant(v: Decision) -> Any:
     q = QuotaStatus.model_validate(v.quota)
     assert q.contribution is not None
     assert q.contribution.grant is not None
@@ -602,18 +594,18 @@ def _grant(v: Verdict) -> Any:
 def test_a_growing_run_never_takes_the_node_of_a_newer_one() -> None:
     only_spot = [policy(preference="SpotOnly")]
     e = trainer("e", spec(workers=1))
-    first = plan(world([e], [node("s1"), node("s2")], policies=only_spot)).verdicts[e.uid]
+    first = plan(world([e], [node("s1"), node("s2")], policies=only_spot)).decisions[e.uid]
     e_pods = running(e, first)
     e = feed_back(e, first)
     f = trainer("f", spec(workers=1), age=5)
     both = plan(world([e, f], [node("s1"), node("s2")], e_pods, policies=only_spot))
-    f = feed_back(f, both.verdicts[f.uid])  # admitted, its pod not on its node yet
-    f_node = _grant(both.verdicts[f.uid]).placement["worker"][0]
+    f = feed_back(f, both.decisions[f.uid])  # admitted, its pod not on its node yet
+    f_node = _grant(both.decisions[f.uid]).placement["worker"][0]
     bigger = TrainerInfo(**{**e.__dict__, "spec": spec(workers=2), "generation": 2})
     after = plan(world([bigger, f], [node("s1"), node("s2")], e_pods, policies=only_spot))
-    assert after.verdicts[e.uid].condition.reason == "WaitingForCapacity"
-    assert _grant(after.verdicts[e.uid]).workers == 1
-    assert _grant(after.verdicts[f.uid]).placement == {"worker": [f_node]}
+    assert after.decisions[e.uid].condition.reason == "WaitingForCapacity"
+    assert _grant(after.decisions[e.uid]).workers == 1
+    assert _grant(after.decisions[f.uid]).placement == {"worker": [f_node]}
 
 
 def test_a_replica_that_succeeded_needs_no_place_when_its_node_goes() -> None:
@@ -621,7 +613,7 @@ def test_a_replica_that_succeeded_needs_no_place_when_its_node_goes() -> None:
     done = [PodInfo(**{**pods[1].__dict__, "succeeded": True}), pods[0]]
     node_of_done = pods[1].node
     after = [n for n in SPOT2_OD2 if n.name != node_of_done]
-    v = plan(world([t], after, done)).verdicts[t.uid]
+    v = plan(world([t], after, done)).decisions[t.uid]
     assert v.condition.reason == "Admitted"
     assert admitted(v) == ("spot", 2, "spot-0")
 
@@ -629,30 +621,30 @@ def test_a_replica_that_succeeded_needs_no_place_when_its_node_goes() -> None:
 def test_an_elastic_run_is_not_shrunk_when_a_foreign_pod_takes_a_replicas_node() -> None:
     only_spot = [policy(preference="SpotOnly")]
     t = trainer("a", spec(workers=2, elastic=(1, 2)))
-    v = plan(world([t], [node("s1"), node("s2")], policies=only_spot)).verdicts[t.uid]
+    v = plan(world([t], [node("s1"), node("s2")], policies=only_spot)).decisions[t.uid]
     pods = running(t, v)
     t = feed_back(t, v)
     # worker-0 was replaced and waits; a foreign pod took its node meanwhile
     foreign = PodInfo(node=pods[0].node, requests={GPU: Decimal(8)})
     waiting = PodInfo(**{**pods[0].__dict__, "node": ""})
     again = plan(world([t], [node("s1"), node("s2")], [waiting, pods[1], foreign], policies=only_spot))
-    assert _grant(again.verdicts[t.uid]).workers == 2
-    assert again.verdicts[t.uid].condition.reason == "Admitted"
+    assert _grant(again.decisions[t.uid]).workers == 2
+    assert again.decisions[t.uid].condition.reason == "Admitted"
 
 
 def test_pods_being_deleted_keep_their_replicas_places() -> None:
     t, pods = _admit_on_spot(trainer("a"), [*SPOT2_OD2, node("s3"), node("s4")])
     deleting = [PodInfo(**{**p.__dict__, "deleting": True}) for p in pods]
-    v = plan(world([t], [*SPOT2_OD2, node("s3"), node("s4")], deleting)).verdicts[t.uid]
+    v = plan(world([t], [*SPOT2_OD2, node("s3"), node("s4")], deleting)).decisions[t.uid]
     assert _grant(v).placement == t.grant.placement  # type: ignore[union-attr]
     waiting = trainer("b", age=9)
     both = plan(world([t, waiting], [*SPOT2_OD2, node("s3"), node("s4")], deleting))
-    assert admitted(both.verdicts[waiting.uid]) == ("spot", 2, "spot-0")
+    assert admitted(both.decisions[waiting.uid]) == ("spot", 2, "spot-0")
 
 
 def test_a_run_whose_policy_went_keeps_its_grant_without_placement() -> None:
     t, _ = _admit_on_spot(trainer("a"), SPOT2_OD2)
-    v = plan(world([t], SPOT2_OD2, policies=[])).verdicts[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[])).decisions[t.uid]
     assert v.condition.reason == "NoQuotaPolicy"
     grant = _grant(v)
     assert (grant.id, grant.workers, grant.placement) == ("spot-0", 2, None)

@@ -1,4 +1,4 @@
-"""The trainer's decision core, table by table (DESIGN §3 gates, §6 failure semantics)."""
+"""The trainer's decision core, table by table (gates: docs/design/status-protocol.md; failures: docs/trainer.md)."""
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.factories import trainer_spec
 from trainerop_common.api.base import Condition, Contribution
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_trainer.decide import Decision, Observed, PodView, RestartBackoff, decide, effective_run_policy
@@ -18,8 +19,7 @@ SEED: dict[str, Any] = {"epochs": 10, "image": "img", "topology": {"workers": 4,
 
 
 def spec(**changes: Any) -> TrainerSpec:
-    raw = {**SEED, **changes}
-    return TrainerSpec.model_validate(raw)
+    return trainer_spec(**{**SEED, **changes})
 
 
 def cond(type_: str, status: str, reason: str = "R", generation: int = 1, message: str = "") -> Condition:
@@ -400,21 +400,6 @@ def test_resuming_says_so() -> None:
     d = observe(spec(), [], conditions=[*OPEN, cond("Suspended", "True", "SuspendedByUser")])
     assert (by_type(d)["Suspended"].status, by_type(d)["Suspended"].reason) == ("False", "Resumed")
     assert len(d.create_pods) == 5
-
-
-def test_lost_nodes() -> None:
-    from trainerop_trainer.decide import NodeView, lost_nodes
-
-    nodes = [
-        NodeView("ok", "True", "2026-01-01T00:00:00Z"),
-        NodeView("down", "False", "2026-01-01T00:09:00Z"),
-        NodeView("flaky", "Unknown", "2026-01-01T00:09:50Z"),
-    ]
-    loss = lost_nodes(nodes, {"ok", "down", "flaky", "gone"}, NOW, grace=30)
-    assert set(loss.lost) == {"down", "gone"}  # flaky is within the grace period...
-    assert loss.next_check == 20.0  # ...which ends in 20 s: look again then
-    assert loss.lost["gone"] == "node gone no longer exists"
-    assert "NotReady since 2026-01-01T00:09:00Z" in loss.lost["down"]
 
 
 def test_a_pod_on_a_lost_node_is_force_deleted_and_replaced_as_a_restart() -> None:

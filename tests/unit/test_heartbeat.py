@@ -2,7 +2,8 @@
 
 from datetime import UTC, datetime
 
-from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
+from tests.factories import trainer_spec
+from trainerop_common.api.trainer import TrainerStatus
 from trainerop_sdk.heartbeat import Heartbeat, micro_time
 from trainerop_trainer.decide import LeaseView, Observed, PodView, decide
 from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests
@@ -26,7 +27,7 @@ def test_the_sdk_renews_the_lease_and_records_epoch_and_step() -> None:
 
 def test_pods_run_as_the_runner_which_may_renew_only_its_trainers_leases() -> None:
     owner = Owner("llama", "ns", "uid", 1)
-    spec = TrainerSpec.model_validate({"epochs": 1, "image": "i", "topology": {"workers": 2}})
+    spec = trainer_spec(epochs=1, image="i", topology={"workers": 2})
     pod = pod_manifest(owner, spec, Replica("worker", 0), {}, PodSettings())
     assert pod["spec"]["serviceAccountName"] == "llama-runner"
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
@@ -51,7 +52,7 @@ def test_pods_run_as_the_runner_which_may_renew_only_its_trainers_leases() -> No
 
 def observe(stall: int | None, leases: dict[str, LeaseView], started: str = "2026-01-01T00:00:00Z") -> Observed:
     run_policy = {"stallTimeoutSeconds": stall} if stall else {}
-    spec = TrainerSpec.model_validate({"epochs": 5, "image": "i", "topology": {"workers": 2}, "runPolicy": run_policy})
+    spec = trainer_spec(epochs=5, image="i", topology={"workers": 2}, runPolicy=run_policy)
     pods = [PodView(f"t-worker-{i}", f"u{i}", "worker", i, "Running", True, started=started) for i in range(2)]
     return Observed(
         owner=Owner("t", "ns", "uid", 1),

@@ -1,9 +1,10 @@
-"""hack/images.py: which Debian mirror debootstrap uses for the images' base."""
+"""testbed/images.py: which Debian mirror debootstrap uses for the images' base."""
 
 from pathlib import Path
 
 import pytest
-from hack import images
+
+from testbed import images
 
 DEBIAN = (
     "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n\n"

@@ -38,7 +38,6 @@ def test_peering_is_opt_in_and_per_controller() -> None:
     assert (peered.peering.priority, peered.peering.lifetime) == (7, 5)
 
 
-def test_replicas_draw_different_priorities() -> None:
-    from trainerop_common.config import parse_args
-
-    assert len({parse_args("audit", ["--peering"]).peering_priority for _ in range(5)}) > 1
+def test_replicas_draw_different_priorities_unless_one_is_set() -> None:
+    assert len({settings_for("audit", peering=True).peering.priority for _ in range(5)}) > 1
+    assert settings_for("audit", peering=True, peering_priority=3).peering.priority == 3

@@ -1,4 +1,4 @@
-"""The fluent-bit configuration of deploy/components/log-forwarding and hack/logforward.py, the
+"""The fluent-bit configuration of deploy/components/log-forwarding and testbed/logforward.py, the
 forwarder that executes it here: config checks, the Lua redaction in real Lua against the
 Python redaction it backs up, CRI parsing, routing, and delivery to a real HTTP receiver."""
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from hack import logforward
-from hack.logforward import DEFAULT_CONFIG, ForwardError, LuaFilter, Pipeline, Receiver, load_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from testbed import logforward
+from testbed.logforward import DEFAULT_CONFIG, ForwardError, LuaFilter, Pipeline, Receiver, load_config
 from trainerop_common.redaction import redact, redact_text
 
 COMPONENT = DEFAULT_CONFIG.parent

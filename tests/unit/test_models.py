@@ -51,7 +51,8 @@ def test_to_k8s_round_trips_camel_case() -> None:
 
 @pytest.mark.parametrize("value", ["500m", "40Gi", 8, "1e3", "0", "1.5", "+2"])
 def test_valid_quantities(value: int | str) -> None:
-    ResourceRequirements.model_validate({"requests": {"cpu": value}})
+    parsed = ResourceRequirements.model_validate({"requests": {"cpu": value}})
+    assert parsed.requests == {"cpu": value}
 
 
 @pytest.mark.parametrize("value", ["40GB", "-1", -2, "abc", "", "1.2.3"])

@@ -1,11 +1,12 @@
-"""The real node's configuration (hack/node.py): what this machine was found to need."""
+"""The real node's configuration (testbed/node.py): what this machine was found to need."""
 
 import json
 import tomllib
 from pathlib import Path
 
 import pytest
-from hack import cluster, node
+
+from testbed import cluster, node
 
 
 def test_containerd_keeps_oom_scores_it_may_set_and_uses_debians_cni_plugins() -> None:

@@ -2,24 +2,29 @@
 
 from typing import Any
 
+from tests.factories import trainer_fields, trainer_spec
 from trainerop_common.api import PodContribution
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_trainer.pods import Owner, PodSettings, merge_contributions, pod_manifest, service_manifest
 from trainerop_trainer.topology import Replica
 
 OWNER = Owner("llama", "team-a", "uid-1", 3)
-SPEC = TrainerSpec.model_validate(
-    {
-        "epochs": 10,
-        "image": "finetuner:1",
-        "framework": "pytorch",
-        "command": ["python", "train.py"],
-        "env": [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "SHARED", "value": "user"}],
-        "resources": {"requests": {"cpu": 20, "memory": "40Gi"}, "limits": {"nvidia.com/gpu": 8}},
-        "topology": {"workers": 2},
-        "checkpoint": {"bucket": "pvc-backups"},
-    }
+FIELDS = trainer_fields(
+    epochs=10,
+    image="finetuner:1",
+    framework="pytorch",
+    command=["python", "train.py"],
+    env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "SHARED", "value": "user"}],
+    resources={"requests": {"cpu": 20, "memory": "40Gi"}, "limits": {"nvidia.com/gpu": 8}},
+    topology={"workers": 2},
+    checkpoint={"bucket": "pvc-backups"},
 )
+SPEC = trainer_spec(**FIELDS)
+
+
+def spec_with(**changes: Any) -> TrainerSpec:
+    """SPEC with ``changes`` added or replaced."""
+    return trainer_spec(**{**FIELDS, **changes})
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -99,16 +104,13 @@ def test_merge_of_nothing_is_empty() -> None:
 
 
 def test_role_override_applies_to_that_role_only() -> None:
-    spec = TrainerSpec.model_validate(
-        {
-            **SPEC.to_k8s(),
-            "podTemplateOverrides": {
-                "master": {
-                    "metadata": {"labels": {"team": "x", "trainer-name": "evil"}},
-                    "spec": {"priorityClassName": "high", "containers": [{"name": "pytorch", "workingDir": "/w"}]},
-                }
-            },
-        }
+    spec = spec_with(
+        podTemplateOverrides={
+            "master": {
+                "metadata": {"labels": {"team": "x", "trainer-name": "evil"}},
+                "spec": {"priorityClassName": "high", "containers": [{"name": "pytorch", "workingDir": "/w"}]},
+            }
+        },
     )
     master = pod_manifest(OWNER, spec, Replica("master", 0), {}, PodSettings())
     assert master["spec"]["priorityClassName"] == "high"
@@ -133,7 +135,7 @@ def test_headless_service_per_replica() -> None:
 
 
 def test_per_replica_claim_is_mounted_and_named_after_the_replica() -> None:
-    spec = TrainerSpec.model_validate({**SPEC.to_k8s(), "storage": {"size": "10Gi", "storageClassName": "fast"}})
+    spec = spec_with(storage={"size": "10Gi", "storageClassName": "fast"})
     from trainerop_trainer.pods import claim_manifest
 
     pod = pod_manifest(OWNER, spec, Replica("worker", 1), {}, PodSettings())
@@ -160,27 +162,24 @@ PROFILE = contribution(
 
 
 def test_a_role_override_merges_with_what_a_profile_contributed() -> None:
-    spec = TrainerSpec.model_validate(
-        {
-            **SPEC.to_k8s(),
-            "podTemplateOverrides": {
-                "worker": {
-                    "spec": {
-                        "nodeSelector": {"zone": "a", "gpu-type": "h100"},
-                        "tolerations": [{"key": "spot", "operator": "Exists"}],
-                        "volumes": [{"name": "scratch", "emptyDir": {}}],
-                        "containers": [
-                            {
-                                "name": "pytorch",
-                                "env": [{"name": "NCCL_IB_TIMEOUT", "value": "30"}, {"name": "EXTRA", "value": "1"}],
-                                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-                                "resources": {"limits": {"memory": "80Gi"}},
-                            }
-                        ],
-                    }
+    spec = spec_with(
+        podTemplateOverrides={
+            "worker": {
+                "spec": {
+                    "nodeSelector": {"zone": "a", "gpu-type": "h100"},
+                    "tolerations": [{"key": "spot", "operator": "Exists"}],
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "containers": [
+                        {
+                            "name": "pytorch",
+                            "env": [{"name": "NCCL_IB_TIMEOUT", "value": "30"}, {"name": "EXTRA", "value": "1"}],
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                            "resources": {"limits": {"memory": "80Gi"}},
+                        }
+                    ],
                 }
-            },
-        }
+            }
+        },
     )
     pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, PodSettings())
     pod_spec = pod["spec"]
@@ -209,12 +208,9 @@ def test_every_variable_the_trainer_sets_is_known_to_the_other_concerns() -> Non
 
     for framework in ("pytorch", "tensorflow", "jax", "xgboost", "generic"):
         for elastic in (None, {"minWorkers": 1, "maxWorkers": 4}):
-            spec = TrainerSpec.model_validate(
-                {
-                    **SPEC.to_k8s(),
-                    "framework": framework,
-                    "topology": {"workers": 2, "elastic": elastic} if framework == "pytorch" else {"workers": 2},
-                }
+            spec = spec_with(
+                framework=framework,
+                topology={"workers": 2, "elastic": elastic} if framework == "pytorch" else {"workers": 2},
             )
             for replica in (Replica("master", 0), Replica("worker", 1)):
                 generated = {
@@ -225,27 +221,24 @@ def test_every_variable_the_trainer_sets_is_known_to_the_other_concerns() -> Non
 
 
 def test_an_override_entry_replaces_the_contributed_one_whole_and_nulls_count_as_unset() -> None:
-    spec = TrainerSpec.model_validate(
-        {
-            **SPEC.to_k8s(),
-            "podTemplateOverrides": {
-                "worker": {
-                    "metadata": {"labels": None},
-                    "spec": {
-                        "nodeSelector": None,
-                        "volumes": [{"name": "profile-runtime-secret", "emptyDir": {}}, "junk"],
-                        "containers": [
-                            {
-                                "name": "pytorch",
-                                "env": [{"name": "NCCL_IB_TIMEOUT", "valueFrom": {"configMapKeyRef": {"name": "c"}}}],
-                                "volumeMounts": [{"name": "other", "mountPath": "/etc/secrets"}],
-                                "command": None,
-                            }
-                        ],
-                    },
-                }
-            },
-        }
+    spec = spec_with(
+        podTemplateOverrides={
+            "worker": {
+                "metadata": {"labels": None},
+                "spec": {
+                    "nodeSelector": None,
+                    "volumes": [{"name": "profile-runtime-secret", "emptyDir": {}}, "junk"],
+                    "containers": [
+                        {
+                            "name": "pytorch",
+                            "env": [{"name": "NCCL_IB_TIMEOUT", "valueFrom": {"configMapKeyRef": {"name": "c"}}}],
+                            "volumeMounts": [{"name": "other", "mountPath": "/etc/secrets"}],
+                            "command": None,
+                        }
+                    ],
+                },
+            }
+        },
     )
     pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"profile": PROFILE}, PodSettings())
     (container,) = pod["spec"]["containers"]

@@ -9,39 +9,46 @@ import pytest
 from lightkube import ApiError
 from prometheus_client import REGISTRY
 
+from tests.factories import trainer_body
 from trainerop_common.admission import Request, Verdict
-from trainerop_common.config import ControllerConfig
+from trainerop_common.conditions import Desired
+from trainerop_common.config import ControllerConfig, WebhookConfig
 from trainerop_common.kube import Kube
-from trainerop_common.runtime import Backoff, Body, PermanentError, Runtime
+from trainerop_common.outcome import Outcome, StatusSection
+from trainerop_common.runtime import Body, PermanentError, Runtime
+from trainerop_common.workqueue import Backoff
 
-BODY = {"metadata": {"namespace": "ns", "name": "t", "generation": 1}, "spec": {}}
+BODY = trainer_body("t", "ns")
 
 
 class FailingController:
     name = "test"
+    section = StatusSection(("test",), ("Tested",))
 
-    def __init__(self, error: BaseException | None) -> None:
+    def __init__(self, error: BaseException | None, outcome: Outcome | None = None) -> None:
         self.error = error
+        self.outcome = outcome or Outcome()
         self.calls = 0
 
-    async def reconcile(self, body: Body) -> None:
+    async def reconcile(self, body: Body) -> Outcome:
         self.calls += 1
         if self.error is not None:
             raise self.error
+        return self.outcome
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         """Nothing to watch."""
 
 
-def runtime_with(controller: FailingController) -> tuple[Runtime, list[tuple[str, str, str]]]:
+def runtime_with(controller: FailingController, kube: Any = None) -> tuple[Runtime, list[tuple[str, str, str]]]:
     events: list[tuple[str, str, str]] = []
     rt = Runtime(
         ControllerConfig(controller="test"),
-        cast(Kube, None),
+        cast(Kube, kube),
         post_event=lambda body, type_, reason, message: events.append((type_, reason, message)),
     )
     rt.registry_for(controller)
-    rt.trainers[("ns", "t")] = BODY  # as the watch would have seen it
+    rt.queue.seen(BODY)  # as the watch would have seen it
     return rt, events
 
 
@@ -58,8 +65,7 @@ async def test_permanent_error_posts_one_warning_per_generation_and_is_not_retri
     await rt.reconcile(BODY)  # a resync of the same generation: no second Event
     assert events == [("Warning", "ProfileNotFound", "create it; API_TOKEN=***")]
     assert not rt.has_pending_retry(("ns", "t"))
-    rt.trainers[("ns", "t")] = {**BODY, "metadata": {**BODY["metadata"], "generation": 2}}
-    await rt.reconcile(rt.trainers[("ns", "t")])
+    await rt.reconcile(rt.queue.seen({**BODY, "metadata": {**BODY["metadata"], "generation": 2}}))
     assert len(events) == 2
 
 
@@ -67,12 +73,12 @@ async def test_an_object_that_does_not_match_the_models_is_a_permanent_error() -
     from trainerop_common.api import Trainer
 
     class Parsing(FailingController):
-        async def reconcile(self, body: Body) -> None:
+        async def reconcile(self, body: Body) -> Outcome:
             Trainer.model_validate(body)
+            return Outcome()
 
     rt, events = runtime_with(Parsing(None))
-    rt.trainers[("ns", "t")] = {**BODY, "spec": {"epochs": "many"}}
-    await rt.reconcile(rt.trainers[("ns", "t")])
+    await rt.reconcile(rt.queue.seen({**BODY, "spec": {"epochs": "many"}}))
     ((type_, reason, message),) = events
     assert (type_, reason) == ("Warning", "InvalidSpec")
     assert "spec.epochs" in message
@@ -102,13 +108,13 @@ async def test_success_clears_the_backoff() -> None:
     controller.error = None
     await rt.reconcile(BODY)
     assert controller.calls == 2
-    assert rt._backoff.failures == {}
+    assert rt.queue.backoff.failures == {}
 
 
 async def test_a_trainer_deleted_meanwhile_is_not_reconciled() -> None:
     controller = FailingController(None)
     rt, _ = runtime_with(controller)
-    rt.trainers.clear()
+    rt.queue.forget(BODY)
     await rt.reconcile(BODY)
     assert controller.calls == 0
 
@@ -117,20 +123,20 @@ async def test_a_sooner_requeue_is_not_pushed_back_by_a_later_one() -> None:
     rt, _ = runtime_with(FailingController(None))
     key = ("ns", "t")
     rt.requeue_after(key, 1)
-    first = rt._retries[key].when()
+    first = rt.queue._timers[key].when()
     rt.requeue_after(key, 30)
-    assert rt._retries[key].when() == first
+    assert rt.queue._timers[key].when() == first
     rt.requeue([key])
-    assert rt._retries[key].when() < first
+    assert rt.queue._timers[key].when() < first
 
 
 async def test_events_do_not_pre_empt_an_error_backoff() -> None:
     rt, _ = runtime_with(FailingController(OSError("refused")))
     key = ("ns", "t")
     await rt.reconcile(BODY)
-    backoff_due = rt._retries[key].when()
+    backoff_due = rt.queue._timers[key].when()
     rt.requeue([key])
-    assert rt._retries[key].when() == backoff_due
+    assert rt.queue._timers[key].when() == backoff_due
 
 
 async def test_cache_groups_by_index_and_drops_deleted_objects() -> None:
@@ -160,9 +166,8 @@ async def test_outside_kopfs_context_an_event_is_posted_with_the_controllers_own
             return True
 
     rt = Runtime(ControllerConfig(controller="trainer", pod_name="trainer-0"), cast(Kube, Recorder()))
-    body = {"apiVersion": "trainer.operator.kubeflow.org/v1alpha1", "kind": "Trainer", **BODY}
-    rt.event(body, "Normal", "TTLExpired", "deleting; API_TOKEN=abc")  # not inside a kopf handler
-    for task in list(rt._tasks):
+    rt.event(BODY, "Normal", "TTLExpired", "deleting; API_TOKEN=abc")  # not inside a kopf handler
+    for task in list(rt.tasks._tasks):
         await task
     (event,) = created
     assert (event["kind"], event["type"], event["reason"]) == ("Event", "Normal", "TTLExpired")
@@ -203,8 +208,8 @@ def test_a_refusal_is_a_422_with_every_problem_and_a_mutation_sets_spec_fields()
     async def default(request: Request) -> Verdict:
         return Verdict(spec={"profile": "team"}, warnings=("defaulted",))
 
-    rt = Runtime(ControllerConfig(controller="profile", webhook_port=9443), cast(Kube, None))
-    body = kopf.Body({"metadata": {"namespace": "ns", "name": "t"}, "spec": {"epochs": 1}})
+    rt = Runtime(ControllerConfig(controller="profile", webhook=WebhookConfig(webhook_port=9443)), cast(Kube, None))
+    body = kopf.Body(cast(kopf.RawBody, trainer_body("t", "ns")))
     warnings: list[str] = []
     with pytest.raises(kopf.AdmissionError) as refused:
         asyncio.run(
@@ -223,3 +228,142 @@ def test_a_refusal_is_a_422_with_every_problem_and_a_mutation_sets_spec_fields()
     for outcome in ("refused", "mutated"):
         labels = {"controller": "profile", "webhook": "check-it", "outcome": outcome}
         assert REGISTRY.get_sample_value("operator_admission_reviews_total", labels) == 1
+
+
+# -- what a reconcile concludes, applied the same way for every controller -------------------------
+
+
+class StatusApi:
+    """Stands in for the API server's status apply: records each body, answers a version or fails."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.error = error
+
+    async def apply_status(
+        self, info: Any, namespace: str | None, name: str, body: dict[str, Any], manager: str
+    ) -> str:
+        if self.error is not None:
+            raise self.error
+        self.applied.append(body)
+        return str(10 + len(self.applied))
+
+
+CHANGED = Outcome(
+    status={"test": {"ok": True}},
+    conditions=(Desired.true("Tested", "Fine"),),
+    events=(("Normal", "Always", "posted"),),
+    on_change=(("Warning", "Problem", "fix it"),),
+)
+
+
+@pytest.mark.parametrize(
+    ("live_status", "writes", "events"),
+    [
+        ({}, 1, [("Normal", "Always", "posted"), ("Warning", "Problem", "fix it")]),
+        # The live object already says it: no request, and no Event about a change.
+        (
+            {
+                "test": {"ok": True},
+                "conditions": [
+                    {
+                        "type": "Tested",
+                        "status": "True",
+                        "reason": "Fine",
+                        "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                        "observedGeneration": 1,
+                    }
+                ],
+            },
+            0,
+            [("Normal", "Always", "posted")],
+        ),
+    ],
+)
+async def test_an_outcome_writes_only_what_changed_and_says_why_once(
+    live_status: dict[str, Any], writes: int, events: list[tuple[str, str, str]]
+) -> None:
+    api = StatusApi()
+    rt, posted = runtime_with(FailingController(None, CHANGED), api)
+    await rt.reconcile(rt.queue.seen({**BODY, "status": live_status}))
+    assert len(api.applied) == writes
+    assert posted == events
+    if writes:
+        assert api.applied[0]["status"]["test"] == {"ok": True}
+        assert [c["type"] for c in api.applied[0]["status"]["conditions"]] == ["Tested"]
+
+
+async def test_a_trainer_deleted_before_its_status_is_written_is_not_retried() -> None:
+    rt, posted = runtime_with(FailingController(None, CHANGED), StatusApi(api_error(404)))
+    await rt.reconcile(BODY)
+    assert not rt.has_pending_retry(("ns", "t"))
+    assert posted == [("Normal", "Always", "posted")]  # nothing was written: no Event about a change
+
+
+async def test_an_outcome_with_refused_work_is_retried_with_backoff_and_a_requeue_is_kept() -> None:
+    rt, _ = runtime_with(FailingController(None, Outcome(retry=True)))
+    await rt.reconcile(BODY)
+    assert rt.queue.backoff.failures == {("ns", "t"): 1}
+    rt2, _ = runtime_with(FailingController(None, Outcome(requeue_after=30)))
+    await rt2.reconcile(BODY)
+    assert rt2.has_pending_retry(("ns", "t"))
+    assert rt2.queue.backoff.failures == {}
+
+
+# -- the runtime's trigger (one job over all objects) and periodic jobs ------------------------------
+
+
+async def test_pokes_before_a_run_starts_coalesce_into_one_run() -> None:
+    runs: list[int] = []
+
+    async def job() -> float | None:
+        runs.append(len(runs))
+        return None
+
+    rt, _ = runtime_with(FailingController(None))
+    trigger = rt.trigger(job, "planning")
+    for _ in range(5):
+        trigger.poke()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert runs == [0]
+
+
+async def test_a_failed_run_is_tried_again_after_a_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainerop_common import workqueue
+
+    monkeypatch.setattr(workqueue, "RETRY_SECONDS", 0.01)
+    attempts: list[int] = []
+    done = asyncio.Event()
+
+    async def job() -> float | None:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RuntimeError("the API server is away")
+        done.set()
+        return None
+
+    rt, _ = runtime_with(FailingController(None))
+    rt.trigger(job, "planning").poke()
+    await asyncio.wait_for(done.wait(), 5)
+    assert len(attempts) == 3
+
+
+async def test_a_periodic_job_goes_on_after_a_failure() -> None:
+    from trainerop_common.workqueue import periodic
+
+    calls: list[int] = []
+
+    async def job() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("one bad pass")
+
+    task = asyncio.ensure_future(periodic(0.001, job, "test", first=0))
+    for _ in range(1000):
+        if len(calls) >= 3:
+            break
+        await asyncio.sleep(0.001)
+    task.cancel()
+    assert len(calls) >= 3

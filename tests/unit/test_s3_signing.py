@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from trainerop_sdk.s3 import EMPTY_SHA256, Credentials, parse_uri, signature_headers
+from trainerop_sdk.s3 import EMPTY_SHA256, Credentials, signature_headers
 
 AWS_EXAMPLE = Credentials("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "", "us-east-1")
 
@@ -37,23 +37,6 @@ def test_the_documented_list_objects_example_signs_identically() -> None:
     assert headers["authorization"].endswith(
         "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"
     )
-
-
-@pytest.mark.parametrize(
-    ("uri", "expected"),
-    [("s3://ckpt/team-a/runs", ("ckpt", "team-a/runs")), ("s3://ckpt", ("ckpt", "")), ("s3://bkt/p/", ("bkt", "p"))],
-)
-def test_uris(uri: str, expected: tuple[str, str]) -> None:
-    assert parse_uri(uri) == expected
-
-
-# "#" and "?" would cut the prefix short (every Trainer's data under one prefix): refused.
-@pytest.mark.parametrize(
-    "uri", ["pvc-backups", "/checkpoints", "s3:///x", "gs://bkt/p", "s3://bkt/team#a", "s3://bkt/a?b"]
-)
-def test_not_s3(uri: str) -> None:
-    with pytest.raises(ValueError, match="is not an s3://bucket/prefix URI"):
-        parse_uri(uri)
 
 
 def test_credentials_come_from_the_usual_variables() -> None:

@@ -4,8 +4,10 @@ from typing import Any
 
 import pytest
 
+from tests.factories import trainer_body
 from trainerop_common.api import kind_info
 from trainerop_common.conditions import Desired
+from trainerop_common.outcome import StatusSection
 from trainerop_common.status_writer import StatusWriter
 
 NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
@@ -22,18 +24,16 @@ class RecordingApplier:
         return "20"
 
 
-def trainer(status: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-        "kind": "Trainer",
-        "metadata": {"name": "t", "namespace": "ns", "generation": generation},
-        "status": status or {},
-    }
+def trainer(resource_version: str | None = None) -> dict[str, Any]:
+    return trainer_body("t", "ns", resource_version=resource_version, status={})
 
 
 def writer(applier: RecordingApplier | None = None) -> StatusWriter:
     return StatusWriter(
-        applier or RecordingApplier(), kind_info("Trainer"), "profile", ("profile",), ("ProfileResolved",)
+        applier or RecordingApplier(),
+        kind_info("Trainer"),
+        "profile",
+        StatusSection(("profile",), ("ProfileResolved",)),
     )
 
 
@@ -121,12 +121,12 @@ def test_writing_what_the_controller_does_not_own_is_a_bug() -> None:
 async def test_an_event_older_than_our_own_write_is_not_written_again() -> None:
     applier = RecordingApplier()
     w = writer(applier)
-    old = {**trainer(), "metadata": {**trainer()["metadata"], "resourceVersion": "10"}}
+    old = trainer(resource_version="10")
     assert await w.write(old, {"profile": {"name": "p"}}, [RESOLVED], NOW)  # server answers version 20
     # An event from before our write (version 15) arrives: it lacks our status but is stale.
-    stale = {**old, "metadata": {**old["metadata"], "resourceVersion": "15"}}
+    stale = trainer(resource_version="15")
     assert not await w.write(stale, {"profile": {"name": "p"}}, [RESOLVED], NOW)
     # A newer object that lost our status (say, recreated) is written again.
-    newer = {**old, "metadata": {**old["metadata"], "resourceVersion": "25"}}
+    newer = trainer(resource_version="25")
     assert await w.write(newer, {"profile": {"name": "p"}}, [RESOLVED], NOW)
     assert len(applier.calls) == 2

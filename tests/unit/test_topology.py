@@ -5,13 +5,14 @@ from typing import Any
 
 import pytest
 
+from tests.factories import trainer_spec
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_trainer.topology import Replica, framework_env, operator_env, rendezvous, replicas
 
 
 def spec(framework: str, workers: int = 2, ps: int = 0, **extra: Any) -> TrainerSpec:
     topology = {"workers": workers, "parameterServers": ps, **extra}
-    return TrainerSpec.model_validate({"epochs": 3, "image": "img", "framework": framework, "topology": topology})
+    return trainer_spec(epochs=3, image="img", framework=framework, topology=topology)
 
 
 @pytest.mark.parametrize(
@@ -116,7 +117,7 @@ def test_xgboost() -> None:
 
 
 def test_generic_gets_only_the_operator_contract() -> None:
-    s = TrainerSpec.model_validate({"epochs": 10, "image": "i", "checkpoint": {"bucket": "b"}})
+    s = trainer_spec(epochs=10, image="i", checkpoint={"bucket": "b"})
     assert framework_env("j", "ns", s, Replica("worker", 0)) == {}
     assert operator_env("j", "uid-7", s, Replica("ps", 0)) == {
         "TRAINER_NAME": "j",

@@ -8,9 +8,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tests.factories import trainer_body
 from trainerop_common.conditions import Desired
-from trainerop_quota.controller import record_renegotiation
-from trainerop_quota.decide import Verdict
+from trainerop_quota.decide import Decision
+from trainerop_quota.metrics import record_renegotiation
 
 EXPORTER = InMemorySpanExporter()
 
@@ -27,12 +28,12 @@ def spans() -> InMemorySpanExporter:
 
 def test_a_renegotiation_span_covers_the_reclaim_to_the_decision(spans: InMemorySpanExporter) -> None:
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    verdict = Verdict(
+    verdict = Decision(
         {"capacityType": "on-demand", "workers": 2},
         Desired.true("QuotaAdmitted", "Renegotiated", "moved"),
         renegotiation_seconds=42.5,
     )
-    record_renegotiation({"metadata": {"namespace": "team-a", "name": "llm"}}, verdict, now)
+    record_renegotiation(trainer_body("llm", "team-a"), verdict, now)
     (span,) = spans.get_finished_spans()
     assert span.name == "quota.renegotiation"
     assert span.start_time is not None

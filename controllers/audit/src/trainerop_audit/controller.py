@@ -1,11 +1,12 @@
-"""kopf adapter of the audit controller: records operator actions from Trainers' status, serves the
-audit webhook that records users' requests, applies retention, notifies a webhook of chosen events."""
+"""kopf adapter of the audit controller: records operator actions from Trainers' status, records
+users' requests from the audit webhook (served by the runtime's webhook server), applies
+retention, notifies a webhook of chosen events."""
 
-import asyncio
 import json
 import logging
 import sys
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +14,23 @@ import kopf
 from lightkube import ApiError
 from prometheus_client import Counter
 
-from trainerop_common.api import GROUP, kind_info
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import parse
 from trainerop_common.kube import is_namespace_terminating
+from trainerop_common.names import OPERATOR_NAMESPACE
+from trainerop_common.outcome import Outcome
+from trainerop_common.process import run_entrypoint
 from trainerop_common.redaction import redact
-from trainerop_common.runtime import Body, Runtime, run_entrypoint
-from trainerop_common.status_writer import StatusWriter
+from trainerop_common.runtime import Body, Runtime
 
-from .decide import OWNED_FIELDS, Recorded, TrainerFacts, created_name, decide, manager_of
-from .notifier import NOTIFICATIONS, Notifier
-from .notify import Notified, RoleFailures, Settings, due, retry_delay
-from .record import OPERATOR_NAMESPACE, subject_uid
+from .config import AuditConfig
+from .decide import SECTION, Observed, Recorded, created_name, decide, manager_of
+from .delivery import NOTIFICATIONS, Notifier
+from .notices import Notified, RoleFailures, Settings, due, retry_delay
+from .record import TRAINER_LABEL, subject_uid
 from .retention import Retention, expired, pruned_record
-from .webhook import AuditWebhook
+from .user_recorder import RESOURCES, WEBHOOK, UserRecorder
 
 log = logging.getLogger("trainerop.audit")
 RECORDS = Counter("audit_records_total", "AuditLog records created.", ["source"])
@@ -43,32 +46,48 @@ def emit(record: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def observed(body: Body, now: datetime) -> Observed:
+    """What the audit trail of operator actions needs of a Trainer."""
+    meta, status = body["metadata"], body.get("status") or {}
+    replicas: dict[str, Any] = (status.get("topology") or {}).get("replicas") or {}
+    failures = [str(r["lastFailureTime"]) for r in replicas.values() if r.get("lastFailureTime")]
+    return Observed(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        generation=int(meta.get("generation", 0)),
+        manager=manager_of(meta.get("managedFields")),
+        created=meta.get("creationTimestamp") or rfc3339(now),
+        conditions=parse(status.get("conditions")),
+        checkpoint=(status.get("checkpoint") or {}).get("latest"),
+        checkpoint_time=(status.get("checkpoint") or {}).get("lastCommitTime"),
+        restarts=sum(int(r.get("restarts") or 0) for r in replicas.values()),
+        last_failure=max(failures, default=None),
+        renegotiations=int((status.get("quota") or {}).get("renegotiations") or 0),
+        recorded=Recorded.parse((status.get("audit") or {}).get("recorded")),
+    )
+
+
 class AuditController:
     name = "audit"
+    section = SECTION
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, config: AuditConfig) -> None:
         self.rt = runtime
-        kube = runtime.kube
+        self.config = config
         # Grouped by the Trainer they are about: a reconcile reads its own records, not the namespace's.
-        self.records = ObjectCache.for_kind(kube, "AuditLog", index=lambda r: subject_uid(r) or "")
-        self.writer = StatusWriter(kube, kind_info("Trainer"), self.name, OWNED_FIELDS, ())
-        cfg = runtime.config
-        self.retention = Retention(cfg.retention_days, cfg.retention_records)
-        self.webhook = AuditWebhook(
+        self.records = ObjectCache.for_kind(runtime.kube, "AuditLog", index=lambda r: subject_uid(r) or "")
+        self.retention = Retention(config.retention_days, config.retention_records)
+        self.users = UserRecorder(
             lambda record, again: self.write(record, "user", print_existing=again), runtime.clock, OPERATOR_NAMESPACE
         )
-        self._tasks: list[asyncio.Task[None]] = []
-        self.notifier = Notifier(Path(cfg.notify_url_file), cfg.notify_format) if cfg.notify_url_file else None
+        self.notifier = Notifier(Path(config.notify_url_file), config.notify_format) if config.notify_url_file else None
         self.notify_settings = Settings(
-            frozenset(cfg.notify_events),
-            cfg.notify_restart_storm_failures,
-            timedelta(seconds=cfg.notify_max_age_seconds),
+            frozenset(config.notify_events),
+            config.notify_restart_storm_failures,
+            timedelta(seconds=config.notify_max_age_seconds),
         )
         self._attempts: dict[str, dict[tuple[str, str], int]] = {}  # uid -> (event, time) -> failed attempts
-        if cfg.webhook_port:
-            runtime.readiness.append(
-                lambda: None if self.webhook.serving.is_set() else "the audit webhook is not serving (see the log)"
-            )
 
     async def write(self, record: dict[str, Any], source: str, print_existing: bool = False) -> bool:
         """Create one record (idempotent by name) and print it; False if it existed already (then
@@ -91,44 +110,34 @@ class AuditController:
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.records.register(registry, self._record_changed)
+        runtime.observe(registry, WEBHOOK, RESOURCES, self._observe_user)
+        if self.retention.active:
+            runtime.every(self.config.retention_interval_seconds, self.apply_retention, "audit retention", first=0)
 
         @kopf.on.startup(registry=registry)
         async def start(**_: Any) -> None:
-            cfg = self.rt.config
-            if cfg.webhook_port:
-                try:
-                    self.webhook.self_user = await self.rt.kube.whoami()
-                except ApiError as err:  # then its retention deletes are recorded one by one too
-                    log.warning("could not learn this controller's own identity (SelfSubjectReview): %s", err)
-                await self.webhook.start(
-                    cfg.webhook_address, cfg.webhook_port, cfg.webhook_cert_file, cfg.webhook_key_file
-                )
-            else:
+            if not self.rt.config.webhook.webhook_port:
                 log.warning("audit webhook not served (--webhook-port 0): users' requests are not recorded")
-            if self.retention.active:
-                self._tasks.append(asyncio.create_task(self._retention_forever()))
+                return
+            try:
+                self.users.self_user = await self.rt.kube.whoami()
+            except ApiError as err:  # then its retention deletes are recorded one by one too
+                log.warning("could not learn this controller's own identity (SelfSubjectReview): %s", err)
 
         @kopf.on.cleanup(registry=registry)
         async def stop(**_: Any) -> None:
-            for task in self._tasks:
-                task.cancel()
-            await self.webhook.stop()
+            await self.users.stop()
             if self.notifier is not None:
                 await self.notifier.close()
 
+    async def _observe_user(self, review: Mapping[str, Any]) -> None:
+        await self.users.review(review)
+
     def _record_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         labels = body.get("metadata", {}).get("labels") or {}
-        trainer = labels.get(f"{GROUP}/trainer-name")
+        trainer = labels.get(TRAINER_LABEL)
         if trainer:
             self.rt.requeue([(key[0], trainer)])
-
-    async def _retention_forever(self) -> None:
-        while True:
-            try:
-                await self.apply_retention()
-            except Exception:  # a failed pass is retried on the next; the loop must go on
-                log.exception("audit retention pass failed; retrying in %ss", self.rt.config.retention_interval_seconds)
-            await asyncio.sleep(self.rt.config.retention_interval_seconds)
 
     async def apply_retention(self) -> int:
         """One retention pass; returns how many records it deleted. It reads the records from the
@@ -149,41 +158,21 @@ class AuditController:
             log.info("audit retention deleted %d record(s)", len(names), extra={"namespace": namespace})
         return deleted
 
-    async def reconcile(self, body: Body) -> None:
-        meta, status = body["metadata"], body.get("status") or {}
-        replicas: dict[str, Any] = (status.get("topology") or {}).get("replicas") or {}
-        now = self.rt.clock.now()
-        facts = TrainerFacts(
-            namespace=meta["namespace"],
-            name=meta["name"],
-            uid=meta["uid"],
-            generation=int(meta.get("generation", 0)),
-            manager=manager_of(meta.get("managedFields")),
-            created=meta.get("creationTimestamp") or rfc3339(now),
-            conditions=parse(status.get("conditions")),
-            checkpoint=(status.get("checkpoint") or {}).get("latest"),
-            checkpoint_time=(status.get("checkpoint") or {}).get("lastCommitTime"),
-            restarts=sum(int(r.get("restarts") or 0) for r in replicas.values()),
-            last_failure=max(
-                (str(r["lastFailureTime"]) for r in replicas.values() if r.get("lastFailureTime")), default=None
-            ),
-            renegotiations=int((status.get("quota") or {}).get("renegotiations") or 0),
-            recorded=Recorded.parse((status.get("audit") or {}).get("recorded")),
-        )
-        pending = self.webhook.pending(created_name(facts.name, facts.uid))
-        decision = decide(facts, await self.records.grouped(facts.uid), now, creation_pending=pending)
+    async def reconcile(self, body: Body) -> Outcome:
+        assert self.rt.writer is not None
+        facts = observed(body, self.rt.clock.now())
+        pending = self.users.pending(created_name(facts.name, facts.uid))
+        decision = decide(facts, await self.records.grouped(facts.uid), self.rt.clock.now(), creation_pending=pending)
         for record in decision.create:
             await self.write(record, "operator")
         status = decision.status
-        if self.notifier is not None and not self.writer.is_stale(body):
+        if self.notifier is not None and not self.rt.writer.is_stale(body):
             # (a body older than this controller's last status write may not show what it notified)
-            notified = await self.notify(body, replicas)
+            notified = await self.notify(body)
             status = {"audit": {**status["audit"], "notified": notified.to_k8s()}}
-        await self.writer.write(body, status, (), rfc3339(now))
-        if decision.recheck_after is not None:
-            self.rt.requeue_after((facts.namespace, facts.name), decision.recheck_after)
+        return Outcome(status=status, requeue_after=decision.recheck_after)
 
-    async def notify(self, body: Body, replicas: dict[str, Any]) -> Notified:
+    async def notify(self, body: Body) -> Notified:
         """Send the notifications this Trainer is due, one attempt each; returns what is notified
         now. A notice that could not be delivered stays due: the Trainer is reconciled again after
         a backoff (1 s doubling to 5 min, or the receiver's Retry-After), and a Warning Event says
@@ -191,6 +180,7 @@ class AuditController:
         assert self.notifier is not None
         meta, status = body["metadata"], body.get("status") or {}
         uid = meta["uid"]
+        replicas: dict[str, Any] = (status.get("topology") or {}).get("replicas") or {}
         notified = Notified.parse((status.get("audit") or {}).get("notified"))
         attempts = self._attempts.setdefault(uid, {})
         roles = [
@@ -238,4 +228,4 @@ class AuditController:
         return notified
 
 
-entry = run_entrypoint("audit", AuditController)
+entry = run_entrypoint("audit", AuditController, AuditConfig, webhooks=True)

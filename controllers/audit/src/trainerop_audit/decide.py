@@ -17,6 +17,8 @@ from typing import Any
 
 from trainerop_common.api.base import Condition
 from trainerop_common.clock import parse_time
+from trainerop_common.names import child_name
+from trainerop_common.outcome import StatusSection
 
 from .record import (
     audit_record,
@@ -28,7 +30,7 @@ from .record import (
     trainer_ref,
 )
 
-OWNED_FIELDS = ("audit",)
+SECTION = StatusSection(("audit",))
 # How long the creation of a Trainer may go without the webhook's record before this controller
 # records it with an unknown requester: longer than the webhook retries a failed write.
 UNOBSERVED_AFTER_SECONDS = 30.0
@@ -67,7 +69,7 @@ class Recorded:
 
 
 @dataclass(frozen=True)
-class TrainerFacts:
+class Observed:
     namespace: str
     name: str
     uid: str
@@ -97,11 +99,11 @@ ACTIONS: dict[tuple[str, str, str | None], tuple[str, str]] = {
 def created_name(name: str, uid: str) -> str:
     """The creation record's name; the webhook's record of the request and this controller's
     fallback share it, so a Trainer has one."""
-    return f"{name}-created-{uid[:8]}"
+    return child_name(name, "created", uid[:8].lower().strip("-") or "0")
 
 
 def operator_record(
-    t: TrainerFacts, action: str, controller: str, reason: str, message: str, time: str, generation: int, key: str
+    t: Observed, action: str, controller: str, reason: str, message: str, time: str, generation: int, key: str
 ) -> dict[str, Any]:
     """What the status written by ``controller`` shows it did: a status patch, complete."""
     return audit_record(
@@ -121,7 +123,7 @@ def operator_record(
     )
 
 
-def unobserved_creation(t: TrainerFacts) -> dict[str, Any]:
+def unobserved_creation(t: Observed) -> dict[str, Any]:
     return audit_record(
         name=created_name(t.name, t.uid),
         namespace=t.namespace,
@@ -142,7 +144,7 @@ def unobserved_creation(t: TrainerFacts) -> dict[str, Any]:
     )
 
 
-def operator_records(t: TrainerFacts) -> tuple[list[dict[str, Any]], Recorded]:
+def operator_records(t: Observed) -> tuple[list[dict[str, Any]], Recorded]:
     """One record per action the status shows that was not recorded before, and the new watermark."""
     out = []
     seen = dict(t.recorded.conditions)
@@ -207,7 +209,7 @@ def manager_of(managed_fields: Sequence[Mapping[str, Any]] | None) -> str:
 
 
 def decide(
-    t: TrainerFacts, records: Sequence[Mapping[str, Any]], now: datetime, creation_pending: bool = False
+    t: Observed, records: Sequence[Mapping[str, Any]], now: datetime, creation_pending: bool = False
 ) -> Decision:
     """``records``: AuditLogs, of which the Trainer's count (the adapter passes only those);
     ``creation_pending``: the webhook is still writing its record of the creation."""

@@ -10,13 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainerop_common.api import API_VERSION, GROUP
+from trainerop_common.contracts import TRAINER_UID_LABEL
+from trainerop_common.names import OPERATOR_NAMESPACE, child_name, service_account_user
 
+# A record's labels: the Trainer it is about (name and uid), the kind of object it records.
 TRAINER_LABEL = f"{GROUP}/trainer-name"
-UID_LABEL = f"{GROUP}/trainer-uid"
 RESOURCE_LABEL = f"{GROUP}/audited-resource"
-
-OPERATOR_NAMESPACE = "trainer-operator-system"
-OPERATOR_PREFIX = f"system:serviceaccount:{OPERATOR_NAMESPACE}:trainer-operator-"
 SERVICE_ACCOUNT_GROUPS = (
     "system:serviceaccounts",
     f"system:serviceaccounts:{OPERATOR_NAMESPACE}",
@@ -34,11 +33,11 @@ def derived_audit_id(*parts: str) -> str:
 
 
 def record_name(object_name: str, action: str, *key: str) -> str:
-    return f"{object_name[:200]}-{action.lower()}-{short_hash(*key)}"
+    return child_name(object_name, action.lower(), short_hash(*key))
 
 
 def operator_user(controller: str) -> dict[str, Any]:
-    return {"username": OPERATOR_PREFIX + controller, "groups": list(SERVICE_ACCOUNT_GROUPS)}
+    return {"username": service_account_user(controller), "groups": list(SERVICE_ACCOUNT_GROUPS)}
 
 
 def trainer_ref(namespace: str, name: str, uid: str, subresource: str | None = None) -> dict[str, Any]:
@@ -54,7 +53,7 @@ def labels_for(ref: Mapping[str, Any]) -> dict[str, str]:
     if ref["resource"] == "trainers" and ref.get("name"):
         labels[TRAINER_LABEL] = str(ref["name"])[:63]
         if ref.get("uid"):
-            labels[UID_LABEL] = str(ref["uid"])
+            labels[TRAINER_UID_LABEL] = str(ref["uid"])
     return labels
 
 

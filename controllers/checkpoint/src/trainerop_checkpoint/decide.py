@@ -6,7 +6,10 @@ being verified) -> Committed (every shard has a majority of verified copies) -> 
 One that does not commit within ``commitTimeoutSeconds`` of its creation, or that points outside
 its Trainer's checkpoint directory, is Failed and never resumed from. The Trainer's
 ``status.checkpoint`` names the latest committed checkpoint and contributes ``RESUME_FROM`` and
-the storage settings to the pods created from then on (DESIGN §3, §5, §6).
+the storage settings to the pods created from then on (docs/checkpoints.md).
+
+The flow goes one way: :func:`copies_to_read` says which copies the adapter must read (on S3, or
+by a pod on the claim), and :func:`decide` decides once, on what the reads found.
 """
 
 from collections.abc import Mapping, Sequence
@@ -14,28 +17,34 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from trainerop_common.api import Checkpoint, Contribution, PodContribution
+from trainerop_common.api import Checkpoint, Contribution, Grant, PodContribution
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.trainer import TrainerSpec
-from trainerop_common.checkpoint_layout import MOUNT, checkpoint_dir, checkpoint_path, copy_key
+from trainerop_common.checkpoint_layout import MOUNT, Claim, checkpoint_dir, checkpoint_path, copy_key
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
-from trainerop_common.contracts import has_master
+from trainerop_common.contracts import GATE_CONDITIONS
+from trainerop_common.outcome import Event, StatusSection
+from trainerop_common.topology import effective, shard_writers
 
-CONDITION = "CheckpointReady"
+CONDITION = GATE_CONDITIONS["checkpoint"]
 OVERDUE = "CheckpointOverdue"
-CONDITIONS = (CONDITION, OVERDUE)
-OWNED_FIELDS = ("checkpoint",)
-CHECKPOINT_FIELDS = ("phase", "committedReplicas", "verifiedShards", "reason", "message", "commitTime", "collectTime")
+SECTION = StatusSection(("checkpoint",), (CONDITION, OVERDUE))
+# What the controller writes of a Checkpoint's status.
+CHECKPOINT_SECTION = StatusSection(
+    ("phase", "committedReplicas", "verifiedShards", "reason", "message", "commitTime", "collectTime")
+)
 VOLUME = "checkpoints"
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
 REQUIRED_S3_KEYS = S3_KEYS[:2]
 RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until the timeout
+FINAL = ("Committed", "GarbageCollected", "Failed")
 
-Verdict = Literal["ok", "missing", "mismatch", "unreadable"]
+CopyState = Literal["ok", "missing", "mismatch", "unreadable"]
+CopyId = tuple[str, str, str]  # (checkpoint uid, copy key, reported sha256)
 
 
-def copy_verdict(found: tuple[str, int] | None, sha256: str, size: int) -> Verdict:
+def copy_state(found: tuple[str, int] | None, sha256: str, size: int) -> CopyState:
     """A copy read back (its sha256 and size, None when absent) against what its writer reported."""
     if found is None:
         return "missing"
@@ -81,6 +90,10 @@ class Copy:
     sha256: str
     size: int
 
+    @property
+    def id(self) -> CopyId:
+        return (self.uid, self.key, self.sha256)
+
 
 @dataclass(frozen=True)
 class Collect:
@@ -99,14 +112,14 @@ class Observed:
     generation: int
     now: datetime
     checkpoints: Sequence[CheckpointView] = ()
-    # (checkpoint uid, copy key, reported sha256) -> what reading the copy found
-    verdicts: Mapping[tuple[str, str, str], Verdict] = field(default_factory=dict)
+    copy_states: Mapping[CopyId, CopyState] = field(default_factory=dict)  # what reading each copy found
     storage: Storage = field(default_factory=Storage)
     trainer_phase: str | None = None
     start_time: str | None = None  # status.progress.startTime
     trainer_uid: str = ""  # Checkpoints owned by another (earlier) Trainer of the same name do not count
     published: str | None = None  # status.checkpoint.latest as pods may have read it
     notes: Mapping[str, str] = field(default_factory=dict)  # checkpoint uid -> what its verification waits for
+    grant: Grant | None = None  # the quota admission (status.quota): the workers the run has
 
 
 @dataclass(frozen=True)
@@ -114,9 +127,8 @@ class Decision:
     status: dict[str, Any]
     conditions: tuple[Desired, ...]
     checkpoints: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # name -> status to apply
-    verify: tuple[Copy, ...] = ()
     collect: tuple[Collect, ...] = ()
-    events: tuple[tuple[str, str, str], ...] = ()
+    events: tuple[Event, ...] = ()
     requeue_after: float | None = None
     problem: Desired | None = None
 
@@ -127,7 +139,7 @@ class Judged:
 
     view: CheckpointView
     status: dict[str, Any]
-    verify: tuple[Copy, ...] = ()
+    unread: tuple[Copy, ...] = ()  # copies still to read (none found ok yet)
     due: float | None = None  # seconds until its commit timeout
 
     @property
@@ -135,29 +147,27 @@ class Judged:
         return str(self.status["phase"])
 
 
-def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
-    """The phase of one checkpoint from its reports and the verdicts on its copies."""
+@dataclass(frozen=True)
+class Tally:
+    """What the reads found of one checkpoint's copies."""
+
+    copies: int  # the copies each shard must have
+    verified_shards: int = 0  # shards with a quorum of ok copies
+    weakest: int = 0  # ok copies of the weakest shard
+    unread: tuple[Copy, ...] = ()
+    problems: tuple[str, ...] = ()  # "shard i key: state" of copies found missing or bad
+
+
+def tally(view: CheckpointView, obs: Observed) -> Tally:
+    """The copies that are ok, per shard. The quorum counts the copies the Trainer asks for
+    (topology.replicationFactor), each at its own key: a report cannot lower the bar by claiming
+    fewer copies or listing one copy twice."""
     spec = view.checkpoint.spec
-    if view.phase in ("Committed", "GarbageCollected", "Failed"):
-        return Judged(view, _current(view))  # final (collection of a committed one is decided by retention)
-    expected = checkpoint_path(expected_dir, spec.step)
-    if spec.path.rstrip("/") != expected:
-        return Judged(
-            view,
-            {
-                "phase": "Failed",
-                "reason": "InvalidPath",
-                "message": f"spec.path {spec.path!r} is not this Trainer's path for step {spec.step} ({expected!r}); "
-                "the checkpoint is never resumed from and its data is left alone",
-            },
-        )
-    # The quorum counts copies the Trainer asks for (topology.replicationFactor), each at its own
-    # key: a report cannot lower the bar by claiming fewer copies or listing one copy twice.
     copies = max(obs.spec.topology.replication_factor, spec.replication_factor)
-    need = quorum(copies)
     reports = {s.index: s for s in spec.shards or ()}
-    verify: list[Copy] = []
-    verified_shards, weakest, problems = 0, copies, []
+    unread: list[Copy] = []
+    problems: list[str] = []
+    verified, weakest = 0, copies
     for index in range(spec.shard_count):
         report = reports.get(index)
         if report is None:
@@ -165,49 +175,58 @@ def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
             continue
         good = 0
         for key in sorted(set(report.copies) & {copy_key(index, r) for r in range(copies)}):
-            verdict = obs.verdicts.get((view.uid, key, report.sha256))
-            if verdict == "ok":
+            state = obs.copy_states.get((view.uid, key, report.sha256))
+            if state == "ok":
                 good += 1
                 continue
-            verify.append(Copy(view.name, view.uid, spec.path, key, report.sha256, report.size))
-            if verdict is not None:
-                problems.append(f"shard {index} {key}: {verdict}")
+            unread.append(Copy(view.name, view.uid, spec.path, key, report.sha256, report.size))
+            if state is not None:
+                problems.append(f"shard {index} {key}: {state}")
         weakest = min(weakest, good)
-        verified_shards += good >= need
-    reported = len(reports)
-    status: dict[str, Any] = {"committedReplicas": weakest, "verifiedShards": verified_shards}
-    if reported == spec.shard_count and verified_shards == spec.shard_count:
-        status |= {
-            "phase": "Committed",
-            "reason": "Quorum",
-            "message": f"every shard has at least {need} of {copies} verified copies",
-            "commitTime": rfc3339(obs.now),
-        }
-        return Judged(view, status)
+        verified += good >= quorum(copies)
+    return Tally(copies, verified, weakest, tuple(unread), tuple(problems))
+
+
+def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
+    """The phase of one checkpoint from its reports and what reading its copies found."""
+    spec = view.checkpoint.spec
+    if view.phase in FINAL:
+        return Judged(view, _current(view))  # final (collection of a committed one is decided by retention)
+    expected = checkpoint_path(expected_dir, spec.step)
+    if spec.path.rstrip("/") != expected:
+        message = (
+            f"spec.path {spec.path!r} is not this Trainer's path for step {spec.step} ({expected!r}); "
+            "the checkpoint is never resumed from and its data is left alone"
+        )
+        return Judged(view, {"phase": "Failed", "reason": "InvalidPath", "message": message})
+    t = tally(view, obs)
+    reported, need = len(spec.shards or ()), quorum(t.copies)
+    status: dict[str, Any] = {"committedReplicas": t.weakest, "verifiedShards": t.verified_shards}
+    if t.verified_shards == spec.shard_count:
+        message = f"every shard has at least {need} of {t.copies} verified copies"
+        return Judged(view, status | _phase("Committed", "Quorum", message) | {"commitTime": rfc3339(obs.now)})
     if reported < spec.shard_count:
         phase, reason, message = "Pending", "WaitingForShards", f"{reported} of {spec.shard_count} shards reported"
     else:
         phase, reason = "Staging", "Verifying"
-        message = f"{verified_shards} of {spec.shard_count} shards have {need} verified copies"
-    if problems:
-        message += "; " + ", ".join(problems[:10]) + (f" and {len(problems) - 10} more" if len(problems) > 10 else "")
-    if obs.storage.claim and reported < spec.shard_count:
-        verify = []  # a pod reads them all at once when the last shard is in
-    if view.uid in obs.notes and verify:
+        message = f"{t.verified_shards} of {spec.shard_count} shards have {need} verified copies"
+    if t.problems:
+        more = f" and {len(t.problems) - 10} more" if len(t.problems) > 10 else ""
+        message += "; " + ", ".join(t.problems[:10]) + more
+    # On a claim, a pod reads every copy at once when the last shard is in.
+    unread = () if obs.storage.claim and reported < spec.shard_count else t.unread
+    if view.uid in obs.notes and unread:
         message += "; " + obs.notes[view.uid]
     timeout = obs.spec.checkpoint.commit_timeout_seconds if obs.spec.checkpoint else 600
     left = timeout - (obs.now - parse_time(view.created)).total_seconds()
     if left <= 0:
-        return Judged(
-            view,
-            status
-            | {
-                "phase": "Failed",
-                "reason": "QuorumTimeout",
-                "message": f"no quorum within commitTimeoutSeconds ({timeout}s): {message}; never resumed from",
-            },
-        )
-    return Judged(view, status | {"phase": phase, "reason": reason, "message": message}, tuple(verify), left)
+        why = f"no quorum within commitTimeoutSeconds ({timeout}s): {message}; never resumed from"
+        return Judged(view, status | _phase("Failed", "QuorumTimeout", why))
+    return Judged(view, status | _phase(phase, reason, message), unread, left)
+
+
+def _phase(phase: str, reason: str, message: str) -> dict[str, Any]:
+    return {"phase": phase, "reason": reason, "message": message}
 
 
 def belongs(view: CheckpointView, obs: Observed) -> bool:
@@ -223,6 +242,25 @@ def order(view: CheckpointView) -> tuple[int, int, str]:
     return (spec.step, spec.epoch, view.created)
 
 
+def _s3_credentials(secret: str | None) -> list[EnvVar]:
+    """The AWS_* variables of the pods, from the Trainer's credentials Secret (region optional)."""
+    return [
+        EnvVar.model_validate(
+            {
+                "name": key,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": secret,
+                        "key": key,
+                        **({} if key in REQUIRED_S3_KEYS else {"optional": True}),
+                    }
+                },
+            }
+        )
+        for key in S3_KEYS
+    ]
+
+
 def contribution(obs: Observed, directory: str, resume_from: str) -> Contribution:
     spec = obs.spec
     ckpt = spec.checkpoint
@@ -231,32 +269,37 @@ def contribution(obs: Observed, directory: str, resume_from: str) -> Contributio
         "CHECKPOINT_DIR": directory,
         "RESUME_FROM": resume_from,
         "CHECKPOINT_REPLICATION_FACTOR": str(spec.topology.replication_factor),
-        "CHECKPOINT_SHARDS": str(spec.topology.workers + (1 if has_master(spec) else 0)),
+        "CHECKPOINT_SHARDS": str(shard_writers(effective(spec, obs.grant))),
         "CHECKPOINT_INTERVAL_MINUTES": str(ckpt.interval_minutes),
     }
     env = [EnvVar(name=k, value=v) for k, v in values.items()]
-    pod = PodContribution()
-    if ckpt.bucket.startswith("s3://"):
-        env += [
-            EnvVar.model_validate(
-                {
-                    "name": key,
-                    "valueFrom": {
-                        "secretKeyRef": {
-                            "name": ckpt.credentials_secret,
-                            "key": key,
-                            **({} if key in REQUIRED_S3_KEYS else {"optional": True}),
-                        }
-                    },
-                }
-            )
-            for key in S3_KEYS
-        ]
-    else:
-        pod.volumes = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": ckpt.bucket}}]
-        pod.volume_mounts = [{"name": VOLUME, "mountPath": MOUNT}]
-    pod.env = env
+    location = ckpt.location
+    if not isinstance(location, Claim):
+        return Contribution(
+            generation=obs.generation, pod=PodContribution(env=env + _s3_credentials(ckpt.credentials_secret))
+        )
+    pod = PodContribution(
+        env=env,
+        volumes=[{"name": VOLUME, "persistentVolumeClaim": {"claimName": location.name}}],
+        volume_mounts=[{"name": VOLUME, "mountPath": MOUNT}],
+    )
     return Contribution(generation=obs.generation, pod=pod)
+
+
+def _judged(obs: Observed) -> list[Judged]:
+    """This Trainer's checkpoints, oldest first, each judged."""
+    assert obs.spec.checkpoint is not None
+    directory = checkpoint_dir(obs.spec.checkpoint.location, obs.namespace, obs.trainer)
+    mine = sorted((v for v in obs.checkpoints if belongs(v, obs)), key=order)
+    return [judge(v, directory, obs) for v in mine]
+
+
+def copies_to_read(obs: Observed) -> tuple[Copy, ...]:
+    """The copies to read before deciding: of checkpoints still waiting for a quorum, those not yet
+    found ok (a missing or bad one again, a little later, until the commit timeout)."""
+    if obs.spec.checkpoint is None or not obs.storage.ready:
+        return ()
+    return tuple(c for j in _judged(obs) for c in j.unread)
 
 
 def decide(obs: Observed) -> Decision:
@@ -265,50 +308,66 @@ def decide(obs: Observed) -> Decision:
         return Decision(
             status={}, conditions=(Desired.true(CONDITION, "NoCheckpointing", "spec.checkpoint is not set"),)
         )
-    directory = checkpoint_dir(spec.bucket, obs.namespace, obs.trainer)
-    mine = sorted((v for v in obs.checkpoints if belongs(v, obs)), key=order)
     if not obs.storage.ready:
+        # The section goes (no resume point, no contribution: the gate is closed). Applying an
+        # empty section instead would leave status.checkpoint null, which the API server refuses.
         problem = Desired.false(CONDITION, obs.storage.reason, obs.storage.message)
-        return Decision(status={"checkpoint": {}}, conditions=(problem,), problem=problem)
+        return Decision(status={}, conditions=(problem,), problem=problem)
+    judged = _judged(obs)
+    committed = [j for j in judged if j.phase == "Committed"]
+    keep = committed[-spec.max_retention :]
+    section, ready = _section(obs, keep)
+    overdue, overdue_in = _overdue(obs, section.get("lastCommitTime"), spec.interval_minutes)
+    # A copy found missing or bad is read again a little later, until the commit timeout.
+    bad = any(c.id in obs.copy_states for j in judged for c in j.unread)
+    return Decision(
+        status={"checkpoint": section},
+        conditions=(ready, overdue),
+        checkpoints={j.view.name: j.status for j in judged if j.status != _current(j.view)},
+        collect=tuple(_retention(obs, judged, committed, spec.max_retention)),
+        events=tuple(_announced(judged)),
+        requeue_after=soonest(*(j.due for j in judged), overdue_in, RECHECK_SECONDS if bad else None),
+    )
 
-    judged = [judge(v, directory, obs) for v in mine]
-    events: list[tuple[str, str, str]] = []
+
+def _announced(judged: Sequence[Judged]) -> list[Event]:
+    """An Event for each checkpoint that commits or fails now."""
+    events: list[Event] = []
     for j in judged:
         if j.phase != j.view.phase and j.phase in ("Committed", "Failed"):
             kind, reason = (
                 ("Normal", "CheckpointCommitted") if j.phase == "Committed" else ("Warning", "CheckpointFailed")
             )
             events.append((kind, reason, f"{j.view.name} (step {j.view.checkpoint.spec.step}): {j.status['message']}"))
+    return events
 
-    committed = [j for j in judged if j.phase == "Committed"]
-    keep = committed[-spec.max_retention :]
-    newest = keep[-1] if keep else None
-    collect: list[Collect] = []
+
+def _retention(obs: Observed, judged: Sequence[Judged], committed: Sequence[Judged], keep: int) -> list[Collect]:
+    """Data to delete: committed checkpoints older than the newest ``keep`` (never the one pods may
+    still be told to resume from), and failed ones once a newer one has committed (a late writer is
+    done by then; never one pointing elsewhere)."""
     stamp = rfc3339(obs.now)
-    for j in committed[: -spec.max_retention]:
+    out: list[Collect] = []
+    for j in committed[:-keep]:
         if j.view.name == obs.published:
-            continue  # pods may still be told to resume from it: collected once the new latest is out
-        collect.append(
-            Collect(
-                j.view.name,
-                j.view.checkpoint.spec.path.rstrip("/"),
-                j.status
-                | {
-                    "phase": "GarbageCollected",
-                    "reason": "Retention",
-                    "message": f"older than the newest {spec.max_retention} committed checkpoints; data deleted",
-                    "collectTime": stamp,
-                },
-            )
-        )
+            continue  # collected once the new latest is out
+        message = f"older than the newest {keep} committed checkpoints; data deleted"
+        gone = _phase("GarbageCollected", "Retention", message) | {"collectTime": stamp}
+        out.append(Collect(j.view.name, j.view.checkpoint.spec.path.rstrip("/"), j.status | gone))
+    newest = committed[-1].view if committed else None
     for j in judged:
-        # A failed checkpoint's data goes once a newer one has committed (a late writer is done by then).
-        stale = newest is not None and order(j.view) < order(newest.view)
+        stale = newest is not None and order(j.view) < order(newest)
         if j.phase == "Failed" and j.status.get("reason") != "InvalidPath" and stale and "collectTime" not in j.status:
-            path = j.view.checkpoint.spec.path.rstrip("/")
-            collect.append(Collect(j.view.name, path, j.status | {"collectTime": stamp}))
+            out.append(Collect(j.view.name, j.view.checkpoint.spec.path.rstrip("/"), j.status | {"collectTime": stamp}))
+    return out
 
+
+def _section(obs: Observed, keep: Sequence[Judged]) -> tuple[dict[str, Any], Desired]:
+    """status.checkpoint (the committed checkpoints kept, the resume point, the pods' contribution)
+    and CheckpointReady."""
+    assert obs.spec.checkpoint is not None
     section: dict[str, Any] = {"committed": len(keep)}
+    newest = keep[-1] if keep else None
     if newest is not None:
         c = newest.view.checkpoint.spec
         section |= {
@@ -322,28 +381,15 @@ def decide(obs: Observed) -> Decision:
         )
     else:
         ready = Desired.true(CONDITION, "NoCheckpointYet", "training starts from scratch")
+    directory = checkpoint_dir(obs.spec.checkpoint.location, obs.namespace, obs.trainer)
     section["contribution"] = contribution(obs, directory, section.get("resumeFrom", "")).to_k8s()
-
-    overdue, overdue_in = _overdue(obs, section.get("lastCommitTime"), spec.interval_minutes)
-    waiting = [j.due for j in judged if j.due is not None]
-    # A copy found missing or bad is read again a little later, until the commit timeout.
-    bad = any((c.uid, c.key, c.sha256) in obs.verdicts for j in judged for c in j.verify)
-    recheck = RECHECK_SECONDS if bad else None
-    return Decision(
-        status={"checkpoint": section},
-        conditions=(ready, overdue),
-        checkpoints={j.view.name: j.status for j in judged if j.status != _current(j.view)},
-        verify=tuple(c for j in judged for c in j.verify),
-        collect=tuple(collect),
-        events=tuple(events),
-        requeue_after=soonest(*waiting, overdue_in, recheck),
-    )
+    return section, ready
 
 
 def _current(view: CheckpointView) -> dict[str, Any]:
     before = view.checkpoint.status
     dumped = before.model_dump(by_alias=True, exclude_none=True) if before else {}
-    return {k: v for k, v in dumped.items() if k in CHECKPOINT_FIELDS}
+    return {k: v for k, v in dumped.items() if k in CHECKPOINT_SECTION.fields}
 
 
 def _overdue(obs: Observed, last_commit: str | None, interval_minutes: int) -> tuple[Desired, float | None]:

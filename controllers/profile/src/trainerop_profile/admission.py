@@ -9,8 +9,9 @@
 from collections.abc import Mapping
 
 from trainerop_common.admission import Request, Verdict
+from trainerop_common.api import GROUP
 
-DEFAULT_PROFILE_LABEL = "trainer.operator.kubeflow.org/default-profile"
+DEFAULT_PROFILE_LABEL = f"{GROUP}/default-profile"
 
 
 def default_profile(request: Request, namespace_labels: Mapping[str, str] | None) -> Verdict:

@@ -12,11 +12,14 @@ from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.kube import Kube
 from trainerop_common.lookup import CachedLookup
-from trainerop_common.runtime import Body, Runtime, run_entrypoint
+from trainerop_common.outcome import Outcome, StatusSection
+from trainerop_common.process import run_entrypoint
+from trainerop_common.runtime import Body, Runtime
 from trainerop_common.status_writer import StatusWriter
 
 from . import admission
-from .decide import CONDITION, OWNED_FIELDS, FoundProfile, ProfileKind, decide, needed_secrets
+from .config import ProfileConfig
+from .decide import SECTION, FoundProfile, Observed, ProfileKind, decide, needed_secrets
 
 VALID = "Valid"
 CLUSTER = ""  # the namespace key of cluster-scoped objects in a cache
@@ -24,19 +27,20 @@ CLUSTER = ""  # the namespace key of cluster-scoped objects in a cache
 
 class ProfileController:
     name = "profile"
+    section = SECTION
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, config: ProfileConfig) -> None:
         self.rt = runtime
+        self.config = config
         self.profiles = ObjectCache.for_kind(runtime.kube, "TrainingProfile")
         self.cluster_profiles = ObjectCache.for_kind(runtime.kube, "ClusterTrainingProfile")
         # Whether a Secret exists (None: the controller may not look in that namespace; RBAC for it
         # is bindable per namespace, docs/profile.md); asked metadata-only, not watched.
         self.secrets: CachedLookup[Key, bool | None] = CachedLookup(
-            lambda key: runtime.kube.secret_exists(*key), runtime.config.secret_recheck_seconds, runtime.clock
+            lambda key: runtime.kube.secret_exists(*key), config.secret_recheck_seconds, runtime.clock
         )
-        self.writer = StatusWriter(runtime.kube, kind_info("Trainer"), self.name, OWNED_FIELDS, (CONDITION,))
         self.profile_writers = {
-            kind: StatusWriter(runtime.kube, kind_info(kind), self.name, (), (VALID,))
+            kind: StatusWriter(runtime.kube, kind_info(kind), self.name, StatusSection((), (VALID,)))
             for kind in ("TrainingProfile", "ClusterTrainingProfile")
         }
 
@@ -105,20 +109,17 @@ class ProfileController:
                 return FoundProfile(kind, name, int(raw["metadata"].get("generation", 0)), spec)
         return None
 
-    async def reconcile(self, body: Body) -> None:
+    async def reconcile(self, body: Body) -> Outcome:
         trainer = Trainer.model_validate(body)
         meta = body["metadata"]
         namespace = meta["namespace"]
         found = await self._find(namespace, trainer.spec.profile) if trainer.spec.profile else None
         needed = needed_secrets(found.spec, trainer.spec) if found else {}
         secrets = {s: await self.secrets.get((namespace, s)) for s in needed}
-        decision = decide(namespace, trainer.spec, int(meta.get("generation", 0)), found, secrets)
-        written = await self.writer.write(body, decision.status, decision.conditions, rfc3339(self.rt.clock.now()))
-        if written and decision.problem is not None:
-            self.rt.event(body, "Warning", decision.problem.reason, decision.problem.message)
-        if decision.missing_secrets:
-            # Secrets are not watched (that would load every value into memory): look again later.
-            self.rt.requeue_after((namespace, meta["name"]), self.rt.config.secret_recheck_seconds)
+        decision = decide(Observed(namespace, trainer.spec, int(meta.get("generation", 0)), found, secrets))
+        # Secrets are not watched (that would load every value into memory): a missing one is looked for again.
+        recheck = self.config.secret_recheck_seconds if decision.missing_secrets else None
+        return Outcome.warn_on_change(decision.status, decision.conditions, decision.problem, requeue_after=recheck)
 
 
-entry = run_entrypoint("profile", ProfileController)
+entry = run_entrypoint("profile", ProfileController, ProfileConfig, webhooks=True)

@@ -2,7 +2,7 @@
 
 ``spec.profile`` names a TrainingProfile in the Trainer's namespace, else a ClusterTrainingProfile
 (the namespaced one shadows a cluster-wide one of the same name). The resolved profile becomes a
-contribution (DESIGN §3) that the trainer controller merges into the pods it creates from then on.
+contribution (docs/design/contributions.md) that the trainer controller merges into the pods it creates from then on.
 
 Merge rules (docs/profile.md):
 - The Trainer's own fields win: ``spec.env``, ``spec.resources``, ``spec.runPolicy`` and the
@@ -23,11 +23,13 @@ from trainerop_common.api import Contribution, PodContribution, TrainerSpec
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.profile import TrainingProfileSpec
 from trainerop_common.conditions import Desired
-from trainerop_common.contracts import TRAINING_CONTAINER, has_master, set_by_operator
+from trainerop_common.contracts import GATE_CONDITIONS, TRAINING_CONTAINER, set_by_operator
+from trainerop_common.outcome import StatusSection
 from trainerop_common.redaction import is_secret_name
+from trainerop_common.topology import override_name, role_counts, role_override
 
-CONDITION = "ProfileResolved"
-OWNED_FIELDS = ("profile",)
+CONDITION = GATE_CONDITIONS["profile"]
+SECTION = StatusSection(("profile",), (CONDITION,))
 SECRET_VOLUME = "profile-runtime-secret"
 MAX_OVERRIDES = 50  # listed in status and the message; more are counted
 
@@ -95,24 +97,16 @@ def contribution(spec: TrainingProfileSpec, generation: int) -> Contribution:
     return Contribution(generation=generation, pod=pod, run_policy=run_policy)
 
 
-def _role_fragments(trainer: TrainerSpec) -> list[tuple[str, Mapping[str, Any], list[Mapping[str, Any]]]]:
+def _role_fragments(trainer: TrainerSpec) -> "Fragments":
     """(role, pod spec override, override of the training container) for the roles the run has."""
-    overrides = trainer.pod_template_overrides
-    if overrides is None:
-        return []
-    roles = [
-        ("master", overrides.master, has_master(trainer)),
-        ("worker", overrides.worker, True),
-        ("parameterServer", overrides.parameter_server, trainer.topology.parameter_servers > 0),
-    ]
     out = []
-    for role, fragment, present in roles:
-        spec = (fragment or {}).get("spec")
-        if not present or not isinstance(spec, Mapping):
+    for role, count in role_counts(trainer).items():
+        spec = (role_override(trainer, role) or {}).get("spec")
+        if not count or not isinstance(spec, Mapping):
             continue
         name = TRAINING_CONTAINER[trainer.framework]
         containers = [c for c in _items(spec.get("containers")) if c.get("name") == name]
-        out.append((role, spec, containers))
+        out.append((override_name(role), spec, containers))
     return out
 
 
@@ -130,34 +124,53 @@ def _env_key(e: EnvVar | Mapping[str, Any]) -> Any:
     return (data.get("value"), json.dumps(data.get("valueFrom"), sort_keys=True))
 
 
+Fragments = list[tuple[str, Mapping[str, Any], list[Mapping[str, Any]]]]
+
+
 def overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
     """Profile settings that lose to the Trainer's own spec or to the operator (names only:
     values may be secrets)."""
+    fragments = _role_fragments(trainer)
+    return [
+        *_env_overrides(trainer, profile, fragments),
+        *_resource_overrides(trainer, profile, fragments),
+        *_placement_overrides(profile, fragments),
+        *_retry_overrides(trainer, profile),
+    ]
+
+
+def _env_overrides(trainer: TrainerSpec, profile: TrainingProfileSpec, fragments: Fragments) -> list[str]:
     out: list[str] = []
     own_env = {e.name: e for e in trainer.env or ()}
-    fragments = _role_fragments(trainer)
     for env in profile.env_vars or ():
         if set_by_operator(env.name):
             out.append(f"env {env.name} (set by the operator)")
         elif env.name in own_env and _env_key(own_env[env.name]) != _env_key(env):
             out.append(f"env {env.name} (spec.env)")
         for role, _, containers in fragments:
-            if any(
-                e.get("name") == env.name and _env_key(e) != _env_key(env)
-                for c in containers
-                for e in _items(c.get("env"))
-            ):
+            theirs = [e for c in containers for e in _items(c.get("env")) if e.get("name") == env.name]
+            if any(_env_key(e) != _env_key(env) for e in theirs):
                 out.append(f"env {env.name} (podTemplateOverrides.{role})")
-    theirs = profile.resources
+    return out
+
+
+def _resource_overrides(trainer: TrainerSpec, profile: TrainingProfileSpec, fragments: Fragments) -> list[str]:
+    out: list[str] = []
     for section in ("requests", "limits"):
         mine = getattr(trainer.resources, section, None) or {}
-        for name, value in (getattr(theirs, section, None) or {}).items():
+        for name, value in (getattr(profile.resources, section, None) or {}).items():
             if name in mine and str(mine[name]) != str(value):
                 out.append(f"resources.{section}[{name}] (spec.resources)")
             for role, _, containers in fragments:
                 overridden = [_map(_map(c.get("resources")).get(section)) for c in containers]
                 if any(name in o and str(o[name]) != str(value) for o in overridden):
                     out.append(f"resources.{section}[{name}] (podTemplateOverrides.{role})")
+    return out
+
+
+def _placement_overrides(profile: TrainingProfileSpec, fragments: Fragments) -> list[str]:
+    """The node selector, and the runtime Secret's mount and volume, a role's override replaces."""
+    out: list[str] = []
     for key, value in (profile.node_selector or {}).items():
         for role, pod_spec, _ in fragments:
             selector = _map(pod_spec.get("nodeSelector"))
@@ -170,13 +183,18 @@ def overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
                 out.append(f"runtimeConfig.mountPath {path} (podTemplateOverrides.{role})")
             if any(v.get("name") == SECRET_VOLUME for v in _items(pod_spec.get("volumes"))):
                 out.append(f"runtimeConfig volume {SECRET_VOLUME} (podTemplateOverrides.{role})")
-    retry = profile.retry_policy
-    if retry is not None:
-        own = trainer.run_policy
-        for attr, wire in (("restart_policy", "restartPolicy"), ("backoff_limit", "backoffLimit")):
-            theirs_value, own_value = getattr(retry, attr), getattr(own, attr)
-            if theirs_value is not None and own_value is not None and theirs_value != own_value:
-                out.append(f"retryPolicy.{wire} (spec.runPolicy.{wire})")
+    return out
+
+
+def _retry_overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
+    retry, own = profile.retry_policy, trainer.run_policy
+    if retry is None:
+        return []
+    out = []
+    for attr, wire in (("restart_policy", "restartPolicy"), ("backoff_limit", "backoffLimit")):
+        theirs_value, own_value = getattr(retry, attr), getattr(own, attr)
+        if theirs_value is not None and own_value is not None and theirs_value != own_value:
+            out.append(f"retryPolicy.{wire} (spec.runPolicy.{wire})")
     return out
 
 
@@ -198,23 +216,26 @@ def secret_literals(profile: TrainingProfileSpec) -> list[str]:
     return [e.name for e in profile.env_vars or () if e.value is not None and is_secret_name(e.name)]
 
 
-def decide(
-    namespace: str,
-    trainer: TrainerSpec,
-    generation: int,
-    found: FoundProfile | None,
-    secrets: Mapping[str, bool | None] | None = None,
-) -> Decision:
-    """``secrets`` says which of ``needed_secrets(found.spec, trainer)`` exist in ``namespace``
-    (None: could not be checked — the controller may not get Secrets there)."""
-    name = trainer.profile
+@dataclass(frozen=True)
+class Observed:
+    namespace: str
+    trainer: TrainerSpec
+    generation: int
+    profile: FoundProfile | None  # what spec.profile resolved to (None: no such profile)
+    # The Secrets of needed_secrets(profile, trainer) -> whether each exists (None: could not be
+    # checked, the controller may not get Secrets in that namespace).
+    secrets: Mapping[str, bool | None] = field(default_factory=dict)
+
+
+def decide(obs: Observed) -> Decision:
+    name, found = obs.trainer.profile, obs.profile
     if not name:
         return Decision(status={}, conditions=(Desired.true(CONDITION, "NoProfile", "spec.profile is not set"),))
     if found is None:
         return _problem(
             {"name": name},
             "ProfileNotFound",
-            f"no TrainingProfile {name!r} in namespace {namespace!r} and no ClusterTrainingProfile {name!r}; "
+            f"no TrainingProfile {name!r} in namespace {obs.namespace!r} and no ClusterTrainingProfile {name!r}; "
             "create one or change spec.profile (the Trainer waits, with no pods, until then)",
         )
     section: dict[str, Any] = {
@@ -223,6 +244,12 @@ def decide(
         "generation": found.generation,
         "hash": spec_hash(found.spec),
     }
+    return _unusable(obs, found, section) or _resolved(obs, found, section)
+
+
+def _unusable(obs: Observed, found: FoundProfile, section: dict[str, Any]) -> Decision | None:
+    """Why the profile cannot be applied as it is, if so: a secret-looking literal, a clash no rule
+    settles, a Secret that does not exist."""
     literals = secret_literals(found.spec)
     if literals:
         return _problem(
@@ -232,33 +259,37 @@ def decide(
             "secrets; move the values into a Secret and use valueFrom.secretKeyRef (the operator never copies "
             "secret values into status)",
         )
-    blocking = clashes(trainer, found.spec)
+    blocking = clashes(obs.trainer, found.spec)
     if blocking:
         return _problem(
             section,
             "ProfileConflict",
             f"{found.describe()} cannot be applied: " + "; ".join(blocking) + "; change one of them",
         )
-    needed = needed_secrets(found.spec, trainer)
-    known = secrets or {}
-    missing = tuple(s for s in needed if known.get(s, False) is False)
-    unchecked = [s for s in needed if known.get(s, False) is None]
+    needed = needed_secrets(found.spec, obs.trainer)
+    missing = tuple(s for s in needed if obs.secrets.get(s, False) is False)
     if missing:
         what = ", ".join(f"Secret {s!r} ({needed[s]})" for s in missing)
         return _problem(
             section,
             "SecretNotFound",
-            f"{found.describe()} needs {what} in namespace {namespace!r}; create it there "
+            f"{found.describe()} needs {what} in namespace {obs.namespace!r}; create it there "
             "(the Trainer waits, with no new pods, until it exists)",
             missing,
         )
-    lost = overrides(trainer, found.spec)
+    return None
+
+
+def _resolved(obs: Observed, found: FoundProfile, section: dict[str, Any]) -> Decision:
+    """The profile applied: its contribution, and what of it the Trainer's own settings override."""
+    unchecked = [s for s in needed_secrets(found.spec, obs.trainer) if obs.secrets.get(s, False) is None]
+    lost = overrides(obs.trainer, found.spec)
     if len(lost) > MAX_OVERRIDES:
         lost = [*lost[: MAX_OVERRIDES - 1], f"and {len(lost) - MAX_OVERRIDES + 1} more"]
-    section["contribution"] = contribution(found.spec, generation).to_k8s()
+    section["contribution"] = contribution(found.spec, obs.generation).to_k8s()
     note = (
         f" (not checked that Secret {', '.join(map(repr, unchecked))} exists: the controller may not get "
-        f"Secrets in namespace {namespace!r})"
+        f"Secrets in namespace {obs.namespace!r})"
         if unchecked
         else ""
     )

@@ -8,7 +8,7 @@ budgets for. Under no policy, scheduling has no effect (a warning, not a refusal
 from trainerop_common.admission import Request, Verdict
 from trainerop_common.api.trainer import TrainerSpec
 
-from .decide import PolicyInfo, preference
+from .model import PolicyInfo, preference
 
 
 def check_scheduling(request: Request, spec: TrainerSpec, policy: PolicyInfo | None) -> Verdict:

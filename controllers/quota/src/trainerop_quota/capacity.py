@@ -8,18 +8,17 @@ termination taint (the notice spot providers give before they take a node back).
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 
-from trainerop_common.api import GROUP, Grant
+from trainerop_common.api import GROUP
 from trainerop_common.api.base import PodContribution, ResourceRequirements, Toleration
 from trainerop_common.api.quota import CapacityType
 from trainerop_common.api.trainer import TrainerSpec
-from trainerop_common.contracts import TRAINING_CONTAINER, has_master
+from trainerop_common.contracts import TRAINING_CONTAINER
 from trainerop_common.quantity import parse_quantity
+from trainerop_common.topology import Role, role_override
 
 Resources = dict[str, Decimal]
-Role = Literal["master", "worker", "ps"]
-ROLES: tuple[Role, ...] = ("master", "worker", "ps")
 
 OUR_CAPACITY_LABEL = f"{GROUP}/capacity-type"
 # label -> the value that means spot (any other value, or no label, is on-demand)
@@ -147,9 +146,7 @@ def role_requests(
     for layer in (_as_dict(profile.resources if profile else None), _as_dict(spec.resources), _as_dict(grant)):
         for part in ("requests", "limits"):
             merged[part].update(layer.get(part) or {})
-    overrides = spec.pod_template_overrides
-    override = getattr(overrides, "parameter_server" if role == "ps" else role, None) if overrides else None
-    containers = ((override or {}).get("spec") or {}).get("containers") or []
+    containers = ((role_override(spec, role) or {}).get("spec") or {}).get("containers") or []
     main = TRAINING_CONTAINER[spec.framework]
     out: Resources = {}
     for c in containers:
@@ -161,17 +158,6 @@ def role_requests(
     _add(out, container_requests(merged))
     out["pods"] = Decimal(1)
     return out
-
-
-def role_counts(spec: TrainerSpec, workers: int) -> dict[Role, int]:
-    return {"master": 1 if has_master(spec) else 0, "worker": workers, "ps": spec.topology.parameter_servers}
-
-
-def worker_bounds(spec: TrainerSpec) -> tuple[int, int]:
-    """The fewest and most workers the run may be admitted with."""
-    elastic = spec.topology.elastic
-    most = spec.topology.workers
-    return (min(elastic.min_workers, most) if elastic else most), most
 
 
 def adjusted(
@@ -200,10 +186,6 @@ def quantity_text(amount: Decimal) -> str:
     if amount == amount.to_integral_value():
         return str(int(amount))
     return f"{int(amount * 1000)}m"
-
-
-def grant_of(grant: Grant | None) -> ResourceRequirements | None:
-    return grant.resources if grant is not None else None
 
 
 def node_usage(pods: Sequence[PodInfo]) -> dict[str, Resources]:

@@ -12,24 +12,19 @@ from typing import Any
 from trainerop_common.admission import Request, Verdict
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.quantity import parse_quantity
+from trainerop_common.topology import override_name, role_counts, role_override
 
-from .topology import Role, desired_counts
-
-OVERRIDE_ROLES: dict[str, Role] = {"master": "master", "worker": "worker", "parameterServer": "ps"}
 SHOWN_NODES = 3
 
 
 def unused_overrides(spec: TrainerSpec) -> list[str]:
     """Warnings about podTemplateOverrides of roles this run has no replica of."""
-    overrides = spec.pod_template_overrides
-    if overrides is None:
-        return []
-    counts = desired_counts(spec)
+    counts = role_counts(spec)
     return [
-        f"spec.podTemplateOverrides.{field} is unused: this {spec.framework} run has no {role} replica "
-        f"({', '.join(f'{r}: {n}' for r, n in counts.items())})"
-        for field, role in OVERRIDE_ROLES.items()
-        if getattr(overrides, "parameter_server" if field == "parameterServer" else field) and not counts[role]
+        f"spec.podTemplateOverrides.{override_name(role)} is unused: this {spec.framework} run has no {role} "
+        f"replica ({', '.join(f'{r}: {n}' for r, n in counts.items())})"
+        for role, count in counts.items()
+        if role_override(spec, role) and not count
     ]
 
 

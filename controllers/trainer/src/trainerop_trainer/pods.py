@@ -1,33 +1,29 @@
 """Pod and headless Service manifests for one replica (pure).
 
 Contributions from the other concerns are merged in a fixed order — profile, quota,
-checkpoint — and then the Trainer's own spec wins where the user set a field (DESIGN §3).
+checkpoint — and then the Trainer's own spec wins where the user set a field (docs/design/contributions.md).
 Per-role ``podTemplateOverrides`` are applied last.
 """
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from trainerop_common.api import GROUP, PodContribution
+from trainerop_common.api import API_VERSION, GROUP, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
-from trainerop_common.clock import parse_time
 from trainerop_common.contracts import (
+    GENERATION_ANNOTATION,
     NODE_ANNOTATION,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
 )
+from trainerop_common.topology import role_override
 
 from .topology import CONTRACTS, Replica, framework_env, operator_env, rendezvous
 
-NAME_LABEL = "trainer-name"  # the seed README selects pods with it
-TYPE_LABEL = REPLICA_TYPE_LABEL
-INDEX_LABEL = REPLICA_INDEX_LABEL
-UID_LABEL = TRAINER_UID_LABEL
-GENERATION_ANNOTATION = f"{GROUP}/generation"
 CONTRIBUTION_ORDER = ("profile", "quota", "checkpoint")
 
 
@@ -39,7 +35,7 @@ class Owner:
     namespace: str
     uid: str
     generation: int
-    api_version: str = f"{GROUP}/v1alpha1"
+    api_version: str = API_VERSION
 
     def reference(self) -> dict[str, Any]:
         return {
@@ -62,10 +58,10 @@ class PodSettings:
 
 def labels(owner: Owner, replica: Replica) -> dict[str, str]:
     return {
-        NAME_LABEL: owner.name,
-        TYPE_LABEL: replica.role,
-        INDEX_LABEL: str(replica.index),
-        UID_LABEL: owner.uid,
+        TRAINER_NAME_LABEL: owner.name,
+        REPLICA_TYPE_LABEL: replica.role,
+        REPLICA_INDEX_LABEL: str(replica.index),
+        TRAINER_UID_LABEL: owner.uid,
     }
 
 
@@ -188,15 +184,9 @@ def _apply_override(pod: dict[str, Any], override: Mapping[str, Any]) -> None:
         pod["spec"] = _merge_fields(pod["spec"], spec)
 
 
-def pod_manifest(
-    owner: Owner,
-    spec: TrainerSpec,
-    replica: Replica,
-    contributions: Mapping[str, PodContribution],
-    settings: PodSettings,
-) -> dict[str, Any]:
-    contract = CONTRACTS[spec.framework]
-    merged = merge_contributions([contributions[c] for c in CONTRIBUTION_ORDER if c in contributions])
+def training_env(owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodContribution) -> list[dict[str, Any]]:
+    """The concerns' variables, then the framework's and the operator's (which win over them), then
+    the Trainer's own (which win over all)."""
     env = {e.name: e.to_k8s() for e in merged.env or ()}
     for name, value in {
         **framework_env(owner.name, owner.namespace, spec, replica),
@@ -205,6 +195,13 @@ def pod_manifest(
         env[name] = {"name": name, "value": value}
     env["POD_NAME"] = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     env |= {e.name: e.to_k8s() for e in spec.env or ()}  # the user's own variables win
+    return list(env.values())
+
+
+def training_container(
+    owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodContribution, settings: PodSettings
+) -> dict[str, Any]:
+    contract = CONTRACTS[spec.framework]
     requests = dict((merged.resources.requests or {}) if merged.resources else {})
     limits = dict((merged.resources.limits or {}) if merged.resources else {})
     if spec.resources is not None:
@@ -214,7 +211,7 @@ def pod_manifest(
         "name": contract.container,
         "image": spec.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "env": list(env.values()),
+        "env": training_env(owner, spec, replica, merged),
         "ports": [{"name": contract.port_name, "containerPort": contract.port}],
     }
     if spec.command:
@@ -224,29 +221,48 @@ def pod_manifest(
     if requests or limits:
         container["resources"] = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
     mounts = list(merged.volume_mounts or ())
-    volumes = list(merged.volumes or ())
     if spec.storage is not None:
         mounts.append({"name": "replica-data", "mountPath": spec.storage.mount_path})
-        volumes.append({"name": "replica-data", "persistentVolumeClaim": {"claimName": claim_name(owner, replica)}})
     if mounts:
         container["volumeMounts"] = mounts
-    pod_spec: dict[str, Any] = {
+    return container
+
+
+def pod_spec(
+    owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodContribution, settings: PodSettings
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "restartPolicy": "Never",  # the operator replaces failed pods itself, per its restart rules
-        "containers": [container],
+        "containers": [training_container(owner, spec, replica, merged, settings)],
     }
     target = rendezvous(owner.name, spec, replica)
     if target is not None:
-        pod_spec["initContainers"] = [wait_for(target, settings)]
-    if volumes:
-        pod_spec["volumes"] = volumes
-    if merged.node_selector:
-        pod_spec["nodeSelector"] = merged.node_selector
-    if merged.tolerations:
-        pod_spec["tolerations"] = [t.to_k8s() for t in merged.tolerations]
-    if merged.affinity:
-        pod_spec["affinity"] = merged.affinity
+        out["initContainers"] = [wait_for(target, settings)]
+    volumes = list(merged.volumes or ())
+    if spec.storage is not None:
+        volumes.append({"name": "replica-data", "persistentVolumeClaim": {"claimName": claim_name(owner, replica)}})
+    placement = {
+        "volumes": volumes,
+        "nodeSelector": merged.node_selector,
+        "tolerations": [t.to_k8s() for t in merged.tolerations or ()],
+        "affinity": merged.affinity,
+    }
+    out |= {k: v for k, v in placement.items() if v}
     # A concern may pick another identity; it then needs the runner's Lease permissions to beat.
-    pod_spec["serviceAccountName"] = merged.service_account_name or runner_name(owner.name)
+    out["serviceAccountName"] = merged.service_account_name or runner_name(owner.name)
+    return out
+
+
+def pod_manifest(
+    owner: Owner,
+    spec: TrainerSpec,
+    replica: Replica,
+    contributions: Mapping[str, PodContribution],
+    settings: PodSettings,
+) -> dict[str, Any]:
+    """A replica's pod: the contributions merged in order, the Trainer's own spec over them, the
+    role's podTemplateOverrides last."""
+    merged = merge_contributions([contributions[c] for c in CONTRIBUTION_ORDER if c in contributions])
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -257,10 +273,9 @@ def pod_manifest(
             "annotations": {**(merged.annotations or {}), GENERATION_ANNOTATION: str(owner.generation)},
             "ownerReferences": [owner.reference()],
         },
-        "spec": pod_spec,
+        "spec": pod_spec(owner, spec, replica, merged, settings),
     }
-    override = spec.pod_template_overrides
-    fragment = getattr(override, {"ps": "parameter_server"}.get(replica.role, replica.role)) if override else None
+    fragment = role_override(spec, replica.role)
     if fragment:
         _apply_override(pod, fragment)
     return pod
@@ -299,13 +314,13 @@ def runner_name(trainer: str) -> str:
 
 
 def runner_manifests(owner: Owner, lease_names: Sequence[str]) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding of the training pods (least privilege, DESIGN §5): renew
+    """ServiceAccount, Role and RoleBinding of the training pods (least privilege, docs/trainer.md): renew
     their own Leases, report their own Trainer's checkpoints."""
     name = runner_name(owner.name)
     meta = {
         "name": name,
         "namespace": owner.namespace,
-        "labels": {NAME_LABEL: owner.name},
+        "labels": {TRAINER_NAME_LABEL: owner.name},
         "ownerReferences": [owner.reference()],
     }
     return [
@@ -381,32 +396,7 @@ def service_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {NAME_LABEL: owner.name, TYPE_LABEL: replica.role, INDEX_LABEL: str(replica.index)},
+            "selector": {k: v for k, v in labels(owner, replica).items() if k != TRAINER_UID_LABEL},
             "ports": [{"name": contract.port_name, "port": contract.port, "targetPort": contract.port}],
         },
     }
-
-
-@dataclass(frozen=True)
-class Spawn:
-    """When a training pod was created, placed on a node, and its container started."""
-
-    created: datetime
-    scheduled: datetime | None
-    started: datetime
-
-
-def spawn_of(pod: Mapping[str, Any], container: str) -> Spawn | None:
-    """The pod's spawn once its training container runs (None before, or without timestamps)."""
-    status = pod.get("status") or {}
-    statuses: list[dict[str, Any]] = status.get("containerStatuses") or []
-    main = next((c for c in statuses if c.get("name") == container), {})
-    started = ((main.get("state") or {}).get("running") or {}).get("startedAt")
-    created = (pod.get("metadata") or {}).get("creationTimestamp")
-    if not started or not created:
-        return None
-    scheduled = next(
-        (c.get("lastTransitionTime") for c in status.get("conditions") or () if c.get("type") == "PodScheduled"),
-        None,
-    )
-    return Spawn(parse_time(created), parse_time(scheduled) if scheduled else None, parse_time(started))

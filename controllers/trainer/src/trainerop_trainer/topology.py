@@ -17,13 +17,10 @@ Every replica also gets EPOCHS, TRAINER_NAME, TRAINER_UID, REPLICA_TYPE and REPL
 
 import json
 from dataclasses import dataclass
-from typing import Literal
 
 from trainerop_common.api.trainer import Framework, TrainerSpec
-from trainerop_common.contracts import TRAINING_CONTAINER, has_master
-
-Role = Literal["master", "worker", "ps"]
-ROLES: tuple[Role, ...] = ("master", "worker", "ps")
+from trainerop_common.contracts import TRAINING_CONTAINER
+from trainerop_common.topology import Role, has_master, role_counts
 
 
 @dataclass(frozen=True)
@@ -52,21 +49,13 @@ class Replica:
         return f"{trainer}-{self.role}-{self.index}"
 
 
-def desired_counts(spec: TrainerSpec) -> dict[Role, int]:
-    return {
-        "master": 1 if has_master(spec) else 0,
-        "worker": spec.topology.workers,
-        "ps": spec.topology.parameter_servers,
-    }
-
-
 def replicas(spec: TrainerSpec) -> list[Replica]:
-    return [Replica(role, i) for role, n in desired_counts(spec).items() for i in range(n)]
+    return [Replica(role, i) for role, n in role_counts(spec).items() for i in range(n)]
 
 
 def rendezvous(trainer: str, spec: TrainerSpec, replica: Replica) -> str | None:
     """The address this replica must be able to resolve before it starts, if any."""
-    if spec.framework in ("pytorch", "xgboost") and has_master(spec):
+    if has_master(spec):
         return Replica("master", 0).name(trainer) if replica.role != "master" else None
     if spec.framework in ("pytorch", "jax"):
         first = Replica("worker", 0)
@@ -76,7 +65,7 @@ def rendezvous(trainer: str, spec: TrainerSpec, replica: Replica) -> str | None:
 
 def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
     """The Kubeflow-compatible variables of one replica (values exactly as Kubeflow sets them)."""
-    counts = desired_counts(spec)
+    counts = role_counts(spec)
     contract = CONTRACTS[spec.framework]
     port = str(contract.port)
     master = Replica("master", 0).name(trainer)
@@ -139,7 +128,7 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
 
 
 def operator_env(trainer: str, uid: str, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
-    """The operator's own contract (DESIGN §5), the same for every framework."""
+    """The operator's own contract (docs/trainer.md), the same for every framework."""
     return {
         "TRAINER_NAME": trainer,
         "TRAINER_UID": uid,

@@ -1,4 +1,4 @@
-"""Time as a dependency: controllers never call datetime.now() directly (DESIGN §4)."""
+"""Time as a dependency: controllers never call datetime.now() directly (docs/design/work-queue.md)."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Protocol

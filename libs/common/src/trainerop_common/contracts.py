@@ -1,10 +1,36 @@
-"""What the trainer controller puts into training pods (DESIGN §5) that other concerns must know:
-the variables it sets itself (a contribution cannot set them: the operator's value wins; the
+"""What the trainer controller puts into training pods (docs/trainer.md) that other concerns must
+know: the variables it sets itself (a contribution cannot set them: the operator's value wins; the
 profile controller reports such a clash; a trainer unit test keeps the list complete), the
-training container's name and which roles a run has.
+training container's name, and the labels and annotations on the pods.
 """
 
-from .api.trainer import TrainerSpec
+from trainerop_sdk.names import (
+    EPOCH_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    STEP_ANNOTATION,
+    TRAINER_NAME_LABEL,
+    TRAINER_UID_LABEL,
+)
+
+from .api import GROUP
+
+__all__ = [
+    "ADMISSION_ANNOTATION",
+    "CONCERNS",
+    "EPOCH_ANNOTATION",
+    "GATE_CONDITIONS",
+    "GENERATION_ANNOTATION",
+    "NODE_ANNOTATION",
+    "OPERATOR_ENV",
+    "REPLICA_INDEX_LABEL",
+    "REPLICA_TYPE_LABEL",
+    "STEP_ANNOTATION",
+    "TRAINER_NAME_LABEL",
+    "TRAINER_UID_LABEL",
+    "TRAINING_CONTAINER",
+    "set_by_operator",
+]
 
 # Kubeflow's default container names (TF_CONFIG only goes to "tensorflow").
 TRAINING_CONTAINER = {
@@ -16,21 +42,18 @@ TRAINING_CONTAINER = {
 }
 
 
-# Labels on every pod of a run (the trainer sets them; the quota controller counts pods by them).
-REPLICA_TYPE_LABEL = "trainer.operator.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "trainer.operator.kubeflow.org/replica-index"
-TRAINER_UID_LABEL = "trainer.operator.kubeflow.org/trainer-uid"
+# The concerns beside the trainer, and the condition type each owns (the status protocol,
+# docs/architecture.md): the trainer's gates. The audit concern records and never gates.
+CONCERNS = ("profile", "quota", "checkpoint", "audit")
+GATE_CONDITIONS = {"profile": "ProfileResolved", "quota": "QuotaAdmitted", "checkpoint": "CheckpointReady"}
 
 # The quota admission (status.quota.contribution.grant.id) a pod was created under; the trainer
 # replaces pods of an earlier admission (the run moved to other capacity or lost its admission).
-ADMISSION_ANNOTATION = "trainer.operator.kubeflow.org/admission"
+ADMISSION_ANNOTATION = f"{GROUP}/admission"
 # The node the admission placed the pod's replica on (the pod is pinned to it by node affinity).
-NODE_ANNOTATION = "trainer.operator.kubeflow.org/node"
-
-
-def has_master(spec: TrainerSpec) -> bool:
-    """pytorch and xgboost runs have a master, except elastic pytorch (rendezvous on worker 0)."""
-    return spec.framework in ("pytorch", "xgboost") and not (spec.framework == "pytorch" and spec.topology.elastic)
+NODE_ANNOTATION = f"{GROUP}/node"
+# The Trainer generation a pod was created for.
+GENERATION_ANNOTATION = f"{GROUP}/generation"
 
 
 OPERATOR_ENV = frozenset(

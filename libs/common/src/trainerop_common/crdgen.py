@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from .api import CATEGORY, GROUP, KINDS, VERSION, KindInfo
+from .names import PART_OF
 
 # JSON-schema keywords a structural OpenAPI v3 schema may keep as they are.
 _KEEP = {
@@ -144,7 +145,7 @@ def crd(info: KindInfo) -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": info.crd_name,
-            "labels": {"app.kubernetes.io/part-of": "trainer-operator"},
+            "labels": dict(PART_OF),
         },
         "spec": {
             "group": GROUP,

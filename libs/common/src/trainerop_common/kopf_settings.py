@@ -1,11 +1,13 @@
-"""One place that configures kopf the same way for all five controllers (DESIGN §4)."""
+"""One place that configures kopf the same way for all five controllers (docs/design/work-queue.md)."""
 
 import logging
+import secrets
 
 import kopf
 
 from .api import GROUP
 from .config import ControllerConfig
+from .names import component
 
 
 def finalizer(controller: str) -> str:
@@ -26,15 +28,15 @@ def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
         prefix=annotation_prefix(c), key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
-    settings.posting.reporting_component = f"trainer-operator-{c}"
+    settings.posting.reporting_component = component(c)
     settings.posting.reporting_instance = config.pod_name
-    settings.posting.event_name_prefix = f"trainer-operator-{c}-"
-    settings.peering.name = f"trainer-operator-{c}"
+    settings.posting.event_name_prefix = f"{component(c)}-"
+    settings.peering.name = component(c)
     settings.peering.clusterwide = not config.namespaces
     settings.peering.mandatory = config.peering
     settings.peering.standalone = not config.peering
-    # Equal priorities make kopf pause every replica, so each process draws its own.
-    settings.peering.priority = config.peering_priority
+    # Equal priorities make kopf pause every replica, so each process draws its own (unless set).
+    settings.peering.priority = config.peering_priority or secrets.randbelow(1_000_000) + 1
     settings.peering.lifetime = config.peering_lifetime
     # CRDs are installed by deploy/, not discovered at run time: no cluster-wide CRD watch.
     settings.scanning.disabled = True

@@ -36,6 +36,7 @@ from lightkube.types import PatchType
 
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
 from .metrics import API_ERRORS, API_REQUESTS
+from .names import field_manager
 from .ratelimit import TokenBucket
 
 Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
@@ -118,7 +119,7 @@ class Kube:
     @classmethod
     def from_environment(cls, controller: str, qps: float, burst: int) -> "Kube":
         """In-cluster service account, else $KUBECONFIG / ~/.kube/config."""
-        return cls(AsyncClient(field_manager=f"trainer-operator/{controller}"), TokenBucket(qps, burst), controller)
+        return cls(AsyncClient(field_manager=field_manager(controller)), TokenBucket(qps, burst), controller)
 
     async def _call(self, verb: str, coro: Any) -> Any:
         await self._bucket.acquire()
@@ -227,7 +228,7 @@ class Kube:
         res = CORE[body["kind"]]
         await self._call(
             "apply",
-            self._client.apply(res.from_dict(body), field_manager=f"trainer-operator/{self._controller}"),
+            self._client.apply(res.from_dict(body), field_manager=field_manager(self._controller)),
         )
 
     async def list_nodes(self) -> list[dict[str, Any]]:

@@ -3,24 +3,10 @@
 import re
 from decimal import Decimal
 
-_SUFFIX = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
+# "", n, u, m, then decimal (k, M, G, T, P, E) and binary (Ki, Mi, ...) multiples.
+_SUFFIX = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3")}
+_SUFFIX |= {s: Decimal(1000) ** i for i, s in enumerate("kMGTPE", 1)}
+_SUFFIX |= {f"{s}i": Decimal(1024) ** i for i, s in enumerate("KMGTPE", 1)}
 _RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
 
 

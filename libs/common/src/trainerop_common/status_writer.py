@@ -2,7 +2,7 @@
 
 Each controller owns some top-level fields of ``status`` (e.g. ``status.profile``) and a set of
 condition types. It writes them with server-side apply under its own field manager and without
-``force``, so the API server rejects a write to a field another controller owns (DESIGN §3).
+``force``, so the API server rejects a write to a field another controller owns (docs/design/status-protocol.md).
 :meth:`StatusWriter.plan` is pure: it returns ``None`` when the live object already says what
 the controller wants, and then no request is made at all.
 """
@@ -14,6 +14,8 @@ from typing import Any, Protocol
 from .api import API_VERSION, KindInfo
 from .conditions import Desired, merge, parse
 from .metrics import STATUS_WRITES
+from .names import field_manager
+from .outcome import StatusSection
 
 
 class StatusApplier(Protocol):
@@ -35,10 +37,6 @@ def resource_version(obj: Mapping[str, Any]) -> int | None:
         return None
 
 
-def field_manager(controller: str) -> str:
-    return f"trainer-operator/{controller}"
-
-
 @dataclass(frozen=True)
 class StatusPatch:
     """An apply request body for the status subresource."""
@@ -54,15 +52,14 @@ class StatusWriter:
         applier: StatusApplier,
         info: KindInfo,
         controller: str,
-        fields: Iterable[str],
-        condition_types: Iterable[str],
+        section: StatusSection,
     ) -> None:
         self._applier = applier
         self._info = info
         self.controller = controller
         self.field_manager = field_manager(controller)
-        self._fields = tuple(fields)
-        self._types = frozenset(condition_types)
+        self._fields = section.fields
+        self._types = frozenset(section.conditions)
         # resourceVersion our last write produced, per object: a watch event older than that
         # predates our write and would make us apply the same status again.
         self._written: dict[tuple[str | None, str], int] = {}

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans (DESIGN §8): recorded through the OpenTelemetry API, which costs nothing
+"""OpenTelemetry spans (docs/tracing.md): recorded through the OpenTelemetry API, which costs nothing
 while no SDK is configured (the default); ``setup`` configures the SDK with an OTLP/HTTP exporter
 when an endpoint is given (docs/tracing.md)."""
 

@@ -11,7 +11,6 @@ The certificate logic is pure (``make_ca``, ``issue``, ``due_for_renewal``); ``S
 does the I/O.
 """
 
-import asyncio
 import base64
 import datetime as dt
 import ipaddress
@@ -25,10 +24,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from lightkube import ApiError
 
 from .clock import Clock
 from .kube import Kube
+from .names import PART_OF
 
 log = logging.getLogger("trainerop.webhook_tls")
 
@@ -56,6 +55,24 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+KEY_USAGES = (
+    "digital_signature",
+    "content_commitment",
+    "key_encipherment",
+    "data_encipherment",
+    "key_agreement",
+    "key_cert_sign",
+    "crl_sign",
+    "encipher_only",
+    "decipher_only",
+)
+
+
+def key_usage(*allowed: str) -> x509.KeyUsage:
+    """A KeyUsage extension that allows only the usages named."""
+    return x509.KeyUsage(**{usage: usage in allowed for usage in KEY_USAGES})
+
+
 def make_ca(now: dt.datetime) -> KeyPair:
     """A CA certificate that signs serving certificates only (path length 0)."""
     key = _key()
@@ -69,20 +86,7 @@ def make_ca(now: dt.datetime) -> KeyPair:
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + dt.timedelta(days=CA_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(key_usage("digital_signature", "key_cert_sign", "crl_sign"), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -142,7 +146,7 @@ def ca_secret(namespace: str, ca: KeyPair) -> dict[str, object]:
         "metadata": {
             "name": CA_SECRET,
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/part-of": "trainer-operator"},
+            "labels": dict(PART_OF),
         },
         "data": {"tls.crt": base64.b64encode(ca.cert).decode(), "tls.key": base64.b64encode(ca.key).decode()},
     }
@@ -226,14 +230,9 @@ class SelfSignedTLS:
         write_pair(issue(self.ca, self._names, self._clock.now()), self._cert_file, self._key_file)
         log.info("issued the webhook's serving certificate", extra={"names": self._names})
 
-    async def maintain_forever(self, check_seconds: float = CHECK_SECONDS) -> None:
+    async def maintain(self) -> None:
         """Keep the CA in the configurations, and re-issue the serving certificate before it
-        expires (the servers reload changed files)."""
-        while True:
-            await asyncio.sleep(check_seconds)
-            try:
-                await self.inject()
-                if due_for_renewal(self._cert_file.read_bytes(), self._clock.now()):
-                    self._issue()
-            except (ApiError, OSError, ValueError) as err:
-                log.error("cannot keep the webhooks' certificate current (retried in %.0fs): %s", check_seconds, err)
+        expires (the servers reload changed files). Run every CHECK_SECONDS by the runtime."""
+        await self.inject()
+        if due_for_renewal(self._cert_file.read_bytes(), self._clock.now()):
+            self._issue()

@@ -1,4 +1,4 @@
-"""The package training code imports (DESIGN §5).
+"""The package training code imports (docs/trainer.md, docs/checkpoints.md).
 
 It reads the environment contract the trainer controller sets on every training pod; progress
 heartbeats and checkpoint reporting build on it.

@@ -1,4 +1,4 @@
-"""Checkpoints from training code (DESIGN §5, docs/checkpoints.md), with the pod's own identity.
+"""Checkpoints from training code (docs/checkpoints.md), with the pod's own identity.
 
     from trainerop_sdk.checkpoint import Checkpointer
     ckpt = Checkpointer.in_cluster()
@@ -32,10 +32,10 @@ from typing import Any
 
 from .kubeapi import APPLY, ApiClient, ApiError
 from .layout import checkpoint_name, checkpoint_path, copy_key
+from .names import API_VERSION, TRAINER_NAME_LABEL
 from .storage import open_location
 
-GROUP = "trainer.operator.kubeflow.org"
-API = f"/apis/{GROUP}/v1alpha1"
+API = f"/apis/{API_VERSION}"
 
 
 class CheckpointError(Exception):
@@ -49,6 +49,17 @@ def default_shard(env: Mapping[str, str]) -> int:
         if env.get(name, "").isdigit():
             return int(env[name])
     return 0
+
+
+def default_shards(env: Mapping[str, str]) -> int:
+    """How many shards a checkpoint has: torchrun's GROUP_WORLD_SIZE (the nodes of the current
+    rendezvous: an elastic run's membership changes without new pods, and torchrun restarts the
+    worker processes with the new size), else the operator's CHECKPOINT_SHARDS (the replicas that
+    write a shard as the run was admitted: docs/checkpoints.md)."""
+    for name in ("GROUP_WORLD_SIZE", "CHECKPOINT_SHARDS"):
+        if env.get(name, "").isdigit() and int(env[name]) > 0:
+            return int(env[name])
+    return 1
 
 
 @dataclass
@@ -76,7 +87,7 @@ class Checkpointer:
             directory=env["CHECKPOINT_DIR"],
             resume_from=env.get("RESUME_FROM", ""),
             replication=int(env.get("CHECKPOINT_REPLICATION_FACTOR", "1")),
-            shards=int(env.get("CHECKPOINT_SHARDS", "1")),
+            shards=default_shards(env),
             shard=default_shard(env),
             trainer_uid=env.get("TRAINER_UID", ""),
             writer=env.get("POD_NAME") or env.get("HOSTNAME", "trainer"),
@@ -148,10 +159,10 @@ class Checkpointer:
         Every reporter applies the same spec values (taken from the object once it exists), so
         they share ownership of them and each owns its shard entry."""
         name = checkpoint_name(self.trainer, step)
-        metadata: dict[str, Any] = {"name": name, "labels": {"trainer-name": self.trainer}}
+        metadata: dict[str, Any] = {"name": name, "labels": {TRAINER_NAME_LABEL: self.trainer}}
         if self.trainer_uid:
             metadata["ownerReferences"] = [
-                {"apiVersion": f"{GROUP}/v1alpha1", "kind": "Trainer", "name": self.trainer, "uid": self.trainer_uid}
+                {"apiVersion": API_VERSION, "kind": "Trainer", "name": self.trainer, "uid": self.trainer_uid}
             ]
         spec: dict[str, Any] = {
             "trainer": self.trainer,
@@ -162,7 +173,7 @@ class Checkpointer:
             "replicationFactor": self.replication if replication is None else replication,
             "shards": [shard],
         }
-        body = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "Checkpoint", "metadata": metadata, "spec": spec}
+        body = {"apiVersion": API_VERSION, "kind": "Checkpoint", "metadata": metadata, "spec": spec}
         # One field manager per shard: a later apply of another shard (the same pod may write several)
         # must not take back this one.
         manager = f"trainerop-sdk/{self.writer}/shard-{shard['index']}"[-128:]

@@ -1,4 +1,4 @@
-"""Progress heartbeats from training code (DESIGN §5), with the pod's own identity.
+"""Progress heartbeats from training code (docs/trainer.md), with the pod's own identity.
 
 Each training pod has a Lease named after the pod, created by the trainer controller. The
 pod's ServiceAccount (``<trainer>-runner``) may patch only the Leases of its own Trainer's
@@ -23,10 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .kubeapi import MERGE, ApiClient, ApiError
-
-GROUP = "trainer.operator.kubeflow.org"
-EPOCH_ANNOTATION = f"{GROUP}/epoch"
-STEP_ANNOTATION = f"{GROUP}/step"
+from .names import EPOCH_ANNOTATION, STEP_ANNOTATION
 
 
 class HeartbeatError(Exception):

@@ -35,18 +35,6 @@ class S3Error(Exception):
         self.status = status
 
 
-_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])((?:/[A-Za-z0-9._-]+)*)/?$")
-
-
-def parse_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> (``bucket``, ``some/prefix``). Prefix segments are limited to
-    letters, digits and ``._-``, so no ``#``, ``?`` or ``%`` can make two paths one."""
-    match = _URI.match(uri)
-    if match is None:
-        raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI (prefix segments: letters, digits, '._-')")
-    return match.group(1), match.group(2).strip("/")
-
-
 def _quote(text: str, safe: str = "") -> str:
     return urllib.parse.quote(text, safe="-_.~" + safe)
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from .layout import MOUNT
-from .s3 import CHUNK, Credentials, S3Client, parse_uri
+from .layout import MOUNT, S3_SCHEME, parse_s3_uri
+from .s3 import CHUNK, Credentials, S3Client
 
 
 class Location(Protocol):
@@ -70,9 +70,9 @@ class S3Location:
     """A prefix in an S3 bucket."""
 
     def __init__(self, uri: str, creds: Credentials) -> None:
-        bucket, prefix = parse_uri(uri)
-        self.client = S3Client(creds, bucket)
-        self.prefix = prefix.rstrip("/") + "/" if prefix else ""
+        location = parse_s3_uri(uri)
+        self.client = S3Client(creds, location.bucket)
+        self.prefix = location.prefix + "/" if location.prefix else ""
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put(self.prefix + key, data)
@@ -90,7 +90,7 @@ class S3Location:
 def open_location(path: str, env: Mapping[str, str] | None = None, local_root: str | None = None) -> Location:
     """The checkpoint at ``path``: an s3:// URI (credentials from ``env``, the AWS_* variables) or a
     path under /checkpoints (``local_root`` replaces /checkpoints, for tools that see the PVC elsewhere)."""
-    if path.startswith("s3://"):
+    if path.startswith(S3_SCHEME):
         return S3Location(path, Credentials.from_env(env))
     if local_root is not None and path.startswith(MOUNT):
         path = local_root.rstrip("/") + path[len(MOUNT) :]

@@ -3,12 +3,11 @@
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trainerop_sdk.names import API_VERSION, GROUP, VERSION
+
 from .audit import AuditLog
 from .base import (
-    API_VERSION,
     CATEGORY,
-    GROUP,
-    VERSION,
     Condition,
     Contribution,
     Grant,

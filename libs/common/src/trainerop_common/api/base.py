@@ -12,9 +12,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-GROUP = "trainer.operator.kubeflow.org"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from trainerop_sdk.names import DNS_SUBDOMAIN, MAX_NAME
+
 CATEGORY = "trainer-operator"
 
 
@@ -35,6 +34,12 @@ class K8sModel(BaseModel):
 def cel(rule: str, message: str, **extra: str) -> JsonDict:
     """One ``x-kubernetes-validations`` entry."""
     return {"rule": rule, "message": message, **extra}
+
+
+def list_map(key: str, max_items: int, **extra: Any) -> JsonDict:
+    """A list whose items are keyed by ``key`` (server-side apply merges it item by item, each
+    manager owning its own items), of at most ``max_items``."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key], "maxItems": max_items, **extra}
 
 
 # A Kubernetes resource quantity ("500m", "40Gi", 8). The regex is the one the API server
@@ -71,9 +76,7 @@ Quantity = Annotated[int | str, AfterValidator(_check_quantity), WithJsonSchema(
 # Resource maps are bounded so that the API server can estimate the cost of the CEL rule.
 ResourceList = Annotated[dict[str, Quantity], Field(json_schema_extra={"maxProperties": 16})]
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+ObjectName = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=DNS_SUBDOMAIN)]
 
 # Free-form Kubernetes structures (volumes, affinity, valueFrom...) are kept as objects whose
 # inner schema the API server does not prune; the controllers validate them when used.
@@ -102,16 +105,7 @@ class Condition(K8sModel):
     )
 
 
-Conditions = Annotated[
-    list[Condition],
-    Field(
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-            "maxItems": 32,
-        }
-    ),
-]
+Conditions = Annotated[list[Condition], Field(json_schema_extra=list_map("type", 32))]
 
 
 class EnvVar(K8sModel):
@@ -124,16 +118,7 @@ class EnvVar(K8sModel):
     )
 
 
-EnvList = Annotated[
-    list[EnvVar],
-    Field(
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["name"],
-            "maxItems": 256,
-        }
-    ),
-]
+EnvList = Annotated[list[EnvVar], Field(json_schema_extra=list_map("name", 256))]
 
 
 class Toleration(K8sModel):
@@ -154,7 +139,7 @@ class ResourceRequirements(K8sModel):
 
 
 class PodContribution(K8sModel):
-    """The restricted pod-spec fragment a concern may contribute to training pods (DESIGN §3)."""
+    """The restricted pod-spec fragment a concern may contribute to training pods (docs/design/contributions.md)."""
 
     env: list[EnvVar] | None = None
     volumes: list[FreeForm] | None = None

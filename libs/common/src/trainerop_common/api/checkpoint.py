@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 from pydantic.config import JsonDict
 
-from .base import Conditions, K8sModel, ObjectName, cel
+from .base import Conditions, K8sModel, ObjectName, cel, list_map
 
 CheckpointPhase = Literal["Pending", "Staging", "Committed", "GarbageCollected", "Failed"]
 MAX_SHARDS = 1024
@@ -82,12 +82,11 @@ class CheckpointSpec(K8sModel):
     )
     shards: list[ShardReport] | None = Field(
         default=None,
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["index"],
-            "maxItems": MAX_SHARDS,
-            "x-kubernetes-validations": [cel("size(self) >= size(oldSelf)", "reported shards cannot be removed")],
-        },
+        json_schema_extra=list_map(
+            "index",
+            MAX_SHARDS,
+            **{"x-kubernetes-validations": [cel("size(self) >= size(oldSelf)", "reported shards cannot be removed")]},
+        ),
     )
 
 

@@ -5,7 +5,7 @@ from pydantic import Field
 
 from .base import Conditions, EnvList, K8sModel, ObjectName, ResourceRequirements, RunPolicyDefaults, Toleration, cel
 
-# DESIGN §4's rule for secret-looking variable names, as RE2 for CEL (see trainerop_common.redaction).
+# The rule for secret-looking variable names (docs/architecture.md), as RE2 for CEL (see trainerop_common.redaction).
 SECRET_NAME_RE2 = "(?i)(token|key|secret|password|passwd)"
 
 

@@ -5,7 +5,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import Conditions, K8sModel, ResourceList, cel
+from trainerop_sdk.names import DNS_LABEL
+
+from .base import Conditions, K8sModel, ResourceList, cel, list_map
 
 CapacityType = Literal["spot", "on-demand"]
 Preference = Literal["SpotFirst", "OnDemandFirst", "SpotOnly", "OnDemandOnly"]
@@ -40,7 +42,7 @@ class Prices(K8sModel):
 class PriorityClass(K8sModel):
     """A name Trainers may give in spec.scheduling.priorityClassName: higher values are admitted first."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
     value: int = Field(ge=-1_000_000, le=1_000_000)
 
 
@@ -88,7 +90,7 @@ class QuotaPolicySpec(K8sModel):
     )
     priority_classes: list[PriorityClass] | None = Field(
         default=None,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"], "maxItems": 32},
+        json_schema_extra=list_map("name", 32),
     )
     prices: Prices | None = None
     adjustment: ResourceAdjustment | None = Field(

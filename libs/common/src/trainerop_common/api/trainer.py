@@ -4,8 +4,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from trainerop_sdk.layout import S3_SCHEME, S3_URI, StorageLocation, parse_bucket
+from trainerop_sdk.names import DNS_SUBDOMAIN
+
 from .base import (
-    DNS_SUBDOMAIN,
     Conditions,
     Contribution,
     EnvList,
@@ -17,10 +19,12 @@ from .base import (
     RestartPolicy,
     cel,
 )
+from .checkpoint import MAX_SHARDS
 from .quota import CapacityType, Preference
 
 Framework = Literal["pytorch", "tensorflow", "jax", "xgboost", "generic"]
-Phase = Literal["Pending", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended"]
+# A stalled pod is restarted: the phase is Restarting and the Stalled condition says why.
+Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 # Pods are named <trainer>-<role>-<index> and each gets a headless Service of the same name,
 # which must fit a 63-character DNS label: "-worker-" plus up to 5 digits leaves 50.
@@ -75,7 +79,7 @@ class CheckpointSpec(K8sModel):
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 cel(
-                    "!self.bucket.startsWith('s3://') || has(self.credentialsSecret)",
+                    f"!self.bucket.startsWith('{S3_SCHEME}') || has(self.credentialsSecret)",
                     "checkpoint.credentialsSecret is required for an s3:// bucket (a Secret with "
                     "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL)",
                 )
@@ -91,11 +95,10 @@ class CheckpointSpec(K8sModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    "self.startsWith('s3://') ? "
-                    "self.matches('^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._-]+)*/?$') "
+                    f"self.startsWith('{S3_SCHEME}') ? self.matches('{S3_URI}') "
                     f": self.matches('{DNS_SUBDOMAIN.replace(chr(92) + '.', '[.]')}')",
                     "bucket must be a PersistentVolumeClaim name or s3://bucket/prefix (prefix segments: letters, "
-                    "digits, '.', '_' and '-')",
+                    "digits, '.', '_' and '-', not starting with '.')",
                 )
             ]
         },
@@ -111,6 +114,11 @@ class CheckpointSpec(K8sModel):
     commit_timeout_seconds: int = Field(
         default=600, ge=10, le=86400, description="A checkpoint without a quorum of every shard this long fails."
     )
+
+    @property
+    def location(self) -> StorageLocation:
+        """The bucket parsed (the CRD's rule has judged it with the same pattern)."""
+        return parse_bucket(self.bucket)
 
 
 class RunPolicy(K8sModel):
@@ -165,6 +173,13 @@ class PodTemplateOverrides(K8sModel):
 NO_PARAMETER_SERVERS = ("pytorch", "jax", "xgboost")
 # Frameworks whose workers may come and go (the others read their world size once at start).
 ELASTIC_FRAMEWORKS = ("pytorch", "generic")
+# Frameworks whose runs have a master replica, except an elastic pytorch run (its rendezvous is on
+# worker 0): trainerop_common.topology.has_master, and in CEL below.
+MASTER_FRAMEWORKS = ("pytorch", "xgboost")
+MASTERS_CEL = (
+    f"(self.framework in {list(MASTER_FRAMEWORKS)} && !(self.framework == 'pytorch' && has(self.topology.elastic)) "
+    "? 1 : 0)"
+)
 
 
 class Scheduling(K8sModel):
@@ -196,6 +211,13 @@ class TrainerSpec(K8sModel):
                     "topology.elastic: jax, tensorflow and xgboost read their world size once at start, so "
                     "workers cannot come and go; remove topology.elastic (a new size then needs a gang restart) "
                     "or use framework pytorch (torchrun's rendezvous) or generic",
+                ),
+                cel(
+                    f"!has(self.checkpoint) || self.topology.workers + {MASTERS_CEL} <= {MAX_SHARDS}",
+                    f"topology.workers: a run with spec.checkpoint can have at most {MAX_SHARDS} replicas that write "
+                    "a checkpoint shard (the workers, and the master of pytorch and xgboost runs): one Checkpoint "
+                    "holds every shard's report; lower topology.workers (topology.elastic.maxWorkers) or remove "
+                    "spec.checkpoint",
                 ),
             ]
         }
@@ -363,7 +385,7 @@ class AuditStatus(K8sModel):
 
 
 class TrainerStatus(K8sModel):
-    """Each section has one writer (DESIGN §3); conditions are shared by type."""
+    """Each section has one writer (docs/design/status-protocol.md); conditions are shared by type."""
 
     phase: Phase | None = None
     topology: TopologyStatus | None = None

@@ -1,0 +1,45 @@
+"""The audit controller's own flags (docs/controllers.md, docs/audit.md, docs/notifications.md)."""
+
+from dataclasses import dataclass
+
+from trainerop_common.config import flag
+
+NOTIFY_FORMATS = ("slack", "teams", "json")
+NOTIFY_EVENTS = ("Failed", "Stalled", "Succeeded", "RestartStorm")
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    retention_days: float = flag(0.0, "delete audit records older than this many days (0: keep)")
+    retention_records: int = flag(0, "keep at most this many audit records per namespace (0: no limit)")
+    retention_interval_seconds: float = flag(300.0, "how often retention runs")
+    notify_url_file: str = flag(
+        "",
+        "a file holding the URL of the webhook to notify of Trainer events (mount it from a Secret; re-read when "
+        "it changes); empty: no notifications",
+    )
+    notify_format: str = flag(
+        "slack", "the webhook's payload: slack, teams (an Adaptive Card) or json", choices=NOTIFY_FORMATS
+    )
+    notify_events: tuple[str, ...] = flag(
+        ("Failed", "RestartStorm", "Stalled", "Succeeded"),
+        f"events to notify, comma-separated: {','.join(NOTIFY_EVENTS)}",
+    )
+    notify_restart_storm_failures: int = flag(3, "a role's failures in a row that make a restart storm")
+    notify_max_age_seconds: float = flag(
+        3600.0, "events older than this when first seen are not sent (a notifier turned on over old runs)"
+    )
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.retention_days < 0 or self.retention_records < 0:
+            out.append("--retention-days and --retention-records must be 0 (no limit) or more")
+        if self.retention_interval_seconds <= 0:
+            out.append("--retention-interval-seconds must be more than 0")
+        unknown = sorted(set(self.notify_events) - set(NOTIFY_EVENTS))
+        if unknown or not self.notify_events:
+            what = f"unknown --notify-events {unknown}" if unknown else "--notify-events is empty"
+            out.append(f"{what}; choose from {','.join(NOTIFY_EVENTS)}")
+        if self.notify_restart_storm_failures < 1:
+            out.append("--notify-restart-storm-failures must be at least 1")
+        return out

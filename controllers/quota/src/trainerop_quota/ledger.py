@@ -1,0 +1,188 @@
+"""Free capacity while a plan is made (pure): per node, per namespace budget, per capacity type;
+and a run's pods under one admission option (its shape), placed pod by pod, best fit."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from trainerop_common.api import Grant
+from trainerop_common.api.base import ResourceRequirements
+from trainerop_common.api.quota import CapacityType
+from trainerop_common.quantity import parse_quantity
+from trainerop_common.topology import ROLES, Role, role_counts, role_override, worker_bounds
+
+from .capacity import Resources, adjusted, fits, node_usage, role_requests, subtract, total
+from .model import Observed, PolicyInfo, TrainerInfo
+
+
+@dataclass(frozen=True)
+class Option:
+    kind: CapacityType
+    workers: int
+    resources: ResourceRequirements | None
+    percent: int
+
+
+def budget(policy: PolicyInfo, kind: CapacityType) -> Resources:
+    raw = policy.spec.budgets.spot if kind == "spot" else policy.spec.budgets.on_demand
+    return {name: parse_quantity(v) for name, v in (raw or {}).items()}
+
+
+Slot = tuple[Role, int]  # a replica: role and index
+Want = tuple[Slot, Resources, Mapping[str, str], str | None]  # its requests, nodeSelector, node hint
+
+
+class Ledger:
+    """Free capacity while the plan is made: per node, per namespace budget, per capacity type."""
+
+    def __init__(self, world: Observed) -> None:
+        self.nodes = {n.name: n for n in world.nodes}
+        used = node_usage(world.pods)
+        self.free: dict[str, Resources] = {}
+        for node in world.nodes:
+            free = dict(node.allocatable)
+            subtract(free, used.get(node.name, {}))
+            self.free[node.name] = free
+        self.debt: dict[CapacityType, Resources] = {}  # admitted pods the simulation could not place
+        self.spent: dict[tuple[str, CapacityType], Resources] = {}  # (namespace, type) -> reserved
+
+    def place(
+        self,
+        kind: CapacityType,
+        wants: Sequence[Want],
+        commit: bool,
+        released: Sequence[tuple[str, Resources]] = (),
+    ) -> tuple[bool, dict[Slot, str]]:
+        """Place each replica on a usable node of ``kind``: its hint when that still fits, else the
+        fullest node that holds it (best fit); the largest pods first, then by role and index.
+        ``released`` are pods about to be removed (a shrink): their room counts as free. Returns
+        whether all fit and where each went."""
+        free = {name: dict(f) for name, f in self.free.items()}
+        for node, requests in released:
+            if node in free:
+                subtract(free[node], {k: -v for k, v in requests.items()})  # given back
+        left: list[Resources] = []
+        where: dict[Slot, str] = {}
+        biggest_first = sorted(wants, key=lambda w: w[0])
+        biggest_first.sort(key=lambda w: sorted(w[1].items()), reverse=True)  # stable: index order kept
+        for slot, requests, selector, hint in biggest_first:
+            candidates = [
+                n
+                for n in self.nodes.values()
+                if n.kind == kind
+                and n.schedulable
+                and all(n.labels.get(k) == v for k, v in selector.items())
+                and fits(free[n.name], requests)
+            ]
+            if not candidates:
+                left.append(requests)
+                continue
+            best = next((n for n in candidates if n.name == hint), None) or min(
+                candidates,
+                key=lambda n: (*(free[n.name].get(r, Decimal(0)) for r in ("nvidia.com/gpu", "cpu", "memory")), n.name),
+            )
+            subtract(free[best.name], requests)
+            where[slot] = best.name
+        pool = total(
+            (f, 1) for name, f in free.items() if self.nodes[name].kind == kind and self.nodes[name].schedulable
+        )
+        debt = total([(d, 1) for d in left] + [(self.debt.get(kind, {}), 1)])
+        ok = not left and fits(pool, debt)
+        if commit:
+            self.free = free
+            self.debt[kind] = debt
+        return ok, where
+
+    def take(self, node: str, kind: CapacityType, requests: Resources, selector: Mapping[str, str]) -> bool:
+        """Reserve room for one pod on ``node`` if it is a usable node of ``kind`` and has it."""
+        n = self.nodes.get(node)
+        if n is None or n.kind != kind or not n.schedulable or not fits(self.free[node], requests):
+            return False
+        if any(n.labels.get(k) != v for k, v in selector.items()):
+            return False
+        subtract(self.free[node], requests)
+        return True
+
+    def owe(self, kind: CapacityType, requests: Resources) -> None:
+        """An admitted pod no node has room for now: later admissions must leave room for it."""
+        self.debt[kind] = total([(self.debt.get(kind, {}), 1), (requests, 1)])
+
+    def credit(self, node: str, requests: Resources) -> None:
+        if node in self.free:
+            subtract(self.free[node], {k: -v for k, v in requests.items()})
+
+    def within_budget(self, policy: PolicyInfo, namespace: str, kind: CapacityType, want: Resources) -> bool:
+        limits = budget(policy, kind)
+        spent = self.spent.get((namespace, kind), {})
+        return all(spent.get(n, Decimal(0)) + want.get(n, Decimal(0)) <= limit for n, limit in limits.items())
+
+    def spend(self, namespace: str, kind: CapacityType, reserved: Resources) -> None:
+        into = self.spent.setdefault((namespace, kind), {})
+        for name, amount in reserved.items():
+            into[name] = into.get(name, Decimal(0)) + amount
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Trainer's pods under one option: what each role's pod asks and where it may go."""
+
+    counts: Mapping[Role, int]
+    requests: Mapping[Role, Resources]
+    selectors: Mapping[Role, Mapping[str, str]]
+
+    @property
+    def reserved(self) -> Resources:
+        return total((self.requests[r], n) for r, n in self.counts.items())
+
+    def slots(self) -> list[Slot]:
+        return [(r, i) for r, n in self.counts.items() for i in range(n)]
+
+    def wants(self, bound: Mapping[Slot, str], hints: Mapping[Slot, str]) -> list[Want]:
+        """The replicas without a pod on a node yet."""
+        return [(s, self.requests[s[0]], self.selectors[s[0]], hints.get(s)) for s in self.slots() if s not in bound]
+
+
+def shape(t: TrainerInfo, workers: int, resources: ResourceRequirements | None) -> Shape:
+    counts = role_counts(t.spec, workers)
+
+    def selector(role: Role) -> dict[str, str]:
+        own = role_override(t.spec, role)
+        return {
+            **((t.profile.node_selector if t.profile else None) or {}),
+            **(((own or {}).get("spec") or {}).get("nodeSelector") or {}),
+        }
+
+    roles = [r for r, n in counts.items() if n]
+    return Shape(
+        counts={r: counts[r] for r in roles},
+        requests={r: role_requests(t.spec, r, t.profile, resources) for r in roles},
+        selectors={r: selector(r) for r in roles},
+    )
+
+
+def options(t: TrainerInfo, policy: PolicyInfo, kinds: Sequence[CapacityType]) -> list[Option]:
+    """Every admissible option, best first: capacity order, then full-size pods, then most workers."""
+    lo, hi = worker_bounds(t.spec)
+    adjust = policy.spec.adjustment
+    percents = [100] + (
+        sorted({p for p in (75, 50, 25, adjust.min_percent) if p >= adjust.min_percent}, reverse=True) if adjust else []
+    )
+    out = []
+    for kind in kinds:
+        for percent in percents:
+            resources = adjusted(t.spec, t.profile, adjust.resources, percent) if adjust else None
+            if percent < 100 and resources is None:
+                continue  # nothing to lower
+            for workers in range(hi, lo - 1, -1):
+                out.append(Option(kind, workers, resources, percent))
+    return out
+
+
+def hints_of(grant: Grant | None) -> dict[Slot, str]:
+    out: dict[Slot, str] = {}
+    placed = (grant.placement if grant else None) or {}
+    for role in ROLES:
+        for i, node in enumerate(placed.get(role, ())):
+            if node:
+                out[(role, i)] = node
+    return out

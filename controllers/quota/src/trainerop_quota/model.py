@@ -1,0 +1,117 @@
+"""What the quota controller's plan sees and decides (pure): the policies, the Trainers, the
+cluster's nodes and pods (:class:`Observed`), a :class:`Decision` per Trainer and the policies'
+summaries (:class:`Plan`); which policy governs a namespace, a Trainer's priority and capacity
+order."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from trainerop_common.api import Grant
+from trainerop_common.api.base import Condition, ConditionStatus, PodContribution
+from trainerop_common.api.quota import CapacityType, Preference, QuotaPolicySpec
+from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
+from trainerop_common.conditions import Desired
+from trainerop_common.contracts import GATE_CONDITIONS
+from trainerop_common.outcome import Event, StatusSection
+
+from .capacity import NodeInfo, PodInfo, Resources
+
+CONDITION = GATE_CONDITIONS["quota"]
+SECTION = StatusSection(("quota",), (CONDITION,))
+ORDER: dict[Preference, tuple[CapacityType, ...]] = {
+    "SpotFirst": ("spot", "on-demand"),
+    "OnDemandFirst": ("on-demand", "spot"),
+    "SpotOnly": ("spot",),
+    "OnDemandOnly": ("on-demand",),
+}
+MAX_NODES_NAMED = 64  # status.quota.renegotiation.nodes
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    spec: QuotaPolicySpec
+
+
+@dataclass(frozen=True)
+class TrainerInfo:
+    uid: str
+    namespace: str
+    name: str
+    generation: int
+    created: str
+    spec: TrainerSpec
+    quota: QuotaStatus = field(default_factory=QuotaStatus)
+    conditions: Sequence[Condition] = ()
+    profile: PodContribution | None = None
+    finished: str | None = None  # completion time of a Succeeded or Failed run
+    deleting: bool = False
+    last_commit: str | None = None  # status.checkpoint.lastCommitTime
+
+    @property
+    def grant(self) -> Grant | None:
+        c = self.quota.contribution
+        return c.grant if c is not None else None
+
+
+@dataclass(frozen=True)
+class Observed:
+    now: datetime
+    trainers: Sequence[TrainerInfo]
+    policies: Sequence[PolicyInfo]
+    namespace_labels: Mapping[str, Mapping[str, str]]
+    nodes: Sequence[NodeInfo]
+    pods: Sequence[PodInfo]
+
+
+@dataclass(frozen=True)
+class Decision:
+    quota: dict[str, Any]  # the whole status.quota section ({} removes it)
+    condition: Desired
+    events: tuple[Event, ...] = ()
+    renegotiation_seconds: float | None = None  # from the reclaim to this decision
+    requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    admitted: int = 0
+    pending: int = 0
+    used: Mapping[CapacityType, Resources] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    decisions: Mapping[str, Decision]  # by Trainer uid
+    policies: Mapping[str, PolicySummary]
+
+
+def policy_for(policies: Sequence[PolicyInfo], labels: Mapping[str, str]) -> PolicyInfo | None:
+    """The covering policy with the most specific selector (then by name)."""
+
+    def wanted(p: PolicyInfo) -> dict[str, str]:
+        return (p.spec.namespace_selector.match_labels if p.spec.namespace_selector else None) or {}
+
+    covering = [p for p in policies if all(labels.get(k) == v for k, v in wanted(p).items())]
+    return min(covering, key=lambda p: (-len(wanted(p)), p.name), default=None)
+
+
+def priority(policy: PolicyInfo, spec: TrainerSpec) -> int | None:
+    """The Trainer's priority value; None when it names a class the policy does not define."""
+    name = spec.scheduling.priority_class_name if spec.scheduling else None
+    if name is None:
+        return 0
+    return next((c.value for c in policy.spec.priority_classes or () if c.name == name), None)
+
+
+def preference(policy: PolicyInfo, spec: TrainerSpec) -> tuple[CapacityType, ...]:
+    own = spec.scheduling.preference if spec.scheduling else None
+    budgets = policy.spec.budgets
+    allowed = {"spot": budgets.spot is not None, "on-demand": budgets.on_demand is not None}
+    return tuple(k for k in ORDER[own or policy.spec.preference] if allowed[k])
+
+
+def condition(status: ConditionStatus, reason: str, message: str) -> Desired:
+    return Desired(CONDITION, status, reason, message)

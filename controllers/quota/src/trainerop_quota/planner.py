@@ -1,0 +1,257 @@
+"""The plan's working state (pure): the ledger of free capacity, what each run holds, and the
+decisions and policy summaries made so far; with the helpers every pass uses (:mod:`admit` for
+waiting runs, :mod:`renegotiate` for admitted ones)."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from trainerop_common.api import Contribution, Grant
+from trainerop_common.api.quota import CapacityType
+from trainerop_common.api.trainer import QuotaStatus, RenegotiationStatus
+from trainerop_common.clock import rfc3339
+from trainerop_common.conditions import find
+from trainerop_common.contracts import ADMISSION_ANNOTATION
+from trainerop_common.nodes import gone_reason
+from trainerop_common.topology import ROLES
+
+from .capacity import PodInfo, Resources, placement
+from .cost import cost_section, describe
+from .ledger import Ledger, Option, Shape, Slot, shape
+from .model import CONDITION, Decision, Observed, PolicyInfo, TrainerInfo, condition
+
+
+@dataclass
+class Held:
+    """What an admitted run holds during a plan (pass 1), and what pass 2 changes."""
+
+    option: Option
+    shape: Shape
+    bound: dict[Slot, str]  # replicas with a pod on a healthy node
+    hints: dict[Slot, str]  # the admitted placement
+    placed: dict[Slot, str]  # where each replica is or will be
+    missing: list[Slot] = field(default_factory=list)  # replicas without a place now
+    credits: list[tuple[str, Resources]] = field(default_factory=list)  # taken from the ledger for them
+
+
+class Planner:
+    def __init__(self, obs: Observed) -> None:
+        self.obs = obs
+        self.ledger = Ledger(obs)
+        self.now = rfc3339(obs.now)
+        self.decisions: dict[str, Decision] = {}
+        self.summaries: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, list[PodInfo]] = {}
+        for pod in obs.pods:
+            if pod.trainer_uid:
+                self.pods.setdefault(pod.trainer_uid, []).append(pod)
+        self.nodes = {n.name: n for n in obs.nodes}
+        self.requests: dict[tuple[str, str, int], Resources] = {}  # (uid, role, index) -> its pod's requests
+        self.lost = {n.name: n.lost for n in obs.nodes if n.lost}
+        self.reclaimed = {n.name: n.reclaimed for n in obs.nodes if n.reclaimed and not n.lost}
+        for pod in obs.pods:
+            if pod.node and pod.node not in self.nodes:
+                self.lost[pod.node] = gone_reason(pod.node)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def summary(self, policy: PolicyInfo) -> dict[str, Any]:
+        return self.summaries.setdefault(policy.name, {"admitted": 0, "pending": 0, "used": {}})
+
+    def bound(self, t: TrainerInfo, admission: str | None, kind: CapacityType | None = None) -> dict[Slot, str]:
+        """Replicas of the run with a pod on a healthy node (of ``kind``), created under
+        ``admission`` or before any: they keep their place. A pod being deleted keeps it for its
+        replacement (it still holds the node until it is gone); a replica whose pod succeeded
+        needs no place ("")."""
+        out: dict[Slot, str] = {}
+        ordered = sorted(self.pods.get(t.uid, ()), key=lambda p: (not p.succeeded, not p.deleting))
+        for pod in ordered:  # the live pod of a replica decides, then one being deleted, then a finished one
+            if pod.role not in ROLES or pod.admission not in (admission, None):
+                continue
+            slot: Slot = (pod.role, pod.index)
+            if pod.succeeded:
+                out[slot] = ""
+                continue
+            self.requests[(t.uid, pod.role, pod.index)] = pod.requests
+            node = self.nodes.get(pod.node)
+            if (
+                node is not None
+                and pod.node not in self.lost
+                and pod.node not in self.reclaimed
+                and (kind is None or node.kind == kind)
+            ):
+                out[slot] = pod.node
+        return out
+
+    def alive(self, t: TrainerInfo, slot: Slot) -> bool:
+        """Whether the replica has an unfinished pod on a node that still exists."""
+        return any(
+            (p.role, p.index) == slot
+            and not p.deleting
+            and not p.succeeded
+            and p.node in self.nodes
+            and p.node not in self.lost
+            for p in self.pods.get(t.uid, ())
+        )
+
+    def endangered(self, t: TrainerInfo) -> tuple[list[str], list[str]]:
+        """Nodes under the run's live pods that are lost, and that are being reclaimed."""
+        lost, reclaimed = set(), set()
+        for pod in self.pods.get(t.uid, ()):
+            if pod.deleting or pod.succeeded:
+                continue
+            if pod.node in self.lost:
+                lost.add(pod.node)
+            elif pod.node in self.reclaimed:
+                reclaimed.add(pod.node)
+        return sorted(lost), sorted(reclaimed)
+
+    def surplus(self, t: TrainerInfo, s: Shape, bound: Mapping[Slot, str]) -> list[tuple[str, Resources]]:
+        """Pods of the run on nodes that the option has no replica for (the trainer removes them)."""
+        slots = set(s.slots())
+        return [(node, self.requests.get((t.uid, *slot), {})) for slot, node in bound.items() if slot not in slots]
+
+    def try_option(
+        self, t: TrainerInfo, policy: PolicyInfo, option: Option, bound: Mapping[Slot, str], hints: Mapping[Slot, str]
+    ) -> bool:
+        s = shape(t, option.workers, option.resources)
+        if not self.ledger.within_budget(policy, t.namespace, option.kind, s.reserved):
+            return False
+        ok, _ = self.ledger.place(option.kind, s.wants(bound, hints), False, self.surplus(t, s, bound))
+        return ok
+
+    def reserve(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        option: Option,
+        bound: Mapping[Slot, str],
+        hints: Mapping[Slot, str],
+    ) -> dict[str, list[str]]:
+        """Take the run's resources from the ledger; returns where each replica goes (its node, or
+        its earlier place / "" when it does not fit now)."""
+        s = shape(t, option.workers, option.resources)
+        _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, self.surplus(t, s, bound))
+        self.count(t, policy, option.kind, s.reserved, +1)
+        nodes = {**hints, **where, **bound}
+        return {role: [nodes.get((role, i), "") for i in range(n)] for role, n in s.counts.items()}
+
+    def admitted(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        prio: int,
+        option: Option,
+        grant_id: str,
+        where: dict[str, list[str]],
+        renegotiations: int,
+        renegotiation: RenegotiationStatus | None,
+    ) -> dict[str, Any]:
+        s = shape(t, option.workers, option.resources)
+        pod = placement(option.kind).model_copy(update={"annotations": {ADMISSION_ANNOTATION: grant_id}})
+        status = QuotaStatus(
+            policy=policy.name,
+            capacity_type=option.kind,
+            workers=option.workers,
+            priority=prio,
+            admitted_time=t.quota.admitted_time if t.grant and t.grant.id == grant_id else self.now,
+            renegotiations=renegotiations,
+            renegotiation=renegotiation,
+            contribution=Contribution(
+                generation=t.generation,
+                pod=pod,
+                grant=Grant(id=grant_id, workers=option.workers, resources=option.resources, placement=where),
+            ),
+        ).to_k8s()
+        if (cost := cost_section(t, policy, option.kind, s.reserved, self.now)) is not None:
+            status["cost"] = cost
+        return status
+
+    def pending_status(self, t: TrainerInfo, policy: PolicyInfo, prio: int | None) -> dict[str, Any]:
+        status = QuotaStatus(policy=policy.name, priority=prio, renegotiations=t.quota.renegotiations).to_k8s()
+        if t.quota.cost is not None and (cost := cost_section(t, policy, None, None, self.now)) is not None:
+            status["cost"] = cost  # what the run cost until it lost its admission
+        return status
+
+    def count(self, t: TrainerInfo, policy: PolicyInfo, kind: CapacityType, reserved: Resources, sign: int) -> None:
+        """Add (or take back) a run's reservation to its namespace budget and its policy's summary."""
+        self.ledger.spend(t.namespace, kind, {n: a * sign for n, a in reserved.items()})
+        used = self.summary(policy)["used"].setdefault(kind, {})
+        for name, amount in reserved.items():
+            used[name] = used.get(name, Decimal(0)) + amount * sign
+        self.summary(policy)["admitted"] += sign
+
+    def unhold(self, t: TrainerInfo, policy: PolicyInfo, held: Held) -> None:
+        for node, requests in held.credits:
+            self.ledger.credit(node, requests)
+        self.count(t, policy, held.option.kind, held.shape.reserved, -1)
+
+    def record(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        prio: int,
+        held: Held,
+        renegotiation: RenegotiationStatus | None,
+        reason: str,
+        requeue: float | None = None,
+    ) -> None:
+        where: dict[str, list[str]] = {
+            role: [held.placed.get((role, i)) or held.hints.get((role, i)) or "" for i in range(n)]
+            for role, n in held.shape.counts.items()
+        }
+        self.decisions[t.uid] = self.admitted_decision(
+            t, policy, prio, held.option, where, renegotiation, reason, requeue
+        )
+
+    def admitted_decision(
+        self,
+        t: TrainerInfo,
+        policy: PolicyInfo,
+        prio: int,
+        option: Option,
+        where: dict[str, list[str]],
+        renegotiation: RenegotiationStatus | None,
+        reason: str,
+        requeue: float | None = None,
+    ) -> Decision:
+        """The decision for a run that keeps its admission (same id)."""
+        assert t.grant is not None
+        s = shape(t, option.workers, option.resources)
+        status = self.admitted(t, policy, prio, option, t.grant.id, where, t.quota.renegotiations, renegotiation)
+        if reason == "WaitingForCapacity":
+            message = (
+                f"the run keeps its admission ({option.workers} workers on {option.kind}) until its new size, "
+                f"{t.spec.topology.workers} workers, fits {option.kind} capacity"
+            )
+            return Decision(status, condition("False", reason, message))
+        message = self.admitted_message(policy, option, s)
+        if renegotiation is not None:
+            message = f"{renegotiation.message}; still {message}"
+        before = find(t.conditions, CONDITION)
+        if (
+            reason == "Admitted"
+            and before is not None
+            and (before.status, before.reason, before.observed_generation) == ("True", "Renegotiated", t.generation)
+            and t.grant.workers == option.workers
+        ):
+            reason, message = before.reason, before.message  # the move stays on record until the next change
+        events: tuple[tuple[str, str, str], ...] = ()
+        if renegotiation is not None and t.quota.renegotiation is None:
+            events = (("Warning", "SpotReclaimed", renegotiation.message),)
+        return Decision(status, condition("True", reason, message), events, requeue_after=requeue)
+
+    @staticmethod
+    def admitted_message(policy: PolicyInfo, option: Option, s: Shape) -> str:
+        pods = sum(s.counts.values())
+        return (
+            f"admitted on {option.kind}: {option.workers} workers, {pods} pods ({describe(s.reserved)}) "
+            f"under QuotaPolicy {policy.name}"
+        )
+
+    @staticmethod
+    def lowered(option: Option) -> str:
+        if option.resources is None or option.percent >= 100:
+            return ""
+        names = ", ".join(option.resources.requests or option.resources.limits or {})
+        return f" (per-pod {names} lowered to {option.percent}%)"

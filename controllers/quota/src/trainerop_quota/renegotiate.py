@@ -1,0 +1,186 @@
+"""Admitted runs during a plan (pure): pass 1 takes what each holds from the ledger before any run
+grows, moves or is admitted; pass 2 re-places replicas that lost their place, grows a run that was
+scaled up or has elastic room, and renegotiates one whose pods sit on a lost or reclaimed spot
+node — at once when its pods are gone, after a checkpoint commits (or the policy's grace runs out)
+when they still run: shrink within the elastic bounds, else move, else revoke."""
+
+from dataclasses import replace
+from datetime import timedelta
+from decimal import Decimal
+
+from trainerop_common.api.trainer import RenegotiationStatus
+from trainerop_common.clock import parse_time
+from trainerop_common.nodes import gone_reason
+from trainerop_common.topology import worker_bounds
+
+from .ledger import Option, hints_of, options, shape
+from .model import MAX_NODES_NAMED, Decision, PolicyInfo, TrainerInfo, condition, preference, priority
+from .planner import Held, Planner
+
+
+def hold_current(p: Planner, t: TrainerInfo, policy: PolicyInfo) -> Held:
+    """Pass 1 for an admitted run: what it holds now — its pods on healthy nodes, and its admitted
+    nodes that still have room for its other replicas — taken from the ledger before any run
+    grows, moves or is admitted."""
+    grant, kind = t.grant, t.quota.capacity_type
+    assert grant is not None
+    assert kind is not None
+    option = Option(kind, grant.workers, grant.resources, 100 if grant.resources is None else 0)
+    s = shape(t, option.workers, option.resources)
+    bound = p.bound(t, grant.id)
+    hints = hints_of(grant)
+    slots = set(s.slots())
+    held = Held(option, s, bound, hints, {k: v for k, v in bound.items() if k in slots})
+    for slot in s.slots():
+        if slot in held.placed:
+            continue
+        role = slot[0]
+        hint = hints.get(slot)
+        if hint and p.ledger.take(hint, kind, s.requests[role], s.selectors[role]):
+            held.placed[slot] = hint
+            held.credits.append((hint, s.requests[role]))
+        else:
+            held.missing.append(slot)
+    p.count(t, policy, kind, s.reserved, +1)
+    return held
+
+
+def keep(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held) -> RenegotiationStatus | None:
+    """Pass 2 for an admitted run: new places for replicas that lost theirs, growth, a scale;
+    returns why it must be renegotiated (after taking its reservation back), else records it."""
+    grant = t.grant
+    assert grant is not None
+    kind, s = held.option.kind, held.shape
+    prio = priority(policy, t.spec) or 0
+    lost, reclaimed = p.endangered(t)
+    # A replica with no pod left anywhere whose admitted node is gone (its pod went with the
+    # node, or never started) needs a new place as much as a pod on a lost node.
+    gone = {
+        held.hints[slot]
+        for slot in held.missing
+        if slot in held.hints
+        and not p.alive(t, slot)
+        and (held.hints[slot] not in p.nodes or held.hints[slot] in p.lost)
+    }
+    lost = sorted(set(lost) | gone)
+    if held.missing:  # another node of the same capacity, if one has room
+        wants = [(slot, s.requests[slot[0]], s.selectors[slot[0]], None) for slot in held.missing]
+        ok, where = p.ledger.place(kind, wants, commit=False)
+        if ok:
+            p.ledger.place(kind, wants, commit=True)
+            held.placed.update(where)
+            held.credits.extend((where[slot], s.requests[slot[0]]) for slot in held.missing)
+            held.missing.clear()
+
+    if held.missing and (lost or reclaimed):
+        before = t.quota.renegotiation
+        since = before.since if before is not None else p.now
+        nodes = sorted(set(lost) | set(reclaimed))
+        why = "; ".join([p.lost.get(n) or gone_reason(n) for n in lost] + [p.reclaimed[n] for n in reclaimed])
+        grace = policy.spec.reclaim.checkpoint_grace_seconds
+        left = (parse_time(since) + timedelta(seconds=grace) - p.obs.now).total_seconds()
+        committed = t.last_commit is not None and t.last_commit >= since
+        if not lost and t.spec.checkpoint is not None and not committed and left > 0:
+            status = RenegotiationStatus(
+                reason="SpotReclaimed",
+                message=f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves",
+                since=since,
+                nodes=nodes[:MAX_NODES_NAMED],
+                waiting_for_checkpoint=True,
+            )
+            p.record(t, policy, prio, held, status, "ReclaimPending", requeue=left)
+            return None
+        detail = (
+            "its pods there are gone"
+            if lost
+            else "a checkpoint committed since"
+            if committed and t.spec.checkpoint is not None
+            else "the checkpoint grace period ran out"
+            if t.spec.checkpoint is not None
+            else "the run has no checkpoints to wait for"
+        )
+        p.unhold(t, policy, held)
+        return RenegotiationStatus(
+            reason="NodeLost" if lost else "SpotReclaimed",
+            message=f"{why}; {detail}",
+            since=since,
+            nodes=nodes[:MAX_NODES_NAMED],
+        )
+
+    for slot in held.missing:  # waiting for room (a foreign pod took its node): still owed
+        p.ledger.owe(kind, s.requests[slot[0]])
+    lo, hi = worker_bounds(t.spec)
+    if held.option.workers > hi:  # scaled down: the smaller run always fits where it was
+        p.unhold(t, policy, held)
+        smaller = replace(held.option, workers=hi)
+        placement = p.reserve(t, policy, smaller, held.bound, held.hints)
+        p.decisions[t.uid] = p.admitted_decision(t, policy, prio, smaller, placement, None, "Admitted")
+        return None
+    for workers in range(hi, held.option.workers, -1):  # grow (a scale, or elastic room)
+        if grow(p, t, policy, held, workers):
+            break
+    reason = "WaitingForCapacity" if held.option.workers < lo else "Admitted"
+    p.record(t, policy, prio, held, None, reason)
+    return None
+
+
+def grow(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: int) -> bool:
+    """Add workers to an admitted run in place (same capacity, pod size and admission)."""
+    bigger = shape(t, workers, held.option.resources)
+    extra = {n: a - held.shape.reserved.get(n, Decimal(0)) for n, a in bigger.reserved.items()}
+    if not p.ledger.within_budget(policy, t.namespace, held.option.kind, extra):
+        return False
+    wants = bigger.wants({**held.placed, **dict.fromkeys(held.missing, "")}, {})
+    ok, where = p.ledger.place(held.option.kind, wants, commit=False)
+    if not ok:
+        return False
+    p.ledger.place(held.option.kind, wants, commit=True)
+    p.count(t, policy, held.option.kind, extra, +1)
+    p.summary(policy)["admitted"] -= 1  # the same run, grown
+    held.placed.update(where)
+    held.credits.extend((where[w[0]], w[1]) for w in wants)
+    held.option, held.shape = replace(held.option, workers=workers), bigger
+    return True
+
+
+def move(p: Planner, t: TrainerInfo, policy: PolicyInfo, why: RenegotiationStatus) -> None:
+    """Shrink within the elastic bounds on the same capacity, else move, else revoke."""
+    grant, kind = t.grant, t.quota.capacity_type
+    assert grant is not None
+    assert kind is not None
+    prio = priority(policy, t.spec) or 0
+    kinds = (kind, *(k for k in preference(policy, t.spec) if k != kind))
+    seconds = (p.obs.now - parse_time(why.since)).total_seconds()
+    for option in options(t, policy, kinds):
+        same = option.kind == kind and option.resources == grant.resources
+        bound = p.bound(t, grant.id) if same else {}
+        hints = hints_of(grant) if same else {}
+        if not p.try_option(t, policy, option, bound, hints):
+            continue
+        grant_id = grant.id if same else f"{option.kind}-{t.quota.renegotiations + 1}"
+        where = p.reserve(t, policy, option, bound, hints)
+        s = shape(t, option.workers, option.resources)
+        status = p.admitted(t, policy, prio, option, grant_id, where, t.quota.renegotiations + 1, None)
+        what = (
+            f"shrunk to {option.workers} workers on {kind}"
+            if same
+            else f"moved to {option.kind} with {option.workers} workers"
+        )
+        message = f"{why.message}: {what}; {p.admitted_message(policy, option, s)}"
+        p.decisions[t.uid] = Decision(
+            status,
+            condition("True", "Renegotiated", message),
+            (("Normal", "Renegotiated", f"{why.message}: {what}{p.lowered(option)}"),),
+            renegotiation_seconds=seconds,
+        )
+        return
+    status = p.pending_status(t, policy, prio)
+    status["renegotiations"] = t.quota.renegotiations + 1
+    message = f"{why.message}; no capacity holds the run's minimum any more: its pods are stopped and it queues again"
+    p.summary(policy)["pending"] += 1
+    p.decisions[t.uid] = Decision(
+        status,
+        condition("False", "CapacityLost", message),
+        (("Warning", "CapacityLost", message),),
+        renegotiation_seconds=seconds,
+    )

@@ -1,0 +1,146 @@
+"""How the quota controller's plan sees the objects its watches deliver (pure): nodes, pods,
+Trainers; and which of their changes make it plan again (fingerprints of what it reads)."""
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from trainerop_common.api import Trainer
+from trainerop_common.api.trainer import QuotaStatus, TrainerStatus
+from trainerop_common.conditions import parse
+from trainerop_common.contracts import ADMISSION_ANNOTATION, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, TRAINER_UID_LABEL
+from trainerop_common.nodes import lost, readiness
+from trainerop_common.quantity import parse_quantity
+
+from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, pod_requests
+from .model import CONDITION, TrainerInfo
+
+
+def node_info(body: Mapping[str, Any], now: datetime, grace: float) -> tuple[NodeInfo, float | None]:
+    """The node as the plan sees it, and the seconds until a node that is not Ready counts as lost."""
+    meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+    name = meta["name"]
+    labels = meta.get("labels") or {}
+    node = readiness(body)
+    why, wait = lost(node, now, grace)
+    taint = next((t["key"] for t in spec.get("taints") or () if t.get("key") in RECLAIM_TAINTS), None)
+    info = NodeInfo(
+        name=name,
+        kind=capacity_type(labels),
+        allocatable={k: parse_quantity_or_zero(v) for k, v in (status.get("allocatable") or {}).items()},
+        labels=labels,
+        schedulable=node.ready == "True" and not spec.get("unschedulable") and taint is None,
+        lost=why,
+        reclaimed=f"node {name} is being reclaimed ({taint} taint)" if taint else None,
+    )
+    return info, wait
+
+
+def parse_quantity_or_zero(value: Any) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return Decimal(0)
+
+
+def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
+    """A pod that holds resources, or one that succeeded (its replica is done); None for a failed one."""
+    phase = (body.get("status") or {}).get("phase")
+    if phase == "Failed":
+        return None
+    meta = body["metadata"]
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    return PodInfo(
+        node=(body.get("spec") or {}).get("nodeName") or "",
+        requests=pod_requests(body),
+        trainer_uid=labels.get(TRAINER_UID_LABEL),
+        role=labels.get(REPLICA_TYPE_LABEL, ""),
+        index=int(index) if (index := str(labels.get(REPLICA_INDEX_LABEL, "0"))).isdigit() else 0,
+        admission=annotations.get(ADMISSION_ANNOTATION),
+        deleting=bool(meta.get("deletionTimestamp")),
+        succeeded=phase == "Succeeded",
+    )
+
+
+def pod_fingerprint(body: Mapping[str, Any]) -> str:
+    """What of a pod matters to admission: where it runs, whether it finished, whether it goes."""
+    return json.dumps(
+        [
+            (body.get("spec") or {}).get("nodeName") or "",
+            (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+            (body.get("status") or {}).get("phase") == "Succeeded",
+            bool(body.get("metadata", {}).get("deletionTimestamp")),
+        ]
+    )
+
+
+def node_fingerprint(body: Mapping[str, Any]) -> str:
+    """Labels, allocatable, readiness (not heartbeats), cordon and taints."""
+    status, spec = body.get("status") or {}, body.get("spec") or {}
+    ready = [
+        (c.get("status"), c.get("lastTransitionTime"))
+        for c in status.get("conditions") or ()
+        if c.get("type") == "Ready"
+    ]
+    return json.dumps(
+        [
+            body["metadata"].get("labels"),
+            status.get("allocatable"),
+            ready,
+            spec.get("unschedulable"),
+            spec.get("taints"),
+        ],
+        sort_keys=True,
+    )
+
+
+def trainer_fingerprint(body: Mapping[str, Any]) -> str:
+    """The fields of a Trainer a plan reads (not its progress or the other controllers' sections)."""
+    meta, status = body["metadata"], body.get("status") or {}
+    admitted = [c for c in status.get("conditions") or () if c.get("type") == CONDITION]
+    return json.dumps(
+        [
+            meta.get("generation"),
+            meta.get("deletionTimestamp"),
+            meta.get("namespace"),
+            status.get("phase"),
+            (status.get("progress") or {}).get("completionTime"),
+            status.get("quota"),
+            [(c.get("status"), c.get("reason"), c.get("observedGeneration")) for c in admitted],
+            (status.get("profile") or {}).get("contribution"),
+            (status.get("checkpoint") or {}).get("lastCommitTime"),
+        ],
+        sort_keys=True,
+    )
+
+
+def trainer_info(
+    body: Mapping[str, Any], quota: QuotaStatus | None = None, conditions: Sequence[Mapping[str, Any]] | None = None
+) -> TrainerInfo:
+    """The Trainer as the plan sees it; ``quota`` and ``conditions`` stand for its status's own
+    (this controller's last write, not yet in the body)."""
+    meta = body["metadata"]
+    if conditions is None:
+        conditions = (body.get("status") or {}).get("conditions")
+    trainer = Trainer.model_validate(body)
+    status = trainer.status or TrainerStatus()
+    finished = None
+    if status.phase in ("Succeeded", "Failed"):
+        finished = (status.progress.completion_time if status.progress else None) or meta.get("creationTimestamp")
+    profile = status.profile.contribution.pod if status.profile and status.profile.contribution else None
+    return TrainerInfo(
+        uid=meta["uid"],
+        namespace=meta["namespace"],
+        name=meta["name"],
+        generation=int(meta.get("generation") or 0),
+        created=meta.get("creationTimestamp") or "",
+        spec=trainer.spec,
+        quota=quota if quota is not None else (status.quota or QuotaStatus()),
+        conditions=parse(conditions),
+        profile=profile,
+        finished=finished,
+        deleting=bool(meta.get("deletionTimestamp")),
+        last_commit=status.checkpoint.last_commit_time if status.checkpoint else None,
+    )

@@ -1,0 +1,45 @@
+"""The trainer controller's own flags (docs/controllers.md, docs/trainer.md)."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trainerop_common.config import flag
+from trainerop_common.contracts import CONCERNS, GATE_CONDITIONS
+from trainerop_common.nodes import NODE_LOST_SECONDS
+
+
+def env_gates(environ: Mapping[str, str]) -> str:
+    """Gates announced by Kustomize components: TRAINEROP_GATE_<CONCERN>=true, one per concern,
+    so that components can be combined freely; TRAINEROP_GATES (comma-separated) adds to them."""
+    named = [c for c in CONCERNS if environ.get(f"TRAINEROP_GATE_{c.upper()}", "").lower() == "true"]
+    return ",".join([*named, environ.get("TRAINEROP_GATES", "")])
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    gates: tuple[str, ...] = flag(
+        (),
+        f"deployed concerns whose condition gates pod creation, comma-separated: {','.join(CONCERNS)}",
+        env_default=env_gates,
+    )
+    init_image: str = flag(
+        "busybox:1.36", "image of the init container that waits for the rendezvous address (sh, nslookup)"
+    )
+    restart_backoff_seconds: float = flag(1.0, "wait before a role's 2nd replacement in a row, doubling after")
+    restart_backoff_cap_seconds: float = flag(60.0, "the longest wait before a replacement")
+    node_lost_seconds: float = flag(
+        NODE_LOST_SECONDS, "replace pods of a node not Ready this long (a deleted node: at once)"
+    )
+    admission_node_fit: bool = flag(
+        True,
+        "refuse a Trainer whose pods fit no node of the cluster (turn off where an autoscaler adds nodes on demand)",
+    )
+
+    @property
+    def gate_conditions(self) -> tuple[str, ...]:
+        """The condition types of the deployed concerns that gate (audit never does)."""
+        return tuple(GATE_CONDITIONS[g] for g in self.gates if g in GATE_CONDITIONS)
+
+    def problems(self) -> list[str]:
+        unknown = sorted(set(self.gates) - set(CONCERNS))
+        return [f"unknown gate(s) {unknown}; choose from {', '.join(CONCERNS)}"] if unknown else []

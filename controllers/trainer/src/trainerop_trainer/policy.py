@@ -1,0 +1,121 @@
+"""The trainer's rules (pure, table-tested): gates, the run policy the concerns fill in, the quota
+admission's grant and placement, which failures are retried, when a run has succeeded."""
+
+from collections.abc import Mapping, Sequence
+
+from trainerop_common.api import Contribution, Grant, RunPolicyDefaults
+from trainerop_common.api.base import Condition
+from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.conditions import find
+from trainerop_common.topology import has_master
+
+from .pods import CONTRIBUTION_ORDER
+from .topology import Replica
+from .views import PodView
+
+DEFAULT_BACKOFF_LIMIT = 6  # as batch/v1 Job
+
+
+def gate_wait(conditions: Sequence[Condition], gates: Sequence[str], generation: int) -> list[str]:
+    """One line per closed gate, saying why it is closed."""
+    waiting = []
+    for gate in gates:
+        cond = find(conditions, gate)
+        if cond is None or cond.observed_generation != generation:
+            waiting.append(f"{gate} (not yet reported for generation {generation})")
+        elif cond.status != "True":
+            waiting.append(f"{gate} ({cond.reason}: {cond.message})" if cond.message else f"{gate} ({cond.reason})")
+    return waiting
+
+
+def effective_run_policy(spec: TrainerSpec, contributions: Mapping[str, Contribution]) -> tuple[TrainerSpec, str]:
+    """The spec with runPolicy fields the Trainer leaves unset taken from the concerns' defaults
+    (in contribution order, a later concern winning), and a note on where the backoff limit
+    comes from for messages."""
+    defaults: dict[str, tuple[str, object]] = {}
+    for concern in CONTRIBUTION_ORDER:
+        proposed = contributions[concern].run_policy if concern in contributions else None
+        for name, value in (proposed or RunPolicyDefaults()).model_dump(exclude_none=True).items():
+            defaults[name] = (concern, value)
+    own = spec.run_policy.model_dump(exclude_unset=False)
+    fill = {name: value for name, (_, value) in defaults.items() if own.get(name) is None}
+    if spec.run_policy.backoff_limit is not None:
+        limit_from = "spec.runPolicy.backoffLimit"
+    elif "backoff_limit" in fill:
+        limit_from = f"the {defaults['backoff_limit'][0]}'s backoffLimit"
+    else:
+        limit_from = "the default backoffLimit"
+    if not fill:
+        return spec, limit_from
+    return spec.model_copy(update={"run_policy": spec.run_policy.model_copy(update=fill)}), limit_from
+
+
+def backoff_limit(spec: TrainerSpec) -> int:
+    limit = spec.run_policy.backoff_limit
+    return limit if limit is not None else DEFAULT_BACKOFF_LIMIT
+
+
+def grant_of(contributions: Mapping[str, Contribution]) -> Grant | None:
+    quota = contributions.get("quota")
+    return quota.grant if quota is not None else None
+
+
+def placed_node(grant: Grant | None, role: str, index: int) -> str:
+    """The node the quota admission placed a replica on ("" when it did not)."""
+    nodes = ((grant.placement if grant else None) or {}).get(role) or []
+    return nodes[index] if index < len(nodes) else ""
+
+
+def outdated(pods: Sequence[PodView], contributions: Mapping[str, Contribution]) -> tuple[list[PodView], str]:
+    """Unfinished pods created under an earlier quota admission, or waiting unscheduled on a node
+    the admission no longer places them on; and why they go."""
+    grant = grant_of(contributions)
+
+    def misplaced(p: PodView) -> bool:
+        want = placed_node(grant, p.role, p.index)
+        return not p.node and p.phase == "Pending" and bool(p.pinned) and bool(want) and want != p.pinned
+
+    current = grant.id if grant else None
+    old = [p for p in pods if not p.finished and ((p.admission and p.admission != current) or misplaced(p))]
+    if not old:
+        return [], ""
+    names = ", ".join(sorted(p.name for p in old))
+    if grant is None:
+        return old, f"the quota admission was withdrawn: deleting {names}"
+    return old, f"the quota admission moved the run ({grant.id}): replacing {names}"
+
+
+def retryable(spec: TrainerSpec, pod: PodView) -> bool:
+    """Kubeflow's rules: Never never retries; ExitCode retries 128-255 (signals, OOM kills) and
+    failures without an exit code (evictions, lost nodes); OnFailure and Always retry."""
+    policy = spec.run_policy.restart_policy
+    if policy == "Never":
+        return False
+    if policy == "ExitCode":
+        # No exit code, or 0 on a failed pod: evicted or stopped from outside, not a bug.
+        return pod.exit_code is None or pod.exit_code == 0 or pod.exit_code >= 128
+    return True
+
+
+def describe_failure(pod: PodView) -> str:
+    if pod.reason == "NodeLost":
+        return f"pod {pod.name} was lost with its node {pod.node}"
+    if pod.reason == "Stalled":
+        return f"pod {pod.name} stalled (no progress heartbeat)"
+    code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
+    return f"pod {pod.name} failed with {code}" + (f" ({pod.reason})" if pod.reason else "")
+
+
+def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
+    """Kubeflow's success policies: the master where there is one (pytorch, xgboost); worker 0
+    or all workers for tensorflow; all workers otherwise (jax, generic, elastic pytorch)."""
+
+    def done(r: Replica) -> bool:
+        pod = pods.get(r)
+        return pod is not None and pod.phase == "Succeeded"
+
+    if has_master(spec):
+        return done(Replica("master", 0))
+    if spec.framework == "tensorflow" and done(Replica("worker", 0)):
+        return True
+    return all(done(Replica("worker", i)) for i in range(spec.topology.workers))

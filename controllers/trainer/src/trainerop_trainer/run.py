@@ -1,0 +1,174 @@
+"""What the trainer's decision sees and says (pure): the :class:`Observed` world, the
+:class:`Decision`, and :class:`Run`, the run as it stands now, which every stage of the decision
+(:mod:`trainerop_trainer.decide`) decides on."""
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from trainerop_common.api import Contribution
+from trainerop_common.api.base import Condition
+from trainerop_common.api.trainer import Phase, TrainerSpec, TrainerStatus
+from trainerop_common.clock import parse_time, rfc3339
+from trainerop_common.conditions import Desired, find
+from trainerop_common.outcome import Event, StatusSection
+from trainerop_common.topology import effective
+
+from .pods import Owner, PodSettings
+from .policy import effective_run_policy, grant_of
+from .report import progress, status_section
+from .views import History, LeaseView, PodView, RestartBackoff, RoleHistory
+
+CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended")
+SECTION = StatusSection(("phase", "topology", "progress"), CONDITIONS)
+
+
+@dataclass(frozen=True)
+class Observed:
+    owner: Owner
+    spec: TrainerSpec
+    status: TrainerStatus
+    conditions: Sequence[Condition]
+    gates: Sequence[str]  # condition types of the deployed concerns
+    now: datetime
+    pods: Sequence[PodView] = ()
+    services: Set[str] = frozenset()
+    contributions: Mapping[str, Contribution] = field(default_factory=dict)  # by concern
+    settings: PodSettings = field(default_factory=PodSettings)
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    lost_nodes: Mapping[str, str] = field(default_factory=dict)  # node name -> why it counts as lost
+    leases: Mapping[str, LeaseView] = field(default_factory=dict)  # by pod name
+    claims: Set[str] = frozenset()  # names of the replicas' PersistentVolumeClaims
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: dict[str, Any]
+    conditions: tuple[Desired, ...]
+    create_pods: tuple[dict[str, Any], ...] = ()
+    create_services: tuple[dict[str, Any], ...] = ()
+    delete_pods: tuple[str, ...] = ()
+    delete_services: tuple[str, ...] = ()
+    restarted: tuple[str, ...] = ()  # pods deleted to be replaced after a retryable failure
+    events: tuple[Event, ...] = ()
+    requeue_after: float | None = None  # seconds until something is due (backoff, deadline, TTL)
+    delete_trainer: bool = False  # ttlSecondsAfterFinished has passed
+    force_delete: tuple[str, ...] = ()  # pods on lost nodes: no kubelet will confirm their deletion
+    create_leases: tuple[dict[str, Any], ...] = ()
+    create_claims: tuple[dict[str, Any], ...] = ()
+    delete_leases: tuple[str, ...] = ()
+    runner: tuple[dict[str, Any], ...] = ()  # the pods' identity, applied whenever pods are created
+
+
+@dataclass(frozen=True)
+class Run:
+    """The run as it stands now: what every stage decides on."""
+
+    obs: Observed
+    spec: TrainerSpec  # as admitted (the quota grant), with the concerns' run-policy defaults
+    limit_from: str  # where the backoff limit comes from, for messages
+    pods: tuple[PodView, ...]  # pods on lost nodes, and stalled ones, count as failed
+    stalled: Mapping[str, str]  # pod -> why it counts as stalled
+    stranded: frozenset[str]  # unfinished pods on lost nodes
+    stuck: frozenset[str]  # pods being deleted on lost nodes (no kubelet will confirm it)
+    history: dict[str, RoleHistory]  # each role's failures, from status
+    start: str | None
+    completion: str | None
+    not_suspended: Desired
+
+    @property
+    def now(self) -> str:
+        return rfc3339(self.obs.now)
+
+    @property
+    def live(self) -> list[PodView]:
+        return [p for p in self.pods if not p.deleting]
+
+    def clean(self, candidates: Sequence[PodView]) -> tuple[str, ...]:
+        """The pods cleanPodPolicy deletes when the run ends. It looks at what the pods really are:
+        a stalled or stranded pod still holds its GPUs."""
+        policy = self.spec.run_policy.clean_pod_policy
+        finished = {p.name for p in self.obs.pods if p.finished}
+        return tuple(
+            sorted(p.name for p in candidates if policy == "All" or (policy == "Running" and p.name not in finished))
+        )
+
+    def forced(self, doomed: Sequence[str]) -> tuple[str, ...]:
+        """Of the pods deleted, those to delete without waiting for their lost node."""
+        return tuple(sorted((self.stranded | self.stuck) & set(doomed) | self.stuck))
+
+    def status(
+        self, phase: Phase, pods: Sequence[PodView], start: str | None, end: str | None, history: History | None = None
+    ) -> dict[str, Any]:
+        now = progress(self.obs.status.progress, self.obs.leases, start, end)
+        return status_section(
+            self.obs.owner.name, self.obs.spec, phase, pods, self.history if history is None else history, now
+        )
+
+    def due(self, since: str | None, seconds: float | None) -> float | None:
+        """Seconds until ``since`` + ``seconds`` (<= 0: due now); None when either is unset."""
+        if since is None or seconds is None:
+            return None
+        return (parse_time(since) + timedelta(seconds=seconds) - self.obs.now).total_seconds()
+
+
+def soonest(*delays: float | None) -> float | None:
+    pending = [d for d in delays if d is not None and d > 0]
+    return min(pending) if pending else None
+
+
+def last_sign(obs: Observed, pod: PodView) -> str | None:
+    """The later of the pod's start and its last heartbeat."""
+    lease = obs.leases.get(pod.name)
+    times = [t[:19] + "Z" for t in (pod.started, lease.renew_time if lease else None) if t]
+    return max(times) if times else None
+
+
+def stalled_pods(obs: Observed, pods: Sequence[PodView]) -> dict[str, str]:
+    """Running pods silent for longer than stallTimeoutSeconds -> why."""
+    timeout = obs.spec.run_policy.stall_timeout_seconds
+    if timeout is None:
+        return {}
+    out = {}
+    for pod in pods:
+        last = last_sign(obs, pod) if pod.phase == "Running" and not pod.deleting else None
+        if last is not None and parse_time(last) + timedelta(seconds=timeout) <= obs.now:
+            out[pod.name] = f"pod {pod.name} sent no heartbeat for {timeout}s (last sign of life {last})"
+    return out
+
+
+def assess(obs: Observed) -> Run:
+    spec, limit_from = effective_run_policy(effective(obs.spec, grant_of(obs.contributions)), obs.contributions)
+    # A pod on a lost node is a failure without exit code (retryable, as an eviction is).
+    # One already being deleted is only waiting for a kubelet that will never answer.
+    stranded = frozenset(p.name for p in obs.pods if p.node in obs.lost_nodes and not p.finished and not p.deleting)
+    stuck = frozenset(p.name for p in obs.pods if p.node in obs.lost_nodes and p.deleting)
+    pods = [
+        replace(p, phase="Failed", exit_code=None, reason="NodeLost") if p.name in stranded else p for p in obs.pods
+    ]
+    stalled = stalled_pods(obs, pods)
+    pods = [replace(p, phase="Failed", exit_code=None, reason="Stalled") if p.name in stalled else p for p in pods]
+    replicas = obs.status.topology.replicas if obs.status.topology and obs.status.topology.replicas else {}
+    history = {r: RoleHistory(c.restarts, c.last_failure_time, c.recent_failures) for r, c in replicas.items()}
+    was = find(obs.conditions, "Suspended")
+    resumed = was is not None and (was.status == "True" or was.reason == "Resumed")
+    not_suspended = (
+        Desired.false("Suspended", "Resumed", "spec.runPolicy.suspend was set to false")
+        if resumed
+        else Desired.false("Suspended", "NotSuspended")
+    )
+    started = obs.status.progress
+    return Run(
+        obs,
+        spec,
+        limit_from,
+        tuple(pods),
+        stalled,
+        stranded,
+        stuck,
+        history,
+        started.start_time if started else None,
+        started.completion_time if started else None,
+        not_suspended,
+    )

@@ -1,0 +1,154 @@
+"""What the trainer's decision sees of the world (pure): its pods, their heartbeat Leases, the
+nodes under them, and each role's failure history (kept in status); and how they are read from
+the objects the watches deliver."""
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from trainerop_common.contracts import (
+    ADMISSION_ANNOTATION,
+    EPOCH_ANNOTATION,
+    NODE_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    STEP_ANNOTATION,
+    TRAINER_NAME_LABEL,
+)
+from trainerop_common.nodes import NodeReadiness, gone_reason, lost
+from trainerop_common.topology import ROLES, Role
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the decision needs to know of one pod."""
+
+    name: str
+    uid: str
+    role: Role
+    index: int
+    phase: str = "Pending"  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool = False
+    deleting: bool = False
+    exit_code: int | None = None
+    reason: str = ""
+    node: str = ""
+    started: str | None = None  # status.startTime
+    admission: str = ""  # the quota admission it was created under (ADMISSION_ANNOTATION)
+    pinned: str = ""  # the node that admission placed it on (NODE_ANNOTATION)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """A replica's heartbeat Lease: when it was last renewed and the progress it carried."""
+
+    name: str
+    renew_time: str | None = None
+    epoch: int = 0
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class RestartBackoff:
+    """Delay before the n-th replacement of a role's pods: the first is immediate, then
+    ``base``, 2 x ``base``, ... up to ``cap`` seconds (controller flags)."""
+
+    base: float = 1.0
+    cap: float = 60.0
+
+    @property
+    def reset_after(self) -> float:
+        """A failure this long after the previous one starts the backoff over."""
+        return 5 * self.cap
+
+    def delay(self, recent_failures: int) -> float:
+        return 0.0 if recent_failures <= 1 else min(self.cap, self.base * 2 ** (recent_failures - 2))
+
+
+@dataclass(frozen=True)
+class RoleHistory:
+    restarts: int = 0
+    last_failure: str | None = None
+    recent: int = 0  # failures in a row, each within reset_after of the previous
+
+
+History = Mapping[str, RoleHistory]
+
+
+@dataclass(frozen=True)
+class NodeLoss:
+    lost: dict[str, str]  # node -> why it counts as lost
+    next_check: float | None  # seconds until a not-ready node's grace period ends
+
+
+def lost_nodes(nodes: Sequence[NodeReadiness], pod_nodes: Set[str], now: datetime, grace: float) -> NodeLoss:
+    """The nodes the pods are on that count as lost (trainerop_common.nodes)."""
+    known = {n.name: n for n in nodes}
+    found: dict[str, str] = {}
+    pending: list[float] = []
+    for name in pod_nodes:
+        why, left = lost(known[name], now, grace) if name in known else (gone_reason(name), None)
+        if why is not None:
+            found[name] = why
+        elif left is not None:
+            pending.append(left)
+    return NodeLoss(found, min(pending) if pending else None)
+
+
+def pod_view(body: dict[str, Any], container: str) -> PodView | None:
+    """The decision's view of a pod; exit code and start come from the training container
+    ``container`` (a sidecar's exit must not decide whether the run is retried)."""
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    labels = meta.get("labels") or {}
+    role = labels.get(REPLICA_TYPE_LABEL)
+    if role not in ROLES:
+        return None
+    statuses = status.get("containerStatuses") or ()
+    main = next((c for c in statuses if c.get("name") == container), statuses[0] if statuses else {})
+    state = main.get("state") or {}
+    terminated = state.get("terminated")
+    # The stall clock starts when the training container starts, not when the pod was accepted
+    # (image pulls and the rendezvous wait come before).
+    started = (state.get("running") or {}).get("startedAt") or (terminated or {}).get("startedAt")
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    return PodView(
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        role=role,
+        index=int(labels.get(REPLICA_INDEX_LABEL, "0")),
+        phase=status.get("phase") or "Pending",
+        ready=ready,
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=terminated.get("exitCode") if terminated else None,
+        reason=(terminated or {}).get("reason") or status.get("reason") or "",
+        node=(body.get("spec") or {}).get("nodeName") or "",
+        started=started,
+        admission=(meta.get("annotations") or {}).get(ADMISSION_ANNOTATION, ""),
+        pinned=(meta.get("annotations") or {}).get(NODE_ANNOTATION, ""),
+    )
+
+
+def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """The (namespace, Trainer name) a child belongs to, from its trainer-name label."""
+    meta = obj.get("metadata", {})
+    return (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(TRAINER_NAME_LABEL, "")))
+
+
+def lease_view(body: dict[str, Any]) -> LeaseView:
+    annotations = body["metadata"].get("annotations") or {}
+
+    def number(key: str) -> int:
+        value = str(annotations.get(key, "0"))
+        return int(value) if value.isdigit() else 0
+
+    return LeaseView(
+        name=body["metadata"]["name"],
+        renew_time=(body.get("spec") or {}).get("renewTime"),
+        epoch=number(EPOCH_ANNOTATION),
+        step=number(STEP_ANNOTATION),
+    )

@@ -1,0 +1,67 @@
+"""``/healthz`` (the event loop answers), ``/readyz`` (watching, webhooks listening) and
+``/metrics`` of a controller, on --metrics-port."""
+
+import asyncio
+import contextlib
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .runtime import Runtime
+
+
+class Health:
+    """``/healthz`` (the loop answers), ``/readyz`` (kopf is watching), ``/metrics``."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, address: str, port: int) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, address, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        if not self._runtime.ready.is_set():
+            return web.Response(status=503, text="not ready: not yet watching the API server\n")
+        waiting = [w for w in (check() for check in self._runtime.readiness) if w]
+        if not await self._webhooks_listening():
+            waiting.append("the admission webhooks are not listening yet")
+        if waiting:
+            return web.Response(status=503, text=f"not ready: {'; '.join(waiting)}\n")
+        return web.Response(text="ready\n")
+
+    async def _webhooks_listening(self) -> bool:
+        """Whether kopf's webhook server accepts connections (when this controller serves any)."""
+        webhook = self._runtime.config.webhook
+        if not (self._runtime.serves_webhooks and webhook.webhook_port):
+            return True
+        host = "127.0.0.1" if webhook.webhook_address in ("", "0.0.0.0") else webhook.webhook_address
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, webhook.webhook_port), timeout=1.0)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,43 @@
+"""What one reconcile of a Trainer concludes (pure): the controller returns an :class:`Outcome`
+and the shared runtime applies it the same way for every controller — the controller's own status
+sections and conditions written by server-side apply (no request when they already hold), Events
+posted, the Trainer looked at again when something falls due (docs/design/work-queue.md)."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .conditions import Desired
+
+
+@dataclass(frozen=True)
+class StatusSection:
+    """The part of an object's status one controller owns (docs/design/status-protocol.md): its
+    top-level fields and its condition types."""
+
+    fields: tuple[str, ...]
+    conditions: tuple[str, ...] = ()
+
+
+# A Kubernetes Event to post about the Trainer: (type, reason, message); type Normal or Warning.
+Event = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    # The controller's own status fields (field name -> value; a field left out is removed) and
+    # conditions; None: write nothing (the controller has no say on this Trainer now).
+    status: Mapping[str, Any] | None = None
+    conditions: tuple[Desired, ...] = ()
+    events: tuple[Event, ...] = ()  # posted whatever the write did
+    on_change: tuple[Event, ...] = ()  # posted only when the write changed the status: once per change
+    requeue_after: float | None = None  # seconds until something falls due (a backoff, a deadline)
+    retry: bool = False  # part of the work was refused (the Events say why): tried again with backoff
+
+    @classmethod
+    def warn_on_change(
+        cls, status: Mapping[str, Any], conditions: tuple[Desired, ...], problem: Desired | None, **more: Any
+    ) -> "Outcome":
+        """The status, and a Warning Event of ``problem`` (what the user must fix) when it is new."""
+        warning = (("Warning", problem.reason, problem.message),) if problem is not None else ()
+        return cls(status=status, conditions=conditions, on_change=warning, **more)

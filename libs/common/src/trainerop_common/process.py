@@ -1,0 +1,152 @@
+"""The process every controller is: flags, logging, tracing, the runtime under kopf, the health
+server, and an orderly stop (kopf handles SIGINT/SIGTERM)."""
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kopf
+from lightkube import ApiError
+
+from . import jsonlog, kopf_settings, tracing
+from .config import ControllerConfig, parse_args
+from .health import Health
+from .kube import Kube
+from .metrics import UP
+from .names import component
+from .runtime import Controller, Runtime, StartupError
+from .webhook_tls import CHECK_SECONDS
+from .webhooks import ReviewServer, missing_files, self_signed
+
+log = logging.getLogger("trainerop.process")
+F = TypeVar("F")
+Make = Callable[[Runtime, F], Controller]
+
+
+async def _webhook_tls(runtime: Runtime) -> None:
+    """--webhook-tls self-signed: issue the certificate before serving, keep it (and the CA in the
+    webhook configurations) current while running."""
+    config = runtime.config
+    tls = self_signed(config, runtime.kube, runtime.clock)
+    try:
+        await tls.start()
+    except (ApiError, OSError, RuntimeError) as err:
+        raise StartupError(
+            f"cannot set up the webhooks' self-signed certificate: {err}. The ServiceAccount needs the RBAC of "
+            "deploy/components/self-signed-tls (the CA Secret, its own webhook configurations) and "
+            f"{Path(config.webhook.webhook_cert_file).parent} must be writable"
+        ) from None
+    runtime.every(CHECK_SECONDS, tls.maintain, "keeping the webhooks' certificate current")
+
+
+def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None:
+    """kopf's HTTPS server for the webhooks; it reloads the certificate files when they change. A
+    controller with checks that can refuse does not start without its certificate; one whose
+    webhooks only observe serves them once the certificate is mounted."""
+    webhook = runtime.config.webhook
+    missing = missing_files(webhook.webhook_cert_file, webhook.webhook_key_file)
+    if missing and runtime.admission_checks:
+        raise StartupError(
+            f"the webhooks' certificate is missing ({', '.join(missing)}): mount its Secret there "
+            "(deploy/components/cert-manager), or run with --webhook-tls self-signed, or --webhook-port 0"
+        )
+    config = runtime.config
+    runtime.admission_kube = Kube.from_environment(config.controller, config.qps, config.burst)
+    settings.admission.server = ReviewServer(
+        addr=webhook.webhook_address,
+        port=webhook.webhook_port,
+        certfile=webhook.webhook_cert_file,
+        pkeyfile=webhook.webhook_key_file,
+        observers=frozenset(runtime.observers),
+        wait_for_files=not runtime.admission_checks,
+    )
+
+
+async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller]) -> None:
+    kube = Kube.from_environment(config.controller, config.qps, config.burst)
+    runtime = Runtime(config, kube)
+    registry = runtime.registry_for(make(runtime))
+    settings = kopf.OperatorSettings()
+    kopf_settings.apply(settings, config)
+    if config.webhook.webhook_port and config.webhook.webhook_tls == "self-signed":
+        await _webhook_tls(runtime)
+    if runtime.serves_webhooks:
+        _admission_server(runtime, settings)
+    health = Health(runtime)
+    await health.start(config.metrics_address, config.metrics_port)
+    log.info("serving /metrics, /healthz and /readyz", extra={"address": config.metrics_address, "port": health.port})
+    try:
+        await _operate(runtime, registry, settings)
+    finally:
+        UP.labels(config.controller).set(0)
+        await health.stop()
+        await kube.close()
+        if runtime.admission_kube is not kube:
+            await runtime.admission_kube.close()
+
+
+async def _operate(runtime: Runtime, registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings) -> None:
+    """kopf until it stops, with the runtime's jobs beside it; ready once kopf watches."""
+    config = runtime.config
+    kopf_ready = asyncio.Event()
+
+    async def mark_ready() -> None:
+        await kopf_ready.wait()
+        runtime.ready.set()
+        UP.labels(config.controller).set(1)
+        log.info("watching Trainers", extra={"namespaces": list(config.namespaces) or "all"})
+
+    helpers = [asyncio.create_task(mark_ready()), *(asyncio.create_task(job()) for job in runtime.jobs)]
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_helpers(**_: Any) -> None:
+        # kopf waits for every task still running when it stops; ours end with it.
+        for task in helpers:
+            task.cancel()
+
+    try:
+        # kopf handles SIGINT/SIGTERM itself and then runs the cleanup handler above.
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
+            standalone=not config.peering,
+            ready_flag=kopf_ready,
+        )
+    finally:
+        for task in helpers:
+            task.cancel()
+
+
+def main(controller: str, make: Make[F], own: type[F], webhooks: bool, argv: Sequence[str] | None = None) -> int:
+    """The body of every controller's console entry point."""
+    config, flags = parse_args(controller, own, argv, webhooks=webhooks)
+    jsonlog.setup(controller, config.log_level)
+    provider = tracing.setup(component(controller), config.pod_name, config.otlp_endpoint, config.trace_sample_ratio)
+    if provider is not None:
+        log.info("exporting spans over OTLP", extra={"endpoint": config.otlp_endpoint or "from OTEL_EXPORTER_OTLP_*"})
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, lambda runtime: make(runtime, flags)))
+    except StartupError as err:
+        log.error("%s", err)
+        return 1
+    finally:
+        if provider is not None:
+            provider.shutdown()
+    return 0
+
+
+def run_entrypoint(controller: str, make: Make[F], own: type[F], webhooks: bool = False) -> Callable[[], None]:
+    """A console entry point: ``make(runtime, flags)`` builds the controller from its ``own`` flags;
+    ``webhooks``: it serves admission webhooks (and has their flags)."""
+
+    def entry() -> None:
+        sys.exit(main(controller, make, own, webhooks))
+
+    return entry

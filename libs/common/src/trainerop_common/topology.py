@@ -1,0 +1,85 @@
+"""A run's roles and replica counts, and its *effective* topology: the spec as it runs after the
+quota grant (pure). One definition for the trainer (which pods exist), the checkpoint controller
+(how many shards a checkpoint has) and the quota controller (what a run reserves)."""
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic.alias_generators import to_camel
+
+from .api.base import Grant, ResourceRequirements
+from .api.trainer import ELASTIC_FRAMEWORKS, MASTER_FRAMEWORKS, TrainerSpec, TrainerStatus
+
+Role = Literal["master", "worker", "ps"]
+ROLES: tuple[Role, ...] = ("master", "worker", "ps")
+
+
+# The spec.podTemplateOverrides field (its Python name) that shapes each role's pods.
+OVERRIDE_FIELDS: dict[Role, str] = {"master": "master", "worker": "worker", "ps": "parameter_server"}
+
+
+def override_name(role: Role) -> str:
+    """The role's field of spec.podTemplateOverrides as the user writes it (parameterServer)."""
+    return to_camel(OVERRIDE_FIELDS[role])
+
+
+def role_override(spec: TrainerSpec, role: Role) -> Mapping[str, Any] | None:
+    """The role's pod template override (a PodTemplateSpec fragment), if the Trainer has one."""
+    overrides = spec.pod_template_overrides
+    fragment = getattr(overrides, OVERRIDE_FIELDS[role]) if overrides is not None else None
+    return fragment or None
+
+
+def has_master(spec: TrainerSpec) -> bool:
+    """pytorch and xgboost runs have a master, except elastic pytorch (rendezvous on worker 0)."""
+    elastic_pytorch = spec.framework == "pytorch" and spec.topology.elastic is not None
+    return spec.framework in MASTER_FRAMEWORKS and not elastic_pytorch
+
+
+def is_elastic(spec: TrainerSpec) -> bool:
+    return spec.topology.elastic is not None and spec.framework in ELASTIC_FRAMEWORKS
+
+
+def role_counts(spec: TrainerSpec, workers: int | None = None) -> dict[Role, int]:
+    """Replicas per role, with ``workers`` workers (default: the spec's)."""
+    return {
+        "master": 1 if has_master(spec) else 0,
+        "worker": spec.topology.workers if workers is None else workers,
+        "ps": spec.topology.parameter_servers,
+    }
+
+
+def worker_bounds(spec: TrainerSpec) -> tuple[int, int]:
+    """The fewest and most workers the run may be admitted with."""
+    elastic = spec.topology.elastic
+    most = spec.topology.workers
+    return (min(elastic.min_workers, most) if elastic else most), most
+
+
+def shard_writers(spec: TrainerSpec) -> int:
+    """Replicas that write a checkpoint shard each: the workers and the master (not parameter servers)."""
+    counts = role_counts(spec)
+    return counts["worker"] + counts["master"]
+
+
+def grant_in(status: TrainerStatus | None) -> Grant | None:
+    """The quota admission the run holds (status.quota.contribution.grant), if any."""
+    quota = status.quota if status is not None else None
+    return quota.contribution.grant if quota is not None and quota.contribution is not None else None
+
+
+def effective(spec: TrainerSpec, grant: Grant | None) -> TrainerSpec:
+    """The spec as the run is admitted: at most the granted workers, and the granted per-pod
+    resources over the Trainer's own. ``kubectl scale`` changes the spec itself."""
+    if grant is None:
+        return spec
+    update: dict[str, Any] = {}
+    if grant.workers < spec.topology.workers:
+        update["topology"] = spec.topology.model_copy(update={"workers": grant.workers})
+    if grant.resources is not None:
+        own = spec.resources or ResourceRequirements()
+        update["resources"] = ResourceRequirements(
+            requests={**(own.requests or {}), **(grant.resources.requests or {})} or None,
+            limits={**(own.limits or {}), **(grant.resources.limits or {})} or None,
+        )
+    return spec.model_copy(update=update) if update else spec

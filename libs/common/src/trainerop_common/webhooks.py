@@ -1,0 +1,151 @@
+"""Admission webhooks served through kopf's webhook server (docs/admission.md): the controllers'
+checks of Trainers, webhooks that only observe (the audit trail of users' requests), and the
+server's TLS (files mounted from cert-manager's Secret, or issued by the controllers themselves
+from a shared CA)."""
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import kopf
+from kopf._cogs.structs import reviews
+
+from . import admission
+from .api import GROUP, VERSION
+from .clock import Clock
+from .config import ControllerConfig
+from .kube import Kube
+from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS
+from .names import component
+from .webhook_tls import SelfSignedTLS, serving_names
+
+log = logging.getLogger("trainerop.webhooks")
+MAX_REVIEW_BYTES = 16 * 1024 * 1024  # an update's review holds the object twice
+CERTIFICATE_WAIT_SECONDS = 30.0
+# The AdmissionReview being answered, as the API server sent it: an observing webhook reads what
+# kopf does not pass to handlers (the request's uid, the resource's version, the namespace of a
+# request for a namespaced collection).
+REVIEW: ContextVar[Mapping[str, Any] | None] = ContextVar("trainerop_admission_review", default=None)
+Observer = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+def register_admission(
+    registry: kopf.OperatorRegistry, controller: str, webhook: str, check: admission.Check, mutating: bool = False
+) -> None:
+    """Serve ``check`` for Trainers at ``/<webhook>`` (validating, or mutating: its ``spec`` is set)."""
+    decorator = kopf.on.mutate if mutating else kopf.on.validate
+
+    @decorator(GROUP, VERSION, "trainers", id=webhook, operations=["CREATE", "UPDATE"], registry=registry)
+    async def handler(**kwargs: Any) -> None:
+        # kopf passes its admission kwargs by name: body, old, operation, warnings, patch, ...
+        body: Mapping[str, Any] = kwargs["body"]
+        operation = str(kwargs.get("operation") or "CREATE")
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            verdict = await check(admission.request_of(body, kwargs.get("old"), operation))
+            kwargs["warnings"].extend(verdict.warnings)
+            for name, value in verdict.spec.items():
+                kwargs["patch"].spec[name] = value
+            outcome = "refused" if verdict.problems else ("mutated" if verdict.spec else "allowed")
+        finally:
+            ADMISSION_REVIEWS.labels(controller, webhook, outcome).inc()
+            ADMISSION_DURATION.labels(controller, webhook).observe(time.perf_counter() - started)
+        if verdict.problems:
+            meta = body.get("metadata") or {}
+            problems = "; ".join(verdict.problems)
+            log.info("refused %s of Trainer %s/%s: %s", operation, meta.get("namespace"), meta.get("name"), problems)
+            raise kopf.AdmissionError(problems, code=admission.REFUSED)
+
+
+def missing_files(*paths: str) -> list[str]:
+    """Those of ``paths`` that are not files (checked once, before serving)."""
+    return [path for path in paths if not Path(path).is_file()]
+
+
+def self_signed(config: ControllerConfig, kube: Kube, clock: Clock) -> SelfSignedTLS:
+    """--webhook-tls self-signed: this controller's certificate from the shared CA, and the CA in
+    its own webhook configurations (named trainer-operator-<controller>, of either kind)."""
+    webhook = config.webhook
+    name = component(config.controller)
+    service = webhook.webhook_service or f"{name}-webhook"
+    return SelfSignedTLS(
+        kube,
+        clock,
+        webhook.operator_namespace,
+        serving_names(service, webhook.operator_namespace, webhook.webhook_address),
+        Path(webhook.webhook_cert_file),
+        Path(webhook.webhook_key_file),
+        [("ValidatingWebhookConfiguration", name), ("MutatingWebhookConfiguration", name)],
+    )
+
+
+def register_observer(
+    registry: kopf.OperatorRegistry, webhook: str, resources: Sequence[tuple[str, str | None]], observer: Observer
+) -> None:
+    """Serve ``observer`` at ``/<webhook>`` for the operator's ``resources`` ((plural, subresource:
+    None for the object itself, "*" for it and every subresource)). It sees the raw review
+    (:data:`REVIEW`), may take seconds, and never denies: the server answers allowed whatever it
+    does or raises (see :class:`ReviewServer`)."""
+
+    async def observed(**_: Any) -> None:
+        review = REVIEW.get()
+        if review is None:
+            log.error("webhook %s: no review in context; not served by ReviewServer", webhook)
+            return
+        try:
+            await observer(review)
+        except Exception:  # never deny, whatever went wrong
+            log.exception("webhook %s could not handle a request", webhook)
+
+    for plural, subresource in resources:
+        kopf.on.validate(GROUP, VERSION, plural, id=webhook, subresource=subresource, registry=registry)(observed)
+
+
+class ReviewServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server, which also hands each raw review to the handlers (:data:`REVIEW`),
+    takes reviews up to 16 MiB (kopf's server stops at 1 MiB), answers "allowed" for the webhooks
+    that only observe, and, with ``wait_for_files``, waits for its certificate files instead of
+    failing (an observing controller works without its webhook until the Secret is mounted)."""
+
+    def __init__(self, *, observers: frozenset[str] = frozenset(), wait_for_files: bool = False, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.observers = observers
+        self.wait_for_files = wait_for_files
+
+    async def __call__(self, fn: reviews.WebhookFn) -> AsyncIterator[reviews.WebhookClientConfig]:
+        if self.wait_for_files:
+            await self._certificate_files()
+
+        async def reviewed(request: reviews.Request, **kw: Any) -> reviews.Response:
+            token = REVIEW.set(request)
+            try:
+                response = await fn(request, **kw)
+            finally:
+                REVIEW.reset(token)
+            if kw.get("webhook") in self.observers:
+                answer: dict[str, Any] = dict(response["response"])
+                answer["allowed"] = True
+                answer.pop("status", None)
+                response["response"] = answer  # type: ignore[typeddict-item]
+            return response
+
+        async for config in super().__call__(reviewed):
+            yield config
+
+    @staticmethod
+    async def _serve(fn: reviews.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return await kopf.WebhookServer._serve(fn, request.clone(client_max_size=MAX_REVIEW_BYTES))
+
+    async def _certificate_files(self) -> None:
+        said = False
+        while missing := missing_files(*(str(f) for f in (self.certfile, self.pkeyfile) if f is not None)):
+            if not said:
+                log.error("webhooks not served until the certificate is mounted: %s missing", ", ".join(missing))
+                said = True
+            await asyncio.sleep(CERTIFICATE_WAIT_SECONDS)

@@ -1,0 +1,211 @@
+"""The work queue every controller runs on top of kopf's watches (docs/design/work-queue.md).
+
+- :class:`WorkQueue`: reconciles of the objects a controller watches — one at a time per object,
+  on the latest state the watch has seen, again when something falls due (a requeue) or after a
+  temporary error (capped exponential backoff: 1 s doubling to 5 min).
+- :class:`Trigger`: one job over all objects (the quota controller's plan): every poke until it
+  starts coalesces into one run; a failed run is retried with backoff.
+- :func:`periodic`: a job every so many seconds (resync, audit retention, certificate upkeep).
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("trainerop.workqueue")
+
+Key = tuple[str, str]  # (namespace, name)
+Body = Mapping[str, Any]
+Work = Callable[[Body], Awaitable[None]]
+
+
+@dataclass
+class Backoff:
+    """Capped exponential backoff per key for temporary errors."""
+
+    base: float = 1.0
+    cap: float = 300.0
+    failures: dict[Any, int] = field(default_factory=dict)
+
+    def next_delay(self, key: Any) -> float:
+        n = self.failures.get(key, 0)
+        self.failures[key] = n + 1
+        return float(min(self.cap, self.base * 2**n))
+
+    def reset(self, key: Any) -> None:
+        self.failures.pop(key, None)
+
+
+def key_of(body: Body) -> Key:
+    meta = body.get("metadata", {})
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+class Tasks:
+    """Side tasks (a status write triggered by a watch, a timer's reconcile) that must not block
+    the watch; a failure is logged."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed: %s", task.exception())
+
+
+class WorkQueue:
+    """The objects seen, and the reconciles of them: serialised per object, rescheduled by timers."""
+
+    def __init__(self, tasks: Tasks, work: Work) -> None:
+        self.objects: dict[Key, Body] = {}  # the latest state the watch has seen, by key
+        self._tasks = tasks
+        self._work = work
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self.backoff = Backoff()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self.waiting = 0  # reconciles waiting for the lock of their object
+
+    @property
+    def depth(self) -> int:
+        return self.waiting + len(self._timers)
+
+    def seen(self, body: Body) -> Body:
+        self.objects[key_of(body)] = body
+        return body
+
+    def forget(self, body: Body) -> bool:
+        """The object was deleted (unless a newer one of the same name is known); whether it went."""
+        key = key_of(body)
+        current = self.objects.get(key)
+        if current is not None and current["metadata"].get("uid") != body["metadata"].get("uid"):
+            return False  # an older object of the same name; the new one stays
+        self.objects.pop(key, None)
+        self._locks.pop(key, None)
+        self.backoff.reset(key)
+        return True
+
+    async def process(self, key: Key) -> None:
+        """Run the work on the latest state of ``key``, after any reconcile of it in progress."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self.waiting += 1
+        try:
+            await lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            latest = self.objects.get(key)
+            if latest is not None:  # else deleted meanwhile: nothing to reconcile
+                await self._work(latest)
+        finally:
+            lock.release()
+
+    def has_timer(self, key: Key) -> bool:
+        return key in self._timers
+
+    def after(self, key: Key, delay: float) -> None:
+        """Reconcile ``key`` in ``delay`` seconds, unless one is already due sooner."""
+        loop = asyncio.get_running_loop()
+        old = self._timers.get(key)
+        if old is not None and old.when() <= loop.time() + delay:
+            return
+        if old is not None:
+            old.cancel()
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            if key in self.objects:
+                self._tasks.spawn(self.process(key))
+
+        self._timers[key] = loop.call_later(delay, fire)
+
+    def retry(self, key: Key) -> float:
+        """Reconcile ``key`` again after its next backoff delay (returned)."""
+        delay = self.backoff.next_delay(key)
+        self.after(key, delay)
+        return delay
+
+    def soon(self, keys: Iterable[Key]) -> None:
+        """Reconcile these soon (something they depend on changed). One waiting out an error backoff
+        keeps waiting: events must not turn a failing call into a hot loop."""
+        for key in keys:
+            if key not in self.backoff.failures:
+                self.after(key, 0)
+
+
+RETRY_SECONDS = 5.0
+MAX_RETRY_SECONDS = 300.0
+
+
+class Trigger:
+    """A job over every object, run on demand: the pokes that come before it starts coalesce into
+    one run; the job returns when it wants to run again (None: only when poked); a failed run is
+    retried after 5 s doubling to 5 min."""
+
+    def __init__(self, tasks: Tasks, job: Callable[[], Awaitable[float | None]], what: str) -> None:
+        self._tasks = tasks
+        self._job = job
+        self._what = what
+        self._lock = asyncio.Lock()
+        self._dirty = False  # poked since the last run started
+        self._queued = False  # a run is spawned and has not started yet
+        self._timer: asyncio.TimerHandle | None = None
+        self._backoff = Backoff(RETRY_SECONDS, MAX_RETRY_SECONDS)
+
+    def poke(self, after: float = 0) -> None:
+        """Run soon, or in ``after`` seconds (unless a run is due sooner)."""
+        loop = asyncio.get_running_loop()
+        if after > 0:
+            due = loop.time() + after
+            if self._timer is not None and self._timer.when() <= due:
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(due, self._fire)
+            return
+        self._dirty = True
+        if not self._queued:
+            self._queued = True
+            self._tasks.spawn(self._run())
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.poke()
+
+    async def _run(self) -> None:
+        async with self._lock:
+            self._queued = False
+            if not self._dirty:
+                return
+            self._dirty = False
+            try:
+                again = await self._job()
+            except Exception:
+                delay = self._backoff.next_delay(self._what)
+                log.exception("%s failed; trying again in %.0fs", self._what, delay)
+                self.poke(after=delay)
+                return
+        self._backoff.reset(self._what)
+        if again is not None:
+            self.poke(after=max(again, 0.5))
+
+
+async def periodic(seconds: float, job: Callable[[], Awaitable[Any]], what: str, first: float | None = None) -> None:
+    """Run ``job`` every ``seconds`` (the first time after ``first`` seconds, default ``seconds``);
+    a failed run is logged and the next one comes as planned."""
+    await asyncio.sleep(seconds if first is None else first)
+    while True:
+        try:
+            await job()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed; trying again in %.0fs", what, seconds)
+        await asyncio.sleep(seconds)

@@ -1,0 +1,22 @@
+"""Names the operator and the training pods share: the API group, the labels on every pod of a run,
+the annotations a heartbeat writes, and what a Kubernetes name may look like. Defined once here,
+at the bottom layer (standard library only); the operator's library re-exports them."""
+
+GROUP = "trainer.operator.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# On every pod, Service, Lease and claim of a run (the seed README selects pods by trainer-name).
+TRAINER_NAME_LABEL = "trainer-name"
+REPLICA_TYPE_LABEL = f"{GROUP}/replica-type"
+REPLICA_INDEX_LABEL = f"{GROUP}/replica-index"
+TRAINER_UID_LABEL = f"{GROUP}/trainer-uid"
+
+# Written by a heartbeat on the replica's Lease, read by the trainer controller.
+EPOCH_ANNOTATION = f"{GROUP}/epoch"
+STEP_ANNOTATION = f"{GROUP}/step"
+
+# What the API server accepts as an object's name (RFC 1123).
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+MAX_NAME = 253

@@ -1,0 +1,158 @@
+"""The runtime's webhook server over real HTTPS with kopf's own admission machinery: checks that
+refuse, and webhooks that only observe — they see the raw review, always allow, take large reviews,
+and wait for their certificate."""
+
+import asyncio
+import datetime as dt
+import functools
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+import kopf
+import pytest
+from kopf._cogs.structs import references
+from kopf._core.engines import admission as kopf_admission
+from kopf._core.engines import indexing
+from kopf._core.reactor import inventory
+
+from trainerop_common import webhooks
+from trainerop_common.admission import Request, Verdict
+from trainerop_common.api import GROUP, KINDS, VERSION
+from trainerop_common.webhook_tls import issue, make_ca, write_pair
+from trainerop_common.webhooks import ReviewServer, register_admission, register_observer
+
+NOW = dt.datetime.now(dt.UTC)
+
+
+def review(resource: str, operation: str, subresource: str = "", size: int = 0, uid: str = "u-1") -> dict[str, Any]:
+    obj = {"metadata": {"name": "x", "namespace": "team", "uid": "obj"}, "spec": {"epochs": 1, "pad": "p" * size}}
+    request: dict[str, Any] = {
+        "uid": uid,
+        "resource": {"group": GROUP, "version": VERSION, "resource": resource},
+        "operation": operation,
+        "userInfo": {"username": "alice"},
+        "oldObject" if operation == "DELETE" else "object": obj,
+    }
+    if subresource:
+        request["subResource"] = subresource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+class Served:
+    """A ReviewServer on a free port with kopf's admission engine behind it."""
+
+    def __init__(self, tmp: Path, wait_for_files: bool = False) -> None:
+        self.ca = make_ca(NOW)
+        self.tmp = tmp
+        self.seen: list[Mapping[str, Any]] = []
+        registry = kopf.OperatorRegistry()
+
+        async def observer(review: Mapping[str, Any]) -> None:
+            self.seen.append(review)
+            raise RuntimeError("an observer's failure never denies")
+
+        async def refuse(request: Request) -> Verdict:
+            return Verdict(problems=(f"no {request.name}",))
+
+        resources = [("trainers", "*"), ("clustertrainingprofiles", None), ("auditlogs", None)]
+        register_observer(registry, "audit", resources, observer)
+        register_admission(registry, "test", "validate-trainer", refuse)
+        insights = references.Insights()
+        insights.webhook_resources.update(
+            references.Resource(GROUP, VERSION, k.plural, kind=k.kind, namespaced=k.scope == "Namespaced")
+            for k in KINDS
+        )
+        self.fn = functools.partial(
+            kopf_admission.serve_admission_request,
+            settings=kopf.OperatorSettings(),
+            memories=inventory.ResourceMemories(),
+            memobase=kopf.Memo(),  # type: ignore[arg-type]  # kopf's own default memo
+            registry=registry,
+            insights=insights,
+            indices=indexing.OperatorIndices(indexing.OperatorIndexers()),
+        )
+        self.server = ReviewServer(
+            addr="127.0.0.1",
+            port=0,
+            certfile=str(tmp / "tls.crt"),
+            pkeyfile=str(tmp / "tls.key"),
+            observers=frozenset({"audit"}),
+            wait_for_files=wait_for_files,
+        )
+
+    def mount_certificate(self) -> None:
+        write_pair(issue(self.ca, ["127.0.0.1"], NOW), self.tmp / "tls.crt", self.tmp / "tls.key")
+
+    async def start(self) -> tuple[AsyncGenerator[Any, None], str]:
+        served = cast(AsyncGenerator[Any, None], self.server(self.fn))
+        config = await anext(served)
+        return served, str(config["url"])
+
+    async def post(self, url: str, path: str, body: Any) -> tuple[int, Any]:
+        (self.tmp / "ca.crt").write_bytes(self.ca.cert)
+        context = ssl.create_default_context(cafile=str(self.tmp / "ca.crt"))
+        async with aiohttp.ClientSession() as http, http.post(url.rstrip("/") + path, json=body, ssl=context) as r:
+            return r.status, await r.json(content_type=None) if r.status == 200 else None
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[Served, str]]:
+    s = Served(tmp_path)
+    s.mount_certificate()
+    generator, url = await s.start()
+    yield s, url
+    await generator.aclose()
+
+
+@pytest.mark.parametrize(
+    ("resource", "operation", "subresource"),
+    [
+        ("trainers", "CREATE", ""),
+        ("trainers", "UPDATE", "scale"),  # "*" covers the subresources
+        ("trainers", "UPDATE", "status"),
+        ("clustertrainingprofiles", "DELETE", ""),  # cluster-scoped; the old object is the body
+        ("auditlogs", "DELETE", ""),
+    ],
+)
+async def test_an_observer_sees_the_raw_review_and_the_request_is_allowed(
+    served: tuple[Served, str], resource: str, operation: str, subresource: str
+) -> None:
+    s, url = served
+    sent = review(resource, operation, subresource, uid=f"{resource}-{operation}")
+    status, answer = await s.post(url, "/audit", sent)
+    assert status == 200
+    assert answer["response"] == {"uid": sent["request"]["uid"], "allowed": True}
+    assert [r["request"]["uid"] for r in s.seen] == [sent["request"]["uid"]]  # the request's own uid
+
+
+async def test_a_review_larger_than_kopfs_limit_is_observed(served: tuple[Served, str]) -> None:
+    s, url = served
+    status, answer = await s.post(url, "/audit", review("trainers", "UPDATE", size=3 * 1024 * 1024))
+    assert (status, answer["response"]["allowed"]) == (200, True)
+    assert len(s.seen) == 1
+
+
+async def test_a_check_that_refuses_is_not_made_to_allow(served: tuple[Served, str]) -> None:
+    s, url = served
+    _, answer = await s.post(url, "/validate-trainer", review("trainers", "CREATE"))
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["message"] == "no x"
+    assert s.seen == []
+
+
+async def test_an_observing_server_waits_for_its_certificate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webhooks, "CERTIFICATE_WAIT_SECONDS", 0.01)
+    s = Served(tmp_path, wait_for_files=True)
+    starting = asyncio.ensure_future(s.start())
+    await asyncio.sleep(0.1)  # several looks: nothing to serve with yet
+    assert not starting.done()
+    s.mount_certificate()
+    generator, url = await asyncio.wait_for(starting, 10)
+    try:
+        status, _ = await s.post(url, "/audit", review("trainers", "CREATE"))
+    finally:
+        await generator.aclose()
+    assert status == 200
