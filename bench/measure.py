@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lightkube import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.setup import percentile
 from testbed import cluster as cluster_tool
@@ -139,8 +139,6 @@ def spread(values: list[float]) -> dict[str, float]:
 
 # The API server's own counters.
 
-REQUEST = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
-LABEL = re.compile(r'(\w+)="([^"]*)"')
 WRITES = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 # Writes nobody's controller makes for a Trainer (group, resource, subresource): kwok's pod and
 # node status, the scheduler's bindings and events (events.k8s.io), the controller-manager's
@@ -165,12 +163,14 @@ Requests = Counter[tuple[str, str, str, str, str]]  # (verb, group, resource, su
 def api_requests(c: Cluster) -> Requests:
     """apiserver_request_total by (verb, group, resource, subresource, code)."""
     out: Requests = Counter()
-    for line in c.kubectl("get", "--raw", "/metrics").splitlines():
-        m = REQUEST.match(line)
-        if m:
-            labels = dict(LABEL.findall(m[1]))
-            key = tuple(labels.get(k, "") for k in ("verb", "group", "resource", "subresource", "code"))
-            out[key] += int(float(m[2]))
+    for family in text_string_to_metric_families(c.kubectl("get", "--raw", "/metrics")):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name == "apiserver_request_total":
+                get = sample.labels.get
+                key = (get("verb", ""), get("group", ""), get("resource", ""), get("subresource", ""), get("code", ""))
+                out[key] += int(sample.value)
     return out
 
 

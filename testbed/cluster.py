@@ -11,7 +11,7 @@ processes and registers fake GPU nodes that kwok keeps alive. Each component log
 
     TRAINER_OPERATOR_RUN_DIR   state directory (default ~/.cache/trainer-operator/cluster)
     TRAINER_OPERATOR_PORT_BASE first of the local ports used (default 16440)
-    TRAINER_OPERATOR_FAKE_NODES number of kwok GPU nodes (default 4)
+    TRAINER_OPERATOR_FAKE_NODES number of kwok GPU nodes (default 16)
 """
 
 from __future__ import annotations

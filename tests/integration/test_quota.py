@@ -243,3 +243,25 @@ def test_a_restarted_quota_controller_keeps_every_admission(cluster: Cluster, na
     assert admitted_on(cluster, namespace, "holder", "spot") is not None
     cluster.kubectl("delete", "trainer", "holder", "-n", namespace)
     eventually(lambda: admitted_on(cluster, namespace, "newcomer", "spot"), what="the newcomer admitted")
+
+
+def test_a_run_admitted_smaller_checkpoints_with_the_writers_it_has(
+    cluster: Cluster, namespace: str, policy: Any
+) -> None:
+    """An elastic run of 4 workers granted 2: its checkpoints have 2 shards, one per pod that
+    writes (4 would never commit)."""
+    policy(budgets={"spot": {GPU: 16}}, preference="SpotOnly")
+    elastic = {"workers": 4, "elastic": {"minWorkers": 1, "maxWorkers": 4}}
+    body = run("elastic", gpus=8, framework="pytorch", checkpoint={"bucket": "pvc-backups"})
+    body["spec"]["topology"] = elastic
+    cluster.apply(body, namespace)
+    q = eventually(lambda: admitted_on(cluster, namespace, "elastic", "spot"), what="admission on spot")
+    assert q["contribution"]["grant"]["workers"] == 2
+
+    def two_workers() -> list[dict[str, Any]] | None:
+        pods = pods_of(cluster, namespace, "elastic")
+        return pods if len(pods) == 2 else None
+
+    for pod in eventually(two_workers, what="2 workers"):
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["CHECKPOINT_SHARDS"] == "2"

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 
 from trainerop_audit.delivery import Delivery, Notifier
 from trainerop_audit.notices import Notice, Notified, RoleFailures, Settings, due, payload, retry_delay
@@ -30,6 +31,29 @@ def notices(
     settings: Settings | None = None,
 ) -> tuple[list[Notice], list[Notice]]:
     return due("team-a", "llm", "Failed", conditions, roles or [], notified or Notified(), NOW, settings or Settings())
+
+
+OLD = "2026-11-30T10:00:00Z"  # two hours before NOW: older than --notify-max-age-seconds
+
+# Which notices are due (sent) and which are only marked (skipped), one row per situation.
+DUE_TABLE: list[tuple[str, list[Condition], frozenset[str], list[str], list[str]]] = [
+    # situation, the Trainer's conditions, the events chosen -> sent, skipped
+    ("failed", [cond("Failed")], frozenset({"Failed"}), ["Failed"], []),
+    ("stalled and running", [cond("Stalled"), cond("Running")], frozenset({"Stalled"}), ["Stalled"], []),
+    ("succeeded, not chosen", [cond("Succeeded")], frozenset({"Failed"}), [], []),
+    ("a condition that is not True", [cond("Failed", status="False")], frozenset({"Failed"}), [], []),
+    ("failed long before the notifier saw it", [cond("Failed", at=OLD)], frozenset({"Failed"}), [], ["Failed"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "events", "sent", "skipped"), [row[1:] for row in DUE_TABLE], ids=[row[0] for row in DUE_TABLE]
+)
+def test_which_notices_are_due(
+    conditions: list[Condition], events: frozenset[str], sent: list[str], skipped: list[str]
+) -> None:
+    send, skip = notices(conditions, settings=Settings(events=events))
+    assert ([n.event for n in send], [n.event for n in skip]) == (sent, skipped)
 
 
 def test_failed_stalled_and_succeeded_are_due_once_per_transition() -> None:

@@ -4,6 +4,8 @@ retention from being undone, the record of a creation the webhook did not observ
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from trainerop_audit.decide import UNOBSERVED_AFTER_SECONDS, Observed, Recorded, decide, manager_of
 from trainerop_common.api import AuditLog
 from trainerop_common.api.base import Condition
@@ -197,3 +199,35 @@ def test_each_renegotiation_is_recorded_though_the_admission_stays_true() -> Non
     (second,) = decide(again, [], LATER).create
     assert second["metadata"]["name"] != record["metadata"]["name"]
     assert decide(replace(again, recorded=recorded_after(decide(again, [], LATER).status)), [], LATER).create == ()
+
+
+def condition(type_: str, status: str, reason: str) -> Condition:
+    return Condition(
+        type=type_, status=status, reason=reason, last_transition_time="2026-01-01T00:00:05Z", observed_generation=1
+    )
+
+
+# Which condition of the shared status is an operator action, and whose (one row per condition).
+ACTION_TABLE = [
+    # condition (type, status, reason) -> action recorded, the controller that acted (None: no record)
+    (("QuotaAdmitted", "True", "Admitted"), ("Admitted", "quota")),
+    (("QuotaAdmitted", "True", "NoQuotaPolicy"), None),  # nothing was admitted
+    (("QuotaAdmitted", "False", "WaitingForCapacity"), None),
+    (("Running", "True", "AllPodsRunning"), ("Started", "trainer")),
+    (("Running", "False", "PodsNotRunning"), None),
+    (("Suspended", "True", "SuspendedByUser"), ("Suspended", "trainer")),
+    (("Suspended", "False", "Resumed"), ("Resumed", "trainer")),
+    (("Suspended", "False", "NotSuspended"), None),
+    (("Succeeded", "True", "Succeeded"), ("Succeeded", "trainer")),
+    (("Failed", "True", "BackoffLimitExceeded"), ("Failed", "trainer")),
+    (("ProfileResolved", "True", "Resolved"), None),  # resolving a profile is no action on the run
+]
+
+
+@pytest.mark.parametrize(("cond", "recorded"), ACTION_TABLE, ids=["/".join(c) for c, _ in ACTION_TABLE])
+def test_which_condition_is_an_operator_action(cond: tuple[str, str, str], recorded: tuple[str, str] | None) -> None:
+    facts = replace(FACTS, conditions=[condition(*cond)], recorded=Recorded(created=True))
+    got = [
+        (r["spec"]["action"], r["spec"]["user"]["username"].removeprefix(SA)) for r in decide(facts, [], LATER).create
+    ]
+    assert got == ([recorded] if recorded else [])

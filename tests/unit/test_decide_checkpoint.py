@@ -19,7 +19,7 @@ from trainerop_checkpoint.decide import (
     decide,
     quorum,
 )
-from trainerop_common.api import Checkpoint, Grant
+from trainerop_common.api import Checkpoint
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_sdk.layout import checkpoint_path, copy_key
 
@@ -116,37 +116,12 @@ def test_before_any_commit_pods_start_from_scratch_with_the_storage_settings() -
     assert env["CHECKPOINT_DIR"]["value"] == DIR
     assert env["RESUME_FROM"]["value"] == ""
     assert env["CHECKPOINT_REPLICATION_FACTOR"]["value"] == "1"
-    assert env["CHECKPOINT_SHARDS"]["value"] == "2"
+    assert "CHECKPOINT_SHARDS" not in env  # the trainer sets it: it knows the pods it creates
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
         "secretKeyRef": {"name": "creds", "key": "AWS_SECRET_ACCESS_KEY"}
     }
     assert env["AWS_REGION"]["valueFrom"]["secretKeyRef"]["optional"] is True
     assert section["contribution"]["generation"] == 4
-
-
-@pytest.mark.parametrize(
-    ("framework", "topology", "granted", "shards"),
-    [
-        ("generic", {"workers": 2}, None, 2),
-        ("pytorch", {"workers": 3}, None, 4),  # the master writes a shard too
-        ("xgboost", {"workers": 3}, 3, 4),
-        ("tensorflow", {"workers": 2, "parameterServers": 1}, None, 2),  # parameter servers write none
-        ("pytorch", {"workers": 4, "elastic": {"minWorkers": 1, "maxWorkers": 4}}, 2, 2),  # the quota granted 2
-        ("generic", {"workers": 4, "elastic": {"minWorkers": 2, "maxWorkers": 8}}, 8, 4),  # a grant never adds
-    ],
-)
-def test_the_shard_count_is_the_replicas_the_run_is_admitted_with(
-    framework: str, topology: dict[str, Any], granted: int | None, shards: int
-) -> None:
-    trainer = spec().model_copy(
-        update={
-            "framework": framework,
-            "topology": trainer_spec(topology=topology).topology,
-        }
-    )
-    d = observe([], trainer_spec=trainer, grant=Grant(id="spot-0", workers=granted) if granted else None)
-    env = {e["name"]: e.get("value") for e in d.status["checkpoint"]["contribution"]["pod"]["env"]}
-    assert env["CHECKPOINT_SHARDS"] == str(shards)
 
 
 def test_a_pvc_bucket_is_mounted_at_checkpoints() -> None:

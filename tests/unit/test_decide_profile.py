@@ -17,7 +17,7 @@ SEED_PROFILE: dict[str, Any] = {
     "retryPolicy": {"backoffLimit": 5, "restartPolicy": "OnFailure"},
 }
 SEED_SPEC = TrainingProfileSpec.model_validate(SEED_PROFILE)
-ALL_SECRETS = {"mistral-vault": True}
+ALL_SECRETS: dict[str, bool | None] = {"mistral-vault": True}
 
 
 def trainer(**fields: Any) -> TrainerSpec:
@@ -40,6 +40,51 @@ def resolve(
 
 def profile(**fields: Any) -> TrainingProfileSpec:
     return TrainingProfileSpec.model_validate({**SEED_PROFILE, **fields})
+
+
+# What the profile controller says of a Trainer that names the seed profile: one row per situation.
+RESOLUTION_TABLE: list[tuple[str, TrainerSpec, FoundProfile | None, dict[str, bool | None], tuple[str, str, bool]]] = [
+    # situation, the Trainer, the profile found, its Secrets -> (status, reason, a Warning Event)
+    ("no spec.profile", trainer(profile=None), None, {}, ("True", "NoProfile", False)),
+    ("no such profile", trainer(), None, {}, ("False", "ProfileNotFound", True)),
+    ("its Secret is missing", trainer(), found(), {"mistral-vault": False}, ("False", "SecretNotFound", True)),
+    ("its Secret cannot be checked", trainer(), found(), {"mistral-vault": None}, ("True", "Resolved", False)),
+    ("applied as it is", trainer(), found(), ALL_SECRETS, ("True", "Resolved", False)),
+    (
+        "the Trainer sets a variable of its own",
+        trainer(env=[{"name": "NCCL_IB_TIMEOUT", "value": "5"}]),
+        found(),
+        ALL_SECRETS,
+        ("True", "ResolvedWithOverrides", False),
+    ),
+    (
+        "a secret-looking literal in the profile",
+        trainer(),
+        found(profile(envVars=[{"name": "API_TOKEN", "value": "x"}])),
+        ALL_SECRETS,
+        ("False", "InvalidProfile", True),
+    ),
+    (
+        "its Secret mounted over the replica volume",
+        trainer(storage={"size": "1Gi", "mountPath": "/etc/secrets"}),
+        found(),
+        ALL_SECRETS,
+        ("False", "ProfileConflict", True),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "profile_found", "secrets", "said"),
+    [row[1:] for row in RESOLUTION_TABLE],
+    ids=[row[0] for row in RESOLUTION_TABLE],
+)
+def test_what_the_profile_controller_says(
+    spec: TrainerSpec, profile_found: FoundProfile | None, secrets: dict[str, bool | None], said: tuple[str, str, bool]
+) -> None:
+    d = resolve("ns", spec, 1, profile_found, secrets)
+    (c,) = d.conditions
+    assert (c.status, c.reason, d.problem is not None) == said
 
 
 def test_no_profile_passes_the_gate() -> None:

@@ -124,6 +124,53 @@ def admitted(v: Decision) -> tuple[str, int, str] | None:
 SPOT2_OD2 = [node("s1"), node("s2"), node("o1", "on-demand"), node("o2", "on-demand")]
 
 
+# One run (8 GPUs a worker) on 2 spot and 2 on-demand nodes of 8 GPUs, under one QuotaPolicy
+# (64 GPUs of each budget unless said): what the plan decides.
+ADMISSION_TABLE: list[tuple[str, TrainerSpec, list[PolicyInfo], str, tuple[str, int, str] | None]] = [
+    # situation, the run, the policies -> QuotaAdmitted reason, (capacity, workers, grant id) admitted
+    ("no policy covers the namespace", spec(), [], "NoQuotaPolicy", None),
+    ("spot first: spot has room", spec(), [policy()], "Admitted", ("spot", 2, "spot-0")),
+    ("on-demand first", spec(), [policy(preference="OnDemandFirst")], "Admitted", ("on-demand", 2, "on-demand-0")),
+    (
+        "the spot budget is too small: on-demand",
+        spec(),
+        [policy(budgets={"spot": {GPU: 8}, "onDemand": {GPU: 64}})],
+        "Admitted",
+        ("on-demand", 2, "on-demand-0"),
+    ),
+    (
+        "spot only, over its budget",
+        spec(),
+        [policy(preference="SpotOnly", budgets={"spot": {GPU: 8}})],
+        "ExceedsQuota",
+        None,
+    ),
+    ("3 workers fit neither capacity type", spec(workers=3), [policy()], "WaitingForCapacity", None),
+    ("elastic 1-3: the most that fit", spec(workers=3, elastic=(1, 3)), [policy()], "Admitted", ("spot", 2, "spot-0")),
+    (
+        "a priority class the policy lacks",
+        spec(scheduling={"priorityClassName": "vip"}),
+        [policy()],
+        "PriorityClassNotFound",
+        None,
+    ),
+    ("suspended", spec(runPolicy={"suspend": True}), [policy()], "Suspended", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("run", "policies", "reason", "grant"),
+    [row[1:] for row in ADMISSION_TABLE],
+    ids=[row[0] for row in ADMISSION_TABLE],
+)
+def test_what_the_plan_admits(
+    run: TrainerSpec, policies: list[PolicyInfo], reason: str, grant: tuple[str, int, str] | None
+) -> None:
+    t = trainer("a", run)
+    v = plan(world([t], SPOT2_OD2, policies=policies)).decisions[t.uid]
+    assert (v.condition.reason, admitted(v)) == (reason, grant)
+
+
 def test_no_policy_admits_without_a_contribution() -> None:
     t = trainer("a")
     v = plan(world([t], SPOT2_OD2, policies=[])).decisions[t.uid]

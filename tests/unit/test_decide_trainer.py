@@ -90,6 +90,126 @@ def created_names(d: Decision) -> list[str]:
     return [p["metadata"]["name"] for p in d.create_pods]
 
 
+FOUR_AND_PS = [pod("worker", i) for i in range(4)] + [pod("ps", 0)]
+FAILED_0 = [pod("worker", 0, "Failed", 137), *FOUR_AND_PS[1:]]
+ALL_WORKERS_DONE = [pod("worker", i, "Succeeded", 0) for i in range(4)] + [pod("ps", 0)]
+ON_N1 = [pod("worker", 0, node="n1"), *FOUR_AND_PS[1:]]
+EVERY_POD = ("t-ps-0", "t-worker-0", "t-worker-1", "t-worker-2", "t-worker-3")
+STILL_RUNNING = ("t-ps-0", "t-worker-1", "t-worker-2", "t-worker-3")
+WORKERS = ("t-worker-0", "t-worker-1", "t-worker-2", "t-worker-3")
+
+# What the run is, and what the trainer does: one row per situation (generic framework, 4 workers
+# and a parameter server; gates open unless said). The condition column is the one that says why.
+RUN_TABLE: list[
+    tuple[str, dict[str, Any], list[PodView], dict[str, Any], str, tuple[str, str, str], int, tuple[str, ...]]
+] = [
+    # situation, spec changes, pods, observe(...) extras -> phase, (condition, status, reason), pods created, deleted
+    ("a new run", {}, [], {}, "Pending", ("Created", "False", "CreatingPods"), 5, ()),
+    ("closed gates", {}, [], {"conditions": []}, "Pending", ("Created", "False", "WaitingForGates"), 0, ()),
+    ("every pod running", {}, FOUR_AND_PS, {}, "Running", ("Running", "True", "AllPodsRunning"), 0, ()),
+    (
+        "exit 137 (OOM kill): retried",
+        {},
+        FAILED_0,
+        {},
+        "Restarting",
+        ("Restarting", "True", "PodFailed"),
+        0,
+        ("t-worker-0",),
+    ),
+    (
+        "exit 1 under ExitCode: permanent",
+        {"runPolicy": {"restartPolicy": "ExitCode"}},
+        [pod("worker", 0, "Failed", 1), *FOUR_AND_PS[1:]],
+        {},
+        "Failed",
+        ("Failed", "True", "PodFailed"),
+        0,
+        STILL_RUNNING,  # cleanPodPolicy Running: the pods still running go
+    ),
+    (
+        "one restart too many",
+        {"runPolicy": {"backoffLimit": 0}},
+        FAILED_0,
+        {},
+        "Failed",
+        ("Failed", "True", "BackoffLimitExceeded"),
+        0,
+        STILL_RUNNING,
+    ),
+    (
+        "a failure under restartScope Gang",
+        {"runPolicy": {"restartScope": "Gang"}},
+        FAILED_0,
+        {},
+        "Restarting",
+        ("Restarting", "True", "PodFailed"),
+        0,
+        WORKERS,  # every worker, not the parameter server
+    ),
+    (
+        "a pod on a lost node",
+        {},
+        ON_N1,
+        {"lost_nodes": {"n1": "gone"}},
+        "Restarting",
+        ("Restarting", "True", "PodFailed"),
+        0,
+        ("t-worker-0",),
+    ),
+    (
+        "every worker succeeded",
+        {},
+        ALL_WORKERS_DONE,
+        {},
+        "Succeeded",
+        ("Succeeded", "True", "Succeeded"),
+        0,
+        ("t-ps-0",),
+    ),
+    (
+        "suspended",
+        {"runPolicy": {"suspend": True}},
+        FOUR_AND_PS,
+        {},
+        "Suspended",
+        ("Suspended", "True", "SuspendedByUser"),
+        0,
+        EVERY_POD,
+    ),
+    (
+        "scaled from 4 to 2 workers",
+        {"topology": {"workers": 2, "parameterServers": 1}},
+        FOUR_AND_PS,
+        {},
+        "Running",
+        ("Running", "True", "AllPodsRunning"),
+        0,
+        ("t-worker-2", "t-worker-3"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec_changes", "pods", "extra", "phase", "why", "created", "deleted"),
+    [row[1:] for row in RUN_TABLE],
+    ids=[row[0] for row in RUN_TABLE],
+)
+def test_what_the_run_is_and_what_the_trainer_does(
+    spec_changes: dict[str, Any],
+    pods: list[PodView],
+    extra: dict[str, Any],
+    phase: str,
+    why: tuple[str, str, str],
+    created: int,
+    deleted: tuple[str, ...],
+) -> None:
+    d = observe(spec(**spec_changes), pods, **extra)
+    condition = by_type(d)[why[0]]
+    assert (d.status["phase"], (condition.type, condition.status, condition.reason)) == (phase, why)
+    assert (len(d.create_pods), tuple(sorted(d.delete_pods))) == (created, deleted)
+
+
 @pytest.mark.parametrize(
     ("conditions", "message_parts"),
     [
@@ -604,3 +724,52 @@ def test_finished_pods_of_an_earlier_admission_are_left_alone() -> None:
     pods = [pod("worker", 0, "Succeeded", admission="spot-0"), pod("worker", 1, "Running", admission="spot-0")]
     d = observe(s, pods, contributions=quota("on-demand-1", workers=2))
     assert d.delete_pods == ("t-worker-1",)
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "exit_code", "retried"),
+    [
+        ("Never", 137, False),
+        ("OnFailure", 1, True),
+        ("Always", 1, True),
+        ("ExitCode", 1, False),  # 1-127: the program's own error
+        ("ExitCode", 127, False),
+        ("ExitCode", 128, True),  # 128-255: a signal (137: OOM killed, 143: SIGTERM)
+        ("ExitCode", 137, True),
+        ("ExitCode", None, True),  # no exit code: evicted, or lost with its node
+        ("ExitCode", 0, True),  # 0 on a failed pod: stopped from outside
+    ],
+)
+def test_which_failures_are_retried(restart_policy: str, exit_code: int | None, retried: bool) -> None:
+    from trainerop_trainer.policy import retryable
+
+    s = spec(runPolicy={"restartPolicy": restart_policy})
+    assert retryable(s, pod("worker", 0, "Failed", exit_code)) is retried
+
+
+@pytest.mark.parametrize(
+    ("framework", "topology", "granted", "shards"),
+    [
+        ("generic", {"workers": 2}, None, 2),
+        ("pytorch", {"workers": 3}, None, 4),  # the master writes a shard too
+        ("xgboost", {"workers": 3}, 3, 4),
+        ("tensorflow", {"workers": 2, "parameterServers": 1}, None, 2),  # parameter servers write none
+        ("pytorch", {"workers": 4, "elastic": {"minWorkers": 1, "maxWorkers": 4}}, 2, 2),  # the quota granted 2
+        ("generic", {"workers": 4, "elastic": {"minWorkers": 2, "maxWorkers": 8}}, 8, 4),  # a grant never adds
+    ],
+)
+def test_a_checkpoint_has_a_shard_per_pod_that_writes_one(
+    framework: str, topology: dict[str, Any], granted: int | None, shards: int
+) -> None:
+    """CHECKPOINT_SHARDS counts the pods the trainer creates, as the quota admitted the run (with
+    the Trainer's workers instead, an elastic run granted fewer could never commit)."""
+    s = spec(framework=framework, topology=topology, checkpoint={"bucket": "pvc-backups"})
+    grant = {"quota": {"generation": 1, "grant": {"id": "spot-0", "workers": granted}}} if granted else None
+    d = observe(s, contributions=grant)
+    counts = {
+        e.get("value")
+        for p in d.create_pods
+        for e in p["spec"]["containers"][0]["env"]
+        if e["name"] == "CHECKPOINT_SHARDS"
+    }
+    assert counts == {str(shards)}

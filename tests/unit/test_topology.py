@@ -125,6 +125,7 @@ def test_generic_gets_only_the_operator_contract() -> None:
         "REPLICA_TYPE": "ps",
         "REPLICA_INDEX": "0",
         "EPOCHS": "10",
+        "CHECKPOINT_SHARDS": "1",  # it checkpoints: one worker writes a shard
     }
 
 

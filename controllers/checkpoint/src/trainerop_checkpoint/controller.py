@@ -20,7 +20,6 @@ from trainerop_common.outcome import Outcome
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
 from trainerop_common.status_writer import StatusWriter
-from trainerop_common.topology import grant_in
 from trainerop_common.tracing import record_span
 
 from . import pvc_pods
@@ -168,7 +167,6 @@ class CheckpointController:
             start_time=progress.start_time if progress else None,
             trainer_uid=meta.get("uid", ""),
             published=status.checkpoint.latest if status and status.checkpoint else None,
-            grant=grant_in(status),
         )
         return obs, raw, env
 

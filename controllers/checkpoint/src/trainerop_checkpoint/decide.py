@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from trainerop_common.api import Checkpoint, Contribution, Grant, PodContribution
+from trainerop_common.api import Checkpoint, Contribution, PodContribution
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.checkpoint_layout import MOUNT, Claim, checkpoint_dir, checkpoint_path, copy_key
@@ -25,7 +25,6 @@ from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import GATE_CONDITIONS
 from trainerop_common.outcome import Event, StatusSection
-from trainerop_common.topology import effective, shard_writers
 
 CONDITION = GATE_CONDITIONS["checkpoint"]
 OVERDUE = "CheckpointOverdue"
@@ -119,7 +118,6 @@ class Observed:
     trainer_uid: str = ""  # Checkpoints owned by another (earlier) Trainer of the same name do not count
     published: str | None = None  # status.checkpoint.latest as pods may have read it
     notes: Mapping[str, str] = field(default_factory=dict)  # checkpoint uid -> what its verification waits for
-    grant: Grant | None = None  # the quota admission (status.quota): the workers the run has
 
 
 @dataclass(frozen=True)
@@ -269,7 +267,6 @@ def contribution(obs: Observed, directory: str, resume_from: str) -> Contributio
         "CHECKPOINT_DIR": directory,
         "RESUME_FROM": resume_from,
         "CHECKPOINT_REPLICATION_FACTOR": str(spec.topology.replication_factor),
-        "CHECKPOINT_SHARDS": str(shard_writers(effective(spec, obs.grant))),
         "CHECKPOINT_INTERVAL_MINUTES": str(ckpt.interval_minutes),
     }
     env = [EnvVar(name=k, value=v) for k, v in values.items()]

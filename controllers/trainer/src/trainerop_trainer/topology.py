@@ -11,8 +11,9 @@ Kubeflow runs unchanged:
 - xgboost: a master plus N workers; MASTER_*, WORLD_SIZE, RANK, WORKER_PORT, WORKER_ADDRS; 9999.
 - generic: workers and parameter servers; only the operator's own variables.
 
-Every replica also gets EPOCHS, TRAINER_NAME, TRAINER_UID, REPLICA_TYPE and REPLICA_INDEX
-(CHECKPOINT_DIR and RESUME_FROM come with the checkpoint controller's contribution).
+Every replica also gets EPOCHS, TRAINER_NAME, TRAINER_UID, REPLICA_TYPE and REPLICA_INDEX, and
+CHECKPOINT_SHARDS when it checkpoints (CHECKPOINT_DIR and RESUME_FROM come with the checkpoint
+controller's contribution).
 """
 
 import json
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from trainerop_common.api.trainer import Framework, TrainerSpec
 from trainerop_common.contracts import TRAINING_CONTAINER
-from trainerop_common.topology import Role, has_master, role_counts
+from trainerop_common.topology import Role, has_master, role_counts, shard_writers
 
 
 @dataclass(frozen=True)
@@ -128,11 +129,16 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
 
 
 def operator_env(trainer: str, uid: str, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
-    """The operator's own contract (docs/trainer.md), the same for every framework."""
-    return {
+    """The operator's own contract (docs/trainer.md), the same for every framework. ``spec`` is the
+    run as admitted: a checkpoint has a shard per replica that writes one, as many as the pods the
+    trainer creates (the quota grant's workers), so it can commit."""
+    env = {
         "TRAINER_NAME": trainer,
         "TRAINER_UID": uid,
         "REPLICA_TYPE": replica.role,
         "REPLICA_INDEX": str(replica.index),
         "EPOCHS": str(spec.epochs),
     }
+    if spec.checkpoint is not None:
+        env["CHECKPOINT_SHARDS"] = str(shard_writers(spec))
+    return env

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic.alias_generators import to_camel
 
 from .api.base import Grant, ResourceRequirements
-from .api.trainer import ELASTIC_FRAMEWORKS, MASTER_FRAMEWORKS, TrainerSpec, TrainerStatus
+from .api.trainer import ELASTIC_FRAMEWORKS, MASTER_FRAMEWORKS, TrainerSpec
 
 Role = Literal["master", "worker", "ps"]
 ROLES: tuple[Role, ...] = ("master", "worker", "ps")
@@ -60,12 +60,6 @@ def shard_writers(spec: TrainerSpec) -> int:
     """Replicas that write a checkpoint shard each: the workers and the master (not parameter servers)."""
     counts = role_counts(spec)
     return counts["worker"] + counts["master"]
-
-
-def grant_in(status: TrainerStatus | None) -> Grant | None:
-    """The quota admission the run holds (status.quota.contribution.grant), if any."""
-    quota = status.quota if status is not None else None
-    return quota.contribution.grant if quota is not None and quota.contribution is not None else None
 
 
 def effective(spec: TrainerSpec, grant: Grant | None) -> TrainerSpec:
