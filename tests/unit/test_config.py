@@ -99,3 +99,12 @@ def test_choices_from_the_environment_are_judged_too(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TRAINEROP_NOTIFY_FORMAT", "discord")
     with pytest.raises(SystemExit):
         parse_args("audit", AuditConfig, [], webhooks=True)
+
+
+def test_a_log_level_and_an_empty_event_list_mean_what_they_meant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINEROP_LOG_LEVEL", "debug")
+    monkeypatch.setenv("TRAINEROP_NOTIFY_EVENTS", "")
+    config, audit = parse_args("audit", AuditConfig, [], webhooks=True)
+    assert config.log_level == "DEBUG"
+    assert audit.notify_events == ("Failed", "RestartStorm", "Stalled", "Succeeded")
+    assert parse_args("audit", AuditConfig, ["--log-level", "warning"])[0].log_level == "WARNING"

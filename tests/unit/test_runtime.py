@@ -367,3 +367,26 @@ async def test_a_periodic_job_goes_on_after_a_failure() -> None:
         await asyncio.sleep(0.001)
     task.cancel()
     assert len(calls) >= 3
+
+
+async def test_what_was_done_is_said_even_when_the_status_write_fails() -> None:
+    rt, posted = runtime_with(FailingController(None, CHANGED), StatusApi(api_error(500)))
+    await rt.reconcile(BODY)
+    assert posted == [("Normal", "Always", "posted")]  # the change's Event waits for a write that happens
+    assert rt.has_pending_retry(("ns", "t"))
+
+
+async def test_work_that_waits_for_the_status_runs_after_the_write_and_says_when_to_look_again() -> None:
+    api = StatusApi()
+    order: list[str] = []
+
+    async def collect() -> float | None:
+        order.append(f"after {len(api.applied)} write(s)")
+        return 7.0
+
+    outcome = Outcome(status={"test": {"ok": True}}, after=collect, requeue_after=30)
+    rt, _ = runtime_with(FailingController(None, outcome), api)
+    await rt.reconcile(BODY)
+    assert order == ["after 1 write(s)"]
+    when = rt.queue._timers[("ns", "t")].when() - asyncio.get_running_loop().time()
+    assert 0 < when <= 7

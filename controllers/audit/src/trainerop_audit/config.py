@@ -6,6 +6,7 @@ from trainerop_common.config import flag
 
 NOTIFY_FORMATS = ("slack", "teams", "json")
 NOTIFY_EVENTS = ("Failed", "Stalled", "Succeeded", "RestartStorm")
+DEFAULT_EVENTS = ("Failed", "RestartStorm", "Stalled", "Succeeded")
 
 
 @dataclass(frozen=True)
@@ -22,13 +23,16 @@ class AuditConfig:
         "slack", "the webhook's payload: slack, teams (an Adaptive Card) or json", choices=NOTIFY_FORMATS
     )
     notify_events: tuple[str, ...] = flag(
-        ("Failed", "RestartStorm", "Stalled", "Succeeded"),
-        f"events to notify, comma-separated: {','.join(NOTIFY_EVENTS)}",
+        DEFAULT_EVENTS, f"events to notify, comma-separated: {','.join(NOTIFY_EVENTS)} (empty: all)"
     )
     notify_restart_storm_failures: int = flag(3, "a role's failures in a row that make a restart storm")
     notify_max_age_seconds: float = flag(
         3600.0, "events older than this when first seen are not sent (a notifier turned on over old runs)"
     )
+
+    def __post_init__(self) -> None:
+        if not self.notify_events:  # an empty list means the default, not none
+            object.__setattr__(self, "notify_events", DEFAULT_EVENTS)
 
     def problems(self) -> list[str]:
         out = []
@@ -37,9 +41,8 @@ class AuditConfig:
         if self.retention_interval_seconds <= 0:
             out.append("--retention-interval-seconds must be more than 0")
         unknown = sorted(set(self.notify_events) - set(NOTIFY_EVENTS))
-        if unknown or not self.notify_events:
-            what = f"unknown --notify-events {unknown}" if unknown else "--notify-events is empty"
-            out.append(f"{what}; choose from {','.join(NOTIFY_EVENTS)}")
+        if unknown:
+            out.append(f"unknown --notify-events {unknown}; choose from {','.join(NOTIFY_EVENTS)}")
         if self.notify_restart_storm_failures < 1:
             out.append("--notify-restart-storm-failures must be at least 1")
         return out

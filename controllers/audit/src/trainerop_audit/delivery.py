@@ -1,6 +1,6 @@
-"""Delivers notifications (notify.py decides them) to one webhook with httpx: one attempt per
+"""Delivers notifications (notices.py decides them) to one webhook with httpx: one attempt per
 call, never a sleep; the audit controller retries a failed one by requeueing the Trainer
-(notify.retry_delay).
+(notices.retry_delay).
 
 The webhook's URL is a credential (a Slack or Teams webhook URL lets anyone post to the channel),
 so it is read from a file (a mounted Secret, ``--notify-url-file``), re-read when the file

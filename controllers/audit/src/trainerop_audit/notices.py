@@ -1,4 +1,4 @@
-"""Which notifications a Trainer is due, and what they say (pure; notifier.py delivers them).
+"""Which notifications a Trainer is due, and what they say (pure; delivery.py delivers them).
 
 The audit controller notifies a webhook (Slack, Microsoft Teams or plain JSON) of chosen events:
 a run Failed, Stalled or Succeeded (the trainer controller's conditions), and restart storms (a

@@ -10,6 +10,6 @@ class CheckpointConfig:
     storage_pod_image: str = flag(
         "trainer-operator:dev",
         "image of the pods that verify and delete checkpoints on a PersistentVolumeClaim "
-        "(python -m trainerop_checkpoint.storage_pod): the operator's image, as the storage-pod admission policy "
+        "(python -m trainerop_checkpoint.pvc_worker): the operator's image, as the storage-pod admission policy "
         "allows",
     )

@@ -13,7 +13,7 @@ import kopf
 from trainerop_common.api import Checkpoint, Trainer, kind_info
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
-from trainerop_common.checkpoint_layout import Claim
+from trainerop_common.checkpoint_layout import Claim, parse_bucket
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.outcome import Outcome
@@ -34,7 +34,6 @@ from .decide import (
     Collect,
     CopyId,
     CopyState,
-    Decision,
     Observed,
     Storage,
     copies_to_read,
@@ -53,6 +52,16 @@ def checkpoint_view(body: Mapping[str, Any]) -> CheckpointView:
     return CheckpointView(
         meta["name"], meta.get("uid", ""), meta.get("creationTimestamp", ""), Checkpoint.model_validate(body), owners
     )
+
+
+def claim_of(trainer: Mapping[str, Any]) -> Claim | None:
+    """The claim a Trainer checkpoints to, if it does (a bucket that does not parse: none)."""
+    bucket = (trainer.get("spec", {}).get("checkpoint") or {}).get("bucket")
+    try:
+        location = parse_bucket(bucket) if isinstance(bucket, str) else None
+    except ValueError:
+        return None
+    return location if isinstance(location, Claim) else None
 
 
 class CheckpointController:
@@ -108,11 +117,7 @@ class CheckpointController:
 
     def _claim_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         namespace, name = key
-        users = [
-            k
-            for k, t in self.rt.trainers.items()
-            if k[0] == namespace and (t["spec"].get("checkpoint") or {}).get("bucket") == name
-        ]
+        users = [k for k, t in self.rt.trainers.items() if k[0] == namespace and claim_of(t) == Claim(name)]
         self.rt.requeue(users)
 
     async def _storage(self, namespace: str, spec: TrainerSpec) -> tuple[Storage, Mapping[str, str]]:
@@ -120,7 +125,11 @@ class CheckpointController:
         ckpt = spec.checkpoint
         if ckpt is None:
             return Storage(), {}
-        location = ckpt.location
+        try:
+            location = ckpt.location
+        except ValueError as err:  # stored before the CRD's rule was tightened
+            message = f"spec.checkpoint.bucket: {err}; change it (the API server now refuses such a bucket)"
+            return Storage(False, "InvalidBucket", message), {}
         if isinstance(location, Claim):
             if await self.claims.get(namespace, location.name) is None:
                 return Storage(
@@ -198,26 +207,33 @@ class CheckpointController:
         for checkpoint, wanted in decision.checkpoints.items():
             if await self.checkpoint_writer.write(raw[checkpoint], wanted, (), now):
                 self._count(raw[checkpoint], wanted)
-        # Data goes only of checkpoints no pod is told to resume from: decide keeps the published one.
-        collect_again = await self._collect(obs, body, decision, raw, env)
+        assert self.rt.writer is not None
+        # Old data goes once the new resume point is written (pods created meanwhile must never be
+        # told to resume from deleted data), and not at all on a body older than this controller's
+        # own last write (its resume point may not be the one pods read): the next event has it.
+        collect = (
+            None if self.rt.writer.is_stale(body) else lambda: self._collect(obs, body, decision.collect, raw, env)
+        )
         return Outcome.warn_on_change(
             decision.status,
             decision.conditions,
             decision.problem,
             events=decision.events,
-            requeue_after=soonest(decision.requeue_after, recheck, collect_again),
+            requeue_after=soonest(decision.requeue_after, recheck),
+            after=collect,
         )
 
     async def _collect(
-        self, obs: Observed, body: Body, decision: Decision, raw: Mapping[str, Any], env: Mapping[str, str]
+        self, obs: Observed, body: Body, items: tuple[Collect, ...], raw: Mapping[str, Any], env: Mapping[str, str]
     ) -> float | None:
-        """Delete the data retention let go, record what is gone; when to look again."""
-        items: tuple[Collect, ...] = decision.collect
-        if not items:
-            return None
+        """Delete the data retention let go, record what is gone; when to look again. On a claim
+        the collector pods are planned even with nothing to delete: pods no longer wanted, or not
+        made by this controller, go."""
         target = self._target(obs)
         if target is not None:
             gone, again = await self.claim_pods.delete(target, body, items)
+        elif not items:
+            return None
         else:
             gone = await self.object_store.delete(items, env)
             again = RECHECK_SECONDS if any(item.path not in gone for item in items) else None

@@ -48,67 +48,14 @@ def hold_current(p: Planner, t: TrainerInfo, policy: PolicyInfo) -> Held:
 def keep(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held) -> RenegotiationStatus | None:
     """Pass 2 for an admitted run: new places for replicas that lost theirs, growth, a scale;
     returns why it must be renegotiated (after taking its reservation back), else records it."""
-    grant = t.grant
-    assert grant is not None
-    kind, s = held.option.kind, held.shape
-    prio = priority(policy, t.spec) or 0
-    lost, reclaimed = p.endangered(t)
-    # A replica with no pod left anywhere whose admitted node is gone (its pod went with the
-    # node, or never started) needs a new place as much as a pod on a lost node.
-    gone = {
-        held.hints[slot]
-        for slot in held.missing
-        if slot in held.hints
-        and not p.alive(t, slot)
-        and (held.hints[slot] not in p.nodes or held.hints[slot] in p.lost)
-    }
-    lost = sorted(set(lost) | gone)
-    if held.missing:  # another node of the same capacity, if one has room
-        wants = [(slot, s.requests[slot[0]], s.selectors[slot[0]], None) for slot in held.missing]
-        ok, where = p.ledger.place(kind, wants, commit=False)
-        if ok:
-            p.ledger.place(kind, wants, commit=True)
-            held.placed.update(where)
-            held.credits.extend((where[slot], s.requests[slot[0]]) for slot in held.missing)
-            held.missing.clear()
-
+    assert t.grant is not None
+    lost, reclaimed = endangered(p, t, held)
+    replace_missing(p, held)
     if held.missing and (lost or reclaimed):
-        before = t.quota.renegotiation
-        since = before.since if before is not None else p.now
-        nodes = sorted(set(lost) | set(reclaimed))
-        why = "; ".join([p.lost.get(n) or gone_reason(n) for n in lost] + [p.reclaimed[n] for n in reclaimed])
-        grace = policy.spec.reclaim.checkpoint_grace_seconds
-        left = (parse_time(since) + timedelta(seconds=grace) - p.obs.now).total_seconds()
-        committed = t.last_commit is not None and t.last_commit >= since
-        if not lost and t.spec.checkpoint is not None and not committed and left > 0:
-            status = RenegotiationStatus(
-                reason="SpotReclaimed",
-                message=f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves",
-                since=since,
-                nodes=nodes[:MAX_NODES_NAMED],
-                waiting_for_checkpoint=True,
-            )
-            p.record(t, policy, prio, held, status, "ReclaimPending", requeue=left)
-            return None
-        detail = (
-            "its pods there are gone"
-            if lost
-            else "a checkpoint committed since"
-            if committed and t.spec.checkpoint is not None
-            else "the checkpoint grace period ran out"
-            if t.spec.checkpoint is not None
-            else "the run has no checkpoints to wait for"
-        )
-        p.unhold(t, policy, held)
-        return RenegotiationStatus(
-            reason="NodeLost" if lost else "SpotReclaimed",
-            message=f"{why}; {detail}",
-            since=since,
-            nodes=nodes[:MAX_NODES_NAMED],
-        )
-
+        return reclaim(p, t, policy, held, lost, reclaimed)
     for slot in held.missing:  # waiting for room (a foreign pod took its node): still owed
-        p.ledger.owe(kind, s.requests[slot[0]])
+        p.ledger.owe(held.option.kind, held.shape.requests[slot[0]])
+    prio = priority(policy, t.spec) or 0
     lo, hi = worker_bounds(t.spec)
     if held.option.workers > hi:  # scaled down: the smaller run always fits where it was
         p.unhold(t, policy, held)
@@ -122,6 +69,67 @@ def keep(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held) -> Renegoti
     reason = "WaitingForCapacity" if held.option.workers < lo else "Admitted"
     p.record(t, policy, prio, held, None, reason)
     return None
+
+
+def endangered(p: Planner, t: TrainerInfo, held: Held) -> tuple[list[str], list[str]]:
+    """The lost nodes under the run (a replica with no pod left anywhere whose admitted node is
+    gone — its pod went with the node, or never started — needs a new place as much as a pod on a
+    lost node), and the nodes being reclaimed."""
+    lost, reclaimed = p.endangered(t)
+    gone = {
+        held.hints[slot]
+        for slot in held.missing
+        if slot in held.hints
+        and not p.alive(t, slot)
+        and (held.hints[slot] not in p.nodes or held.hints[slot] in p.lost)
+    }
+    return sorted(set(lost) | gone), reclaimed
+
+
+def replace_missing(p: Planner, held: Held) -> None:
+    """Places on other nodes of the same capacity type for the replicas that have none, if all fit."""
+    if not held.missing:
+        return
+    s = held.shape
+    wants = [(slot, s.requests[slot[0]], s.selectors[slot[0]], None) for slot in held.missing]
+    ok, where = p.ledger.place(held.option.kind, wants, commit=False)
+    if ok:
+        p.ledger.place(held.option.kind, wants, commit=True)
+        held.placed.update(where)
+        held.credits.extend((where[slot], s.requests[slot[0]]) for slot in held.missing)
+        held.missing.clear()
+
+
+def reclaim(
+    p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, lost: list[str], reclaimed: list[str]
+) -> RenegotiationStatus | None:
+    """A run whose replicas lost their nodes (or whose spot nodes are reclaimed) and have no other
+    place: renegotiated now — or, reclaimed under a run with checkpoints, once one commits or the
+    policy's grace runs out (recorded meanwhile, returns None)."""
+    before = t.quota.renegotiation
+    since = before.since if before is not None else p.now
+    nodes = sorted(set(lost) | set(reclaimed))[:MAX_NODES_NAMED]
+    why = "; ".join([p.lost.get(n) or gone_reason(n) for n in lost] + [p.reclaimed[n] for n in reclaimed])
+    grace = policy.spec.reclaim.checkpoint_grace_seconds
+    left = (parse_time(since) + timedelta(seconds=grace) - p.obs.now).total_seconds()
+    checkpoints = t.spec.checkpoint is not None
+    committed = t.last_commit is not None and t.last_commit >= since
+    if not lost and checkpoints and not committed and left > 0:
+        message = f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves"
+        waiting = RenegotiationStatus(
+            reason="SpotReclaimed", message=message, since=since, nodes=nodes, waiting_for_checkpoint=True
+        )
+        p.record(t, policy, priority(policy, t.spec) or 0, held, waiting, "ReclaimPending", requeue=left)
+        return None
+    if lost:
+        detail = "its pods there are gone"
+    elif checkpoints:
+        detail = "a checkpoint committed since" if committed else "the checkpoint grace period ran out"
+    else:
+        detail = "the run has no checkpoints to wait for"
+    p.unhold(t, policy, held)
+    reason = "NodeLost" if lost else "SpotReclaimed"
+    return RenegotiationStatus(reason=reason, message=f"{why}; {detail}", since=since, nodes=nodes)
 
 
 def grow(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: int) -> bool:

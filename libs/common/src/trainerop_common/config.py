@@ -27,7 +27,8 @@ def flag(default: Any, help: str, *, choices: Sequence[str] = (), name: str = ""
     """A dataclass field that is a command-line flag: ``--<name>`` (default: the field's name with
     dashes), defaulting to ``$TRAINEROP_<FIELD>``, else to ``default``. ``extra``: ``repeatable``
     (the flag may be given several times), ``env_default`` (a function of the environment giving the
-    default, for flags set by several variables)."""
+    default, for flags set by several variables), ``parse`` (how a string value becomes the field's,
+    from a flag or the environment)."""
     return field(default=default, metadata={"help": help, "choices": tuple(choices), "name": name, **extra})
 
 
@@ -75,7 +76,7 @@ class ControllerConfig:
     )
     metrics_address: str = flag("0.0.0.0", "address of /metrics, /healthz and /readyz")
     metrics_port: int = flag(8080, "port of /metrics, /healthz and /readyz (0 picks a free port)")
-    log_level: str = flag("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    log_level: str = flag("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), parse=str.upper)
     qps: float = flag(20.0, "client-side API rate limit (requests a second)")
     burst: int = flag(40, "client-side API rate limit burst")
     workers: int = flag(0, "objects reconciled concurrently (0: no limit)")
@@ -106,7 +107,9 @@ def _flag_name(f: dataclasses.Field[Any]) -> str:
     return str(f.metadata.get("name") or f.name.replace("_", "-"))
 
 
-def _convert(kind: Any, text: str) -> Any:
+def _convert(kind: Any, text: str, parse: Callable[[str], Any] | None = None) -> Any:
+    if parse is not None:
+        return parse(text)
     if kind is bool:
         return text.strip().lower() == "true"
     if kind == tuple[str, ...]:
@@ -123,14 +126,17 @@ def _add_flags(parser: argparse.ArgumentParser, cls: type[Any], environ: Mapping
         kind, variable = hints[f.name], ENV_PREFIX + f.name.upper()
         env_default: Callable[[Mapping[str, str]], str] | None = f.metadata.get("env_default")
         text = env_default(environ) if env_default else environ.get(variable)
-        default = f.default if text is None else _convert(kind, text)
+        parse = f.metadata.get("parse")
+        default = f.default if text is None else _convert(kind, text, parse)
         options: dict[str, Any] = {"default": default, "help": f.metadata["help"], "dest": f.name}
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         elif f.metadata.get("repeatable"):
             options |= {"action": "append", "default": None}
         else:
-            options["type"] = (lambda t, k=kind: _convert(k, t)) if kind == tuple[str, ...] else kind
+            options["type"] = (
+                (lambda t, k=kind, p=parse: _convert(k, t, p)) if parse or kind == tuple[str, ...] else kind
+            )
         if f.metadata["choices"]:
             options["choices"] = list(f.metadata["choices"])
         parser.add_argument(f"--{_flag_name(f)}", **options)

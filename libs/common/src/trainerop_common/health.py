@@ -41,11 +41,8 @@ class Health:
     async def _readyz(self, _: web.Request) -> web.Response:
         if not self._runtime.ready.is_set():
             return web.Response(status=503, text="not ready: not yet watching the API server\n")
-        waiting = [w for w in (check() for check in self._runtime.readiness) if w]
         if not await self._webhooks_listening():
-            waiting.append("the admission webhooks are not listening yet")
-        if waiting:
-            return web.Response(status=503, text=f"not ready: {'; '.join(waiting)}\n")
+            return web.Response(status=503, text="not ready: the admission webhooks are not listening yet\n")
         return web.Response(text="ready\n")
 
     async def _webhooks_listening(self) -> bool:

@@ -7,9 +7,9 @@ leaves a '.' or '-' before the suffix, which the API server would refuse.
 
 import re
 
-from trainerop_sdk.names import MAX_NAME
+from trainerop_sdk.names import DNS_LABEL, MAX_NAME
 
-_SUFFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUFFIX = re.compile(DNS_LABEL)
 
 
 def child_name(base: str, *suffix: str, limit: int = MAX_NAME) -> str:

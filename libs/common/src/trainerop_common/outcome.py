@@ -3,7 +3,7 @@ and the shared runtime applies it the same way for every controller — the cont
 sections and conditions written by server-side apply (no request when they already hold), Events
 posted, the Trainer looked at again when something falls due (docs/design/work-queue.md)."""
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +29,13 @@ class Outcome:
     # conditions; None: write nothing (the controller has no say on this Trainer now).
     status: Mapping[str, Any] | None = None
     conditions: tuple[Desired, ...] = ()
-    events: tuple[Event, ...] = ()  # posted whatever the write did
+    events: tuple[Event, ...] = ()  # posted before the write, whatever it does
     on_change: tuple[Event, ...] = ()  # posted only when the write changed the status: once per change
     requeue_after: float | None = None  # seconds until something falls due (a backoff, a deadline)
     retry: bool = False  # part of the work was refused (the Events say why): tried again with backoff
+    # Work to do once the status is written (deleting data the new status no longer points at);
+    # returns when to look again.
+    after: Callable[[], Awaitable[float | None]] | None = None
 
     @classmethod
     def warn_on_change(

@@ -93,13 +93,11 @@ class Runtime:
         self._controller: Controller | None = None
         self.writer: StatusWriter | None = None  # the controller's, on Trainers (set with the controller)
         self.ready = asyncio.Event()
-        # More that /readyz waits for: each returns what is not ready yet, or None.
-        self.readiness: list[Callable[[], str | None]] = []
         self.admission_checks = 0  # checks registered with kopf (served when --webhook-port is set)
         self.observers: set[str] = set()  # webhooks that only observe (never deny)
         # The admission checks' own client: their reads never queue behind reconciles' requests.
         self.admission_kube = kube
-        # Jobs started with kopf and stopped with it: (seconds, job, what, first run after).
+        # Jobs started with kopf and stopped with it (resync, retention, certificate upkeep).
         self.jobs: list[Callable[[], Coroutine[Any, Any, None]]] = []
         QUEUE_DEPTH.labels(config.controller).set_function(lambda: self.queue.depth)
 
@@ -190,9 +188,13 @@ class Runtime:
         return "ok"
 
     async def conclude(self, body: Body, outcome: Outcome) -> bool:
-        """Apply what a reconcile concluded; returns whether the status was written. A Trainer
-        gone meanwhile (404) has nothing to write to."""
+        """Apply what a reconcile concluded: its Events (what was done is said even if the write
+        fails), the status (a Trainer gone meanwhile, 404, has nothing to write to), the Events of a
+        change, the work that waits for the write, the requeue. Returns whether the status was
+        written."""
         assert self.writer is not None
+        for type_, reason, message in outcome.events:
+            self.event(body, type_, reason, message)
         written = False
         if outcome.status is not None:
             try:
@@ -200,10 +202,12 @@ class Runtime:
             except ApiError as err:
                 if not is_not_found(err):
                     raise
-        for type_, reason, message in (*outcome.events, *(outcome.on_change if written else ())):
+        for type_, reason, message in outcome.on_change if written else ():
             self.event(body, type_, reason, message)
-        if outcome.requeue_after is not None:
-            self.requeue_after(key_of(body), outcome.requeue_after)
+        again = await outcome.after() if outcome.after is not None else None
+        due = [d for d in (outcome.requeue_after, again) if d is not None]
+        if due:
+            self.requeue_after(key_of(body), min(due))
         return written
 
     def _report(self, body: Body, err: PermanentError | ValidationError) -> None:

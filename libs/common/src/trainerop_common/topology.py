@@ -1,6 +1,7 @@
 """A run's roles and replica counts, and its *effective* topology: the spec as it runs after the
-quota grant (pure). One definition for the trainer (which pods exist), the checkpoint controller
-(how many shards a checkpoint has) and the quota controller (what a run reserves)."""
+quota grant (pure). One definition for the trainer (which pods exist, and so how many shards a
+checkpoint has), the quota controller (what a run reserves) and the profile controller and the
+webhooks (which roles a run has)."""
 
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -8,7 +9,7 @@ from typing import Any, Literal
 from pydantic.alias_generators import to_camel
 
 from .api.base import Grant, ResourceRequirements
-from .api.trainer import ELASTIC_FRAMEWORKS, MASTER_FRAMEWORKS, TrainerSpec
+from .api.trainer import MASTER_FRAMEWORKS, TrainerSpec
 
 Role = Literal["master", "worker", "ps"]
 ROLES: tuple[Role, ...] = ("master", "worker", "ps")
@@ -34,10 +35,6 @@ def has_master(spec: TrainerSpec) -> bool:
     """pytorch and xgboost runs have a master, except elastic pytorch (rendezvous on worker 0)."""
     elastic_pytorch = spec.framework == "pytorch" and spec.topology.elastic is not None
     return spec.framework in MASTER_FRAMEWORKS and not elastic_pytorch
-
-
-def is_elastic(spec: TrainerSpec) -> bool:
-    return spec.topology.elastic is not None and spec.framework in ELASTIC_FRAMEWORKS
 
 
 def role_counts(spec: TrainerSpec, workers: int | None = None) -> dict[Role, int]:
