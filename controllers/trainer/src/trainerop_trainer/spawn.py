@@ -53,7 +53,9 @@ class SpawnRecorder:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._since = clock.now()
+        # The API's timestamps have whole seconds: a pod started later in this process's first
+        # second reads as started at its beginning, and is still this process's to record.
+        self._since = clock.now().replace(microsecond=0)
         self._seen: set[str] = set()  # UIDs of pods whose spawn is recorded
 
     def forget(self, uid: str) -> None:
