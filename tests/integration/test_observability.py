@@ -81,6 +81,12 @@ def test_a_failed_run_is_notified_with_retries_and_no_secret(cluster: Cluster, n
         first = receiver.requests[0]
         assert first.status == 503
         assert any(r.status == 200 and r.body == first.body for r in receiver.requests[1:])
+        # ... and said so once, in a Warning Event on that Trainer.
+        said = cluster.kubectl(
+            "get", "events", "-A", "--field-selector", "reason=NotificationFailed", "-o", "jsonpath={.items[*].message}"
+        )
+        assert "notification was not delivered (" in said, said
+        assert "tried again with backoff" in said, said
         assert request.path == "/hooks/T000/B000/XXXX"
         assert request.headers["Content-Type"] == "application/json"
         message = json.loads(request.body)

@@ -17,10 +17,12 @@ from trainerop_checkpoint.decide import (
     Storage,
     copies_to_read,
     decide,
+    judge_storage,
     quorum,
 )
 from trainerop_common.api import Checkpoint
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.checkpoint_layout import missing_credential_keys
 from trainerop_sdk.layout import checkpoint_path, copy_key
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -121,7 +123,53 @@ def test_before_any_commit_pods_start_from_scratch_with_the_storage_settings() -
         "secretKeyRef": {"name": "creds", "key": "AWS_SECRET_ACCESS_KEY"}
     }
     assert env["AWS_REGION"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    # The endpoint the controller verified with is the one the pods write to.
+    assert env["AWS_ENDPOINT_URL_S3"]["valueFrom"]["secretKeyRef"]["optional"] is True
     assert section["contribution"]["generation"] == 4
+
+
+KEYS = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+
+
+OK_SECRET = {**KEYS, "AWS_ENDPOINT_URL": "http://s3:8333"}
+# A bucket stored before the CRD refused '.'-prefixed segments cannot be built through the model.
+BAD_BUCKET = spec().checkpoint.model_copy(update={"bucket": "s3://b/../other"})  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("bucket", "claim_found", "secret", "ready", "reason", "claim"),
+    [
+        (S3, False, OK_SECRET, True, "", ""),
+        (S3, False, None, False, "CredentialsNotFound", ""),
+        (S3, False, KEYS, False, "InvalidCredentials", ""),
+        ("pvc-backups", True, None, True, "", "pvc-backups"),
+        ("pvc-backups", False, None, False, "StorageNotFound", ""),
+        (None, False, OK_SECRET, False, "InvalidBucket", ""),
+    ],
+)
+def test_whether_the_storage_can_be_used(
+    bucket: str | None, claim_found: bool, secret: dict[str, str] | None, ready: bool, reason: str, claim: str
+) -> None:
+    ckpt = BAD_BUCKET if bucket is None else spec(bucket=bucket).checkpoint
+    assert ckpt is not None
+    storage = judge_storage(ckpt, "ns", claim_found, secret)
+    assert (storage.ready, storage.reason, storage.claim) == (ready, reason, claim)
+    assert ready or storage.message  # a problem always says what to fix
+
+
+@pytest.mark.parametrize(
+    ("secret", "missing"),
+    [
+        ({**KEYS, "AWS_ENDPOINT_URL": "http://s3:8333"}, []),
+        ({**KEYS, "AWS_ENDPOINT_URL_S3": "http://s3:8333"}, []),
+        (KEYS, ["AWS_ENDPOINT_URL"]),  # never AWS's endpoint by guess
+        ({"AWS_ACCESS_KEY_ID": "k", "AWS_ENDPOINT_URL": "http://s3:8333"}, ["AWS_SECRET_ACCESS_KEY"]),
+        ({**KEYS, "AWS_ACCESS_KEY_ID": "", "AWS_ENDPOINT_URL": "x"}, ["AWS_ACCESS_KEY_ID"]),
+        ({}, ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"]),
+    ],
+)
+def test_what_a_credentials_secret_lacks(secret: dict[str, str], missing: list[str]) -> None:
+    assert missing_credential_keys(secret) == missing
 
 
 def test_a_pvc_bucket_is_mounted_at_checkpoints() -> None:

@@ -9,6 +9,7 @@ import pytest
 from tests.factories import trainer_spec
 from trainerop_common.api.base import Condition, Contribution
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
+from trainerop_common.contracts import REPLICA_TYPE_LABEL
 from trainerop_trainer.decide import Decision, Observed, PodView, RestartBackoff, decide, effective_run_policy
 from trainerop_trainer.pods import Owner
 
@@ -773,3 +774,20 @@ def test_a_checkpoint_has_a_shard_per_pod_that_writes_one(
         if e["name"] == "CHECKPOINT_SHARDS"
     }
     assert counts == {str(shards)}
+
+
+@pytest.mark.parametrize(
+    ("topology", "granted", "desired"),
+    [
+        ({"workers": 4}, None, 4),
+        ({"workers": 4, "elastic": {"minWorkers": 1, "maxWorkers": 4}}, 2, 2),  # the quota granted 2
+        ({"workers": 4, "elastic": {"minWorkers": 2, "maxWorkers": 8}}, 8, 4),  # a grant never adds
+    ],
+)
+def test_the_status_counts_the_workers_the_run_is_admitted_with(
+    topology: dict[str, Any], granted: int | None, desired: int
+) -> None:
+    grant = {"quota": {"generation": 1, "grant": {"id": "spot-0", "workers": granted}}} if granted else None
+    d = observe(spec(framework="generic", topology=topology), contributions=grant)
+    assert d.status["topology"]["replicas"]["worker"]["desired"] == desired
+    assert sum(p["metadata"]["labels"][REPLICA_TYPE_LABEL] == "worker" for p in d.create_pods) == desired

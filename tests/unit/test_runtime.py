@@ -119,6 +119,14 @@ async def test_a_trainer_deleted_meanwhile_is_not_reconciled() -> None:
     assert controller.calls == 0
 
 
+async def test_a_deleted_trainer_leaves_no_timer_behind() -> None:
+    rt, _ = runtime_with(FailingController(None))
+    rt.requeue_after(("ns", "t"), 300)  # a TTL or stall deadline
+    assert rt.queue.depth == 1
+    rt.queue.forget(BODY)
+    assert rt.queue.depth == 0
+
+
 async def test_a_sooner_requeue_is_not_pushed_back_by_a_later_one() -> None:
     rt, _ = runtime_with(FailingController(None))
     key = ("ns", "t")
@@ -390,3 +398,18 @@ async def test_work_that_waits_for_the_status_runs_after_the_write_and_says_when
     assert order == ["after 1 write(s)"]
     when = rt.queue._timers[("ns", "t")].when() - asyncio.get_running_loop().time()
     assert 0 < when <= 7
+
+
+async def test_a_trainer_gone_before_its_status_write_gets_no_work_after_it() -> None:
+    """Data collection waits for the status write; a Trainer deleted meanwhile (404) gets none."""
+    ran: list[str] = []
+
+    async def collect() -> float | None:
+        ran.append("collect")
+        return 7.0
+
+    outcome = Outcome(status={"test": {"ok": True}}, after=collect, requeue_after=30)
+    rt, _ = runtime_with(FailingController(None, outcome), StatusApi(api_error(404)))
+    await rt.reconcile(BODY)
+    assert ran == []
+    assert not rt.has_pending_retry(("ns", "t"))

@@ -4,9 +4,9 @@ from dataclasses import dataclass
 
 from trainerop_common.config import flag
 
-NOTIFY_FORMATS = ("slack", "teams", "json")
-NOTIFY_EVENTS = ("Failed", "Stalled", "Succeeded", "RestartStorm")
-DEFAULT_EVENTS = ("Failed", "RestartStorm", "Stalled", "Succeeded")
+from .notices import EVENTS, FORMATS
+
+ALL_EVENTS = tuple(sorted(EVENTS))  # as the flag's parser gives them
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,10 @@ class AuditConfig:
         "it changes); empty: no notifications",
     )
     notify_format: str = flag(
-        "slack", "the webhook's payload: slack, teams (an Adaptive Card) or json", choices=NOTIFY_FORMATS
+        "slack", "the webhook's payload: slack, teams (an Adaptive Card) or json", choices=FORMATS
     )
     notify_events: tuple[str, ...] = flag(
-        DEFAULT_EVENTS, f"events to notify, comma-separated: {','.join(NOTIFY_EVENTS)} (empty: all)"
+        ALL_EVENTS, f"events to notify, comma-separated: {','.join(ALL_EVENTS)} (empty: all)"
     )
     notify_restart_storm_failures: int = flag(3, "a role's failures in a row that make a restart storm")
     notify_max_age_seconds: float = flag(
@@ -31,8 +31,8 @@ class AuditConfig:
     )
 
     def __post_init__(self) -> None:
-        if not self.notify_events:  # an empty list means the default, not none
-            object.__setattr__(self, "notify_events", DEFAULT_EVENTS)
+        if not self.notify_events:  # an empty list means all, not none
+            object.__setattr__(self, "notify_events", ALL_EVENTS)
 
     def problems(self) -> list[str]:
         out = []
@@ -40,9 +40,9 @@ class AuditConfig:
             out.append("--retention-days and --retention-records must be 0 (no limit) or more")
         if self.retention_interval_seconds <= 0:
             out.append("--retention-interval-seconds must be more than 0")
-        unknown = sorted(set(self.notify_events) - set(NOTIFY_EVENTS))
+        unknown = sorted(set(self.notify_events) - set(ALL_EVENTS))
         if unknown:
-            out.append(f"unknown --notify-events {unknown}; choose from {','.join(NOTIFY_EVENTS)}")
+            out.append(f"unknown --notify-events {unknown}; choose from {','.join(ALL_EVENTS)}")
         if self.notify_restart_storm_failures < 1:
             out.append("--notify-restart-storm-failures must be at least 1")
         return out

@@ -2,6 +2,7 @@
 users' requests from the audit webhook (served by the runtime's webhook server), applies
 retention, notifies a webhook of chosen events."""
 
+import asyncio
 import json
 import logging
 import sys
@@ -19,7 +20,7 @@ from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import parse
 from trainerop_common.kube import is_namespace_terminating
 from trainerop_common.names import OPERATOR_NAMESPACE
-from trainerop_common.outcome import Outcome
+from trainerop_common.outcome import Event, Outcome, soonest
 from trainerop_common.process import run_entrypoint
 from trainerop_common.redaction import redact
 from trainerop_common.runtime import Body, Runtime
@@ -81,6 +82,9 @@ class AuditController:
         self.users = UserRecorder(
             lambda record, again: self.write(record, "user", print_existing=again), runtime.clock, OPERATOR_NAMESPACE
         )
+        # Set once this controller knows its own identity (or cannot): retention waits for it, so that
+        # the audit webhook tells its deletes from a user's.
+        self.identified = asyncio.Event()
         self.notifier = Notifier(Path(config.notify_url_file), config.notify_format) if config.notify_url_file else None
         self.notify_settings = Settings(
             frozenset(config.notify_events),
@@ -112,17 +116,14 @@ class AuditController:
         self.records.register(registry, self._record_changed)
         runtime.observe(registry, WEBHOOK, RESOURCES, self._observe_user)
         if self.retention.active:
-            runtime.every(self.config.retention_interval_seconds, self.apply_retention, "audit retention", first=0)
+            runtime.every(self.config.retention_interval_seconds, self._retention, "audit retention", first=0)
 
         @kopf.on.startup(registry=registry)
         async def start(**_: Any) -> None:
-            if not self.rt.config.webhook.webhook_port:
-                log.warning("audit webhook not served (--webhook-port 0): users' requests are not recorded")
-                return
             try:
-                self.users.self_user = await self.rt.kube.whoami()
-            except ApiError as err:  # then its retention deletes are recorded one by one too
-                log.warning("could not learn this controller's own identity (SelfSubjectReview): %s", err)
+                await self._identify()
+            finally:
+                self.identified.set()
 
         @kopf.on.cleanup(registry=registry)
         async def stop(**_: Any) -> None:
@@ -138,6 +139,19 @@ class AuditController:
         trainer = labels.get(TRAINER_LABEL)
         if trainer:
             self.rt.requeue([(key[0], trainer)])
+
+    async def _identify(self) -> None:
+        if not self.rt.config.webhook.webhook_port:
+            log.warning("audit webhook not served (--webhook-port 0): users' requests are not recorded")
+            return
+        try:
+            self.users.self_user = await self.rt.kube.whoami()
+        except ApiError as err:  # then its retention deletes are recorded one by one too
+            log.warning("could not learn this controller's own identity (SelfSubjectReview): %s", err)
+
+    async def _retention(self) -> None:
+        await self.identified.wait()
+        await self.apply_retention()
 
     async def apply_retention(self) -> int:
         """One retention pass; returns how many records it deleted. It reads the records from the
@@ -165,18 +179,20 @@ class AuditController:
         decision = decide(facts, await self.records.grouped(facts.uid), self.rt.clock.now(), creation_pending=pending)
         for record in decision.create:
             await self.write(record, "operator")
-        status = decision.status
+        status, requeue = decision.status, decision.recheck_after
+        events: tuple[Event, ...] = ()
         if self.notifier is not None and not self.rt.writer.is_stale(body):
             # (a body older than this controller's last status write may not show what it notified)
-            notified = await self.notify(body)
+            notified, events, retry = await self.notify(body)
             status = {"audit": {**status["audit"], "notified": notified.to_k8s()}}
-        return Outcome(status=status, requeue_after=decision.recheck_after)
+            requeue = soonest(requeue, retry)
+        return Outcome(status=status, events=events, requeue_after=requeue)
 
-    async def notify(self, body: Body) -> Notified:
+    async def notify(self, body: Body) -> tuple[Notified, tuple[Event, ...], float | None]:
         """Send the notifications this Trainer is due, one attempt each; returns what is notified
-        now. A notice that could not be delivered stays due: the Trainer is reconciled again after
-        a backoff (1 s doubling to 5 min, or the receiver's Retry-After), and a Warning Event says
-        so once."""
+        now, the Events to post and when to try again. A notice that could not be delivered stays
+        due: the Trainer is reconciled again after a backoff (1 s doubling to 5 min, or the
+        receiver's Retry-After), and a Warning Event says so once."""
         assert self.notifier is not None
         meta, status = body["metadata"], body.get("status") or {}
         uid = meta["uid"]
@@ -202,6 +218,7 @@ class AuditController:
             NOTIFICATIONS.labels(notice.event, "skipped").inc()
             notified = notice.mark(notified)
         retry: float | None = None
+        events: list[Event] = []
         for notice in send:
             key = (notice.event, notice.time)
             delivery = await self.notifier.send(notice)
@@ -211,21 +228,17 @@ class AuditController:
                 continue
             failed = attempts[key] = attempts.get(key, 0) + 1
             if failed == 1:
-                self.rt.event(
-                    body,
-                    "Warning",
-                    "NotificationFailed",
-                    f"the {notice.event} notification was not delivered ({delivery.failure}); it is tried again "
-                    + ("with backoff" if delivery.retryable else "at the next resync"),
+                again = "with backoff" if delivery.retryable else "at the next resync"
+                why = (
+                    f"the {notice.event} notification was not delivered ({delivery.failure}); it is tried again {again}"
                 )
+                events.append(("Warning", "NotificationFailed", why))
             if delivery.retryable:
                 delay = retry_delay(failed, delivery.retry_after)
                 retry = delay if retry is None else min(retry, delay)
-        if retry is not None:
-            self.rt.requeue_after((meta["namespace"], meta["name"]), retry)
         if not attempts:
             del self._attempts[uid]
-        return notified
+        return notified, tuple(events), retry
 
 
 entry = run_entrypoint("audit", AuditController, AuditConfig, webhooks=True)

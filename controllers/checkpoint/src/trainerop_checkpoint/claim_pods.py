@@ -7,10 +7,11 @@ import logging
 from lightkube import ApiError
 
 from trainerop_common.cache import ObjectCache
+from trainerop_common.outcome import soonest
 from trainerop_common.runtime import Body, Runtime
 
 from . import pvc_pods
-from .decide import RECHECK_SECONDS, Collect, Copy, CopyId, CopyState, soonest
+from .decide import RECHECK_SECONDS, Collect, Copy, CopyId, CopyState
 from .metrics import STORAGE_PODS
 
 COLLECT_REST_SECONDS = 60.0  # a collector that could not delete is tried again this much later

@@ -13,10 +13,10 @@ import kopf
 from trainerop_common.api import Checkpoint, Trainer, kind_info
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
-from trainerop_common.checkpoint_layout import Claim, parse_bucket
+from trainerop_common.checkpoint_layout import Claim, S3Bucket, StorageLocation, parse_bucket
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.lookup import CachedLookup
-from trainerop_common.outcome import Outcome
+from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
 from trainerop_common.status_writer import StatusWriter
@@ -28,7 +28,6 @@ from .config import CheckpointConfig
 from .decide import (
     CHECKPOINT_SECTION,
     RECHECK_SECONDS,
-    REQUIRED_S3_KEYS,
     SECTION,
     CheckpointView,
     Collect,
@@ -38,7 +37,7 @@ from .decide import (
     Storage,
     copies_to_read,
     decide,
-    soonest,
+    judge_storage,
 )
 from .metrics import COLLECTED, COMMIT_SECONDS, COMMITS, FAILURES, VERIFIED, WRITE_SECONDS
 from .object_store import ObjectStore
@@ -54,13 +53,17 @@ def checkpoint_view(body: Mapping[str, Any]) -> CheckpointView:
     )
 
 
-def claim_of(trainer: Mapping[str, Any]) -> Claim | None:
-    """The claim a Trainer checkpoints to, if it does (a bucket that does not parse: none)."""
-    bucket = (trainer.get("spec", {}).get("checkpoint") or {}).get("bucket")
+def location_of(bucket: object) -> StorageLocation | None:
+    """Where a bucket points (one that does not parse, stored before the CRD's rule: nowhere)."""
     try:
-        location = parse_bucket(bucket) if isinstance(bucket, str) else None
+        return parse_bucket(bucket) if isinstance(bucket, str) else None
     except ValueError:
         return None
+
+
+def claim_of(trainer: Mapping[str, Any]) -> Claim | None:
+    """The claim a Trainer checkpoints to, if it does."""
+    location = location_of((trainer.get("spec", {}).get("checkpoint") or {}).get("bucket"))
     return location if isinstance(location, Claim) else None
 
 
@@ -125,33 +128,12 @@ class CheckpointController:
         ckpt = spec.checkpoint
         if ckpt is None:
             return Storage(), {}
-        try:
-            location = ckpt.location
-        except ValueError as err:  # stored before the CRD's rule was tightened
-            message = f"spec.checkpoint.bucket: {err}; change it (the API server now refuses such a bucket)"
-            return Storage(False, "InvalidBucket", message), {}
-        if isinstance(location, Claim):
-            if await self.claims.get(namespace, location.name) is None:
-                return Storage(
-                    False,
-                    "StorageNotFound",
-                    f"PersistentVolumeClaim {location.name!r} (spec.checkpoint.bucket) does not exist in namespace "
-                    f"{namespace!r}; create it (ReadWriteMany: every replica mounts it) or use an s3:// bucket",
-                ), {}
-            return Storage(claim=location.name), {}
-        secret = ckpt.credentials_secret or ""
-        data = await self.credentials.get((namespace, secret))
-        if data is None:
-            message = f"Secret {secret!r} (spec.checkpoint.credentialsSecret) does not exist in namespace {namespace!r}"
-            return Storage(False, "CredentialsNotFound", message), {}
-        missing = [k for k in (*REQUIRED_S3_KEYS, "AWS_ENDPOINT_URL") if not data.get(k)]
-        if missing and not (missing == ["AWS_ENDPOINT_URL"] and data.get("AWS_ENDPOINT_URL_S3")):
-            message = (
-                f"Secret {secret!r} lacks {', '.join(missing)}; it needs AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY "
-                "and AWS_ENDPOINT_URL (optionally AWS_REGION)"
-            )
-            return Storage(False, "InvalidCredentials", message), {}
-        return Storage(), data
+        location = location_of(ckpt.bucket)
+        claim_found = isinstance(location, Claim) and await self.claims.get(namespace, location.name) is not None
+        s3 = isinstance(location, S3Bucket)
+        secret = await self.credentials.get((namespace, ckpt.credentials_secret or "")) if s3 else None
+        storage = judge_storage(ckpt, namespace, claim_found, secret)
+        return storage, (secret or {}) if storage.ready else {}
 
     async def _observe(self, body: Body) -> tuple[Observed, dict[str, dict[str, Any]], Mapping[str, str]]:
         """The Trainer, its Checkpoints (by name, as read) and its storage's credentials."""

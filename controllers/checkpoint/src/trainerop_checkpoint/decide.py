@@ -19,12 +19,21 @@ from typing import Any, Literal
 
 from trainerop_common.api import Checkpoint, Contribution, PodContribution
 from trainerop_common.api.base import EnvVar
-from trainerop_common.api.trainer import TrainerSpec
-from trainerop_common.checkpoint_layout import MOUNT, Claim, checkpoint_dir, checkpoint_path, copy_key
+from trainerop_common.api.trainer import CheckpointSpec, TrainerSpec
+from trainerop_common.checkpoint_layout import (
+    CREDENTIAL_KEYS,
+    MOUNT,
+    REQUIRED_CREDENTIAL_KEYS,
+    Claim,
+    checkpoint_dir,
+    checkpoint_path,
+    copy_key,
+    missing_credential_keys,
+)
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import GATE_CONDITIONS
-from trainerop_common.outcome import Event, StatusSection
+from trainerop_common.outcome import Event, StatusSection, soonest
 
 CONDITION = GATE_CONDITIONS["checkpoint"]
 OVERDUE = "CheckpointOverdue"
@@ -34,8 +43,6 @@ CHECKPOINT_SECTION = StatusSection(
     ("phase", "committedReplicas", "verifiedShards", "reason", "message", "commitTime", "collectTime")
 )
 VOLUME = "checkpoints"
-S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
-REQUIRED_S3_KEYS = S3_KEYS[:2]
 RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until the timeout
 FINAL = ("Committed", "GarbageCollected", "Failed")
 
@@ -76,6 +83,37 @@ class Storage:
     reason: str = ""
     message: str = ""
     claim: str = ""  # a PersistentVolumeClaim: copies are read by pods that mount it, once every shard is reported
+
+
+def judge_storage(ckpt: CheckpointSpec, namespace: str, claim_found: bool, secret: Mapping[str, str] | None) -> Storage:
+    """Whether the Trainer's storage can be used: its bucket parses, and its PersistentVolumeClaim
+    exists, or its credentials Secret exists and holds what the pods need."""
+    try:
+        location = ckpt.location
+    except ValueError as err:  # stored before the CRD's rule was tightened
+        message = f"spec.checkpoint.bucket: {err}; change it (the API server now refuses such a bucket)"
+        return Storage(False, "InvalidBucket", message)
+    if isinstance(location, Claim):
+        if claim_found:
+            return Storage(claim=location.name)
+        return Storage(
+            False,
+            "StorageNotFound",
+            f"PersistentVolumeClaim {location.name!r} (spec.checkpoint.bucket) does not exist in namespace "
+            f"{namespace!r}; create it (ReadWriteMany: every replica mounts it) or use an s3:// bucket",
+        )
+    name = ckpt.credentials_secret or ""
+    if secret is None:
+        message = f"Secret {name!r} (spec.checkpoint.credentialsSecret) does not exist in namespace {namespace!r}"
+        return Storage(False, "CredentialsNotFound", message)
+    missing = missing_credential_keys(secret)
+    if missing:
+        message = (
+            f"Secret {name!r} lacks {', '.join(missing)}; it needs AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY "
+            "and AWS_ENDPOINT_URL (optionally AWS_REGION)"
+        )
+        return Storage(False, "InvalidCredentials", message)
+    return Storage()
 
 
 @dataclass(frozen=True)
@@ -250,12 +288,12 @@ def _s3_credentials(secret: str | None) -> list[EnvVar]:
                     "secretKeyRef": {
                         "name": secret,
                         "key": key,
-                        **({} if key in REQUIRED_S3_KEYS else {"optional": True}),
+                        **({} if key in REQUIRED_CREDENTIAL_KEYS else {"optional": True}),
                     }
                 },
             }
         )
-        for key in S3_KEYS
+        for key in CREDENTIAL_KEYS
     ]
 
 
@@ -411,8 +449,3 @@ def _overdue(obs: Observed, last_commit: str | None, interval_minutes: int) -> t
             None,
         )
     return Desired.false(OVERDUE, "OnSchedule", f"a checkpoint is due every {interval_minutes} minutes"), limit - quiet
-
-
-def soonest(*delays: float | None) -> float | None:
-    due = [max(d, 0.0) for d in delays if d is not None]
-    return min(due) if due else None

@@ -10,7 +10,7 @@ from typing import Any
 from trainerop_common.api import Trainer
 from trainerop_common.api.trainer import QuotaStatus, TrainerStatus
 from trainerop_common.conditions import parse
-from trainerop_common.contracts import ADMISSION_ANNOTATION, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, TRAINER_UID_LABEL
+from trainerop_common.contracts import ADMISSION_ANNOTATION, REPLICA_TYPE_LABEL, TRAINER_UID_LABEL, replica_index
 from trainerop_common.nodes import lost, readiness
 from trainerop_common.quantity import parse_quantity
 
@@ -57,7 +57,7 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
         requests=pod_requests(body),
         trainer_uid=labels.get(TRAINER_UID_LABEL),
         role=labels.get(REPLICA_TYPE_LABEL, ""),
-        index=int(index) if (index := str(labels.get(REPLICA_INDEX_LABEL, "0"))).isdigit() else 0,
+        index=replica_index(labels),
         admission=annotations.get(ADMISSION_ANNOTATION),
         deleting=bool(meta.get("deletionTimestamp")),
         succeeded=phase == "Succeeded",
@@ -79,16 +79,12 @@ def pod_fingerprint(body: Mapping[str, Any]) -> str:
 def node_fingerprint(body: Mapping[str, Any]) -> str:
     """Labels, allocatable, readiness (not heartbeats), cordon and taints."""
     status, spec = body.get("status") or {}, body.get("spec") or {}
-    ready = [
-        (c.get("status"), c.get("lastTransitionTime"))
-        for c in status.get("conditions") or ()
-        if c.get("type") == "Ready"
-    ]
+    node = readiness(body)
     return json.dumps(
         [
             body["metadata"].get("labels"),
             status.get("allocatable"),
-            ready,
+            (node.ready, node.since),
             spec.get("unschedulable"),
             spec.get("taints"),
         ],

@@ -7,6 +7,9 @@ from trainerop_common.config import flag
 from trainerop_common.contracts import CONCERNS, GATE_CONDITIONS
 from trainerop_common.nodes import NODE_LOST_SECONDS
 
+from .pods import PodSettings
+from .views import RestartBackoff
+
 
 def env_gates(environ: Mapping[str, str]) -> str:
     """Gates announced by Kustomize components: TRAINEROP_GATE_<CONCERN>=true, one per concern,
@@ -23,10 +26,12 @@ class TrainerConfig:
         env_default=env_gates,
     )
     init_image: str = flag(
-        "busybox:1.36", "image of the init container that waits for the rendezvous address (sh, nslookup)"
+        PodSettings.init_image, "image of the init container that waits for the rendezvous address (sh, nslookup)"
     )
-    restart_backoff_seconds: float = flag(1.0, "wait before a role's 2nd replacement in a row, doubling after")
-    restart_backoff_cap_seconds: float = flag(60.0, "the longest wait before a replacement")
+    restart_backoff_seconds: float = flag(
+        RestartBackoff.base, "wait before a role's 2nd replacement in a row, doubling after"
+    )
+    restart_backoff_cap_seconds: float = flag(RestartBackoff.cap, "the longest wait before a replacement")
     node_lost_seconds: float = flag(
         NODE_LOST_SECONDS, "replace pods of a node not Ready this long (a deleted node: at once)"
     )

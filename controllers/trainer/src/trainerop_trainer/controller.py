@@ -25,7 +25,7 @@ from . import admission
 from .actions import Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide
-from .pods import Owner, PodSettings
+from .pods import CONTRIBUTION_ORDER, Owner, PodSettings
 from .spawn import SpawnRecorder
 from .topology import CONTRACTS
 from .views import NodeLoss, RestartBackoff, lease_view, lost_nodes, owner_of, pod_view
@@ -35,7 +35,7 @@ EPOCHS = Counter("training_epochs_total", "Epochs completed, from progress heart
 
 def contributions_of(status: TrainerStatus) -> dict[str, Contribution]:
     """The concerns' pod contributions (docs/design/contributions.md), by concern."""
-    sections = {"profile": status.profile, "quota": status.quota, "checkpoint": status.checkpoint}
+    sections = {c: getattr(status, c) for c in CONTRIBUTION_ORDER}
     return {c: s.contribution for c, s in sections.items() if s is not None and s.contribution is not None}
 
 
@@ -130,8 +130,9 @@ class TrainerController:
         pods = [v for p in await self._children(self.pods, owner) if (v := pod_view(p, container)) is not None]
         pods = [replace(v, deleting=True) if v.uid in self.actions.deleted else v for v in pods]
         now = self.rt.clock.now()
-        nodes = [readiness(n) for n in await self.nodes.values()]
-        loss = lost_nodes(nodes, {v.node for v in pods if v.node}, now, self.config.node_lost_seconds)
+        on = {v.node for v in pods if v.node}  # only these nodes' readiness matters to the run
+        nodes = [readiness(n) for n in [await self.nodes.get("", name) for name in on] if n is not None]
+        loss = lost_nodes(nodes, on, now, self.config.node_lost_seconds)
         observed = Observed(
             owner=owner,
             spec=trainer.spec,

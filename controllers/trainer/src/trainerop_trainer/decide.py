@@ -19,7 +19,7 @@ from trainerop_common.outcome import Event
 
 from .policy import backoff_limit, describe_failure, effective_run_policy, gate_wait, outdated, retryable, succeeded
 from .report import kept
-from .run import CONDITIONS, SECTION, Decision, Observed, Run, assess, soonest
+from .run import CONDITIONS, SECTION, Decision, Observed, Run, assess, next_due
 from .running import running
 from .topology import Replica
 from .views import LeaseView, PodView, RestartBackoff
@@ -66,7 +66,7 @@ def finished(run: Run) -> Decision | None:
         conditions=tuple(kept(run.obs.conditions, [c for c in CONDITIONS if find(run.obs.conditions, c)])),
         delete_pods=doomed,
         force_delete=run.forced(doomed),
-        requeue_after=soonest(ttl),
+        requeue_after=next_due(ttl),
         delete_trainer=ttl is not None and ttl <= 0,
     )
 

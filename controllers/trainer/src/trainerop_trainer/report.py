@@ -6,6 +6,7 @@ from typing import Any
 
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import Phase, ProgressStatus, ReplicaStatus, TrainerSpec
+from trainerop_common.clock import whole_seconds
 from trainerop_common.conditions import Desired, find
 from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL
 from trainerop_common.topology import ROLES, role_counts
@@ -49,7 +50,7 @@ def progress(
         completion_time=completion,
         epoch=max((lease.epoch for lease in beats), default=previous.epoch),
         step=max((lease.step for lease in beats), default=previous.step),
-        last_heartbeat_time=max((str(lease.renew_time)[:19] + "Z" for lease in beats), default=None)
+        last_heartbeat_time=max((whole_seconds(str(lease.renew_time)) for lease in beats), default=None)
         or previous.last_heartbeat_time,
     )
 

@@ -10,7 +10,7 @@ from typing import Any
 from trainerop_common.api import Contribution
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import Phase, TrainerSpec, TrainerStatus
-from trainerop_common.clock import parse_time, rfc3339
+from trainerop_common.clock import parse_time, rfc3339, whole_seconds
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event, StatusSection
 from trainerop_common.topology import effective
@@ -102,8 +102,8 @@ class Run:
         self, phase: Phase, pods: Sequence[PodView], start: str | None, end: str | None, history: History | None = None
     ) -> dict[str, Any]:
         now = progress(self.obs.status.progress, self.obs.leases, start, end)
-        return status_section(
-            self.obs.owner.name, self.obs.spec, phase, pods, self.history if history is None else history, now
+        return status_section(  # desired: the replicas the run is admitted with
+            self.obs.owner.name, self.spec, phase, pods, self.history if history is None else history, now
         )
 
     def due(self, since: str | None, seconds: float | None) -> float | None:
@@ -113,7 +113,8 @@ class Run:
         return (parse_time(since) + timedelta(seconds=seconds) - self.obs.now).total_seconds()
 
 
-def soonest(*delays: float | None) -> float | None:
+def next_due(*delays: float | None) -> float | None:
+    """The next_due deadline still ahead (one due now is acted on by this reconcile)."""
     pending = [d for d in delays if d is not None and d > 0]
     return min(pending) if pending else None
 
@@ -121,7 +122,7 @@ def soonest(*delays: float | None) -> float | None:
 def last_sign(obs: Observed, pod: PodView) -> str | None:
     """The later of the pod's start and its last heartbeat."""
     lease = obs.leases.get(pod.name)
-    times = [t[:19] + "Z" for t in (pod.started, lease.renew_time if lease else None) if t]
+    times = [whole_seconds(t) for t in (pod.started, lease.renew_time if lease else None) if t]
     return max(times) if times else None
 
 

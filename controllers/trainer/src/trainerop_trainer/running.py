@@ -12,7 +12,7 @@ from trainerop_common.outcome import Event
 
 from .pods import claim_manifest, claim_name, lease_manifest, pin, pod_manifest, runner_manifests, service_manifest
 from .policy import describe_failure, grant_of, placed_node
-from .run import Decision, Run, last_sign, soonest
+from .run import Decision, Run, last_sign, next_due
 from .topology import Replica, replicas
 from .views import PodView, RoleHistory
 
@@ -216,7 +216,7 @@ def running(run: Run, waiting: Sequence[str]) -> Decision:
         restarted=tuple(sorted(r.names)),
         force_delete=tuple(sorted((run.stranded & r.names) | run.stuck)),
         events=tuple(r.events + scaled_down(run, surplus)),
-        requeue_after=soonest(
+        requeue_after=next_due(
             *plan.backoff_wait,
             run.due(start, run.spec.run_policy.active_deadline_seconds),
             *(run.due(last_sign(run.obs, p), stall) for p in remaining if p.phase == "Running"),

@@ -11,10 +11,10 @@ from trainerop_common.contracts import (
     ADMISSION_ANNOTATION,
     EPOCH_ANNOTATION,
     NODE_ANNOTATION,
-    REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
     STEP_ANNOTATION,
     TRAINER_NAME_LABEL,
+    replica_index,
 )
 from trainerop_common.nodes import NodeReadiness, gone_reason, lost
 from trainerop_common.topology import ROLES, Role
@@ -120,7 +120,7 @@ def pod_view(body: dict[str, Any], container: str) -> PodView | None:
         name=meta["name"],
         uid=meta.get("uid", ""),
         role=role,
-        index=int(labels.get(REPLICA_INDEX_LABEL, "0")),
+        index=replica_index(labels),
         phase=status.get("phase") or "Pending",
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),

@@ -1,6 +1,10 @@
-"""Where checkpoints live (pure), as the training-side SDK lays them out: one definition for the
-pods that write and the controller that verifies (re-exported from trainerop_sdk.layout)."""
+"""Where checkpoints live and the keys of the Secret that opens an S3 bucket (pure), as the
+training-side SDK has them: one definition for the pods that write and the controller that
+verifies (re-exported from trainerop_sdk.layout and trainerop_sdk.credentials)."""
 
+from trainerop_sdk.credentials import KEYS as CREDENTIAL_KEYS
+from trainerop_sdk.credentials import REQUIRED_KEYS as REQUIRED_CREDENTIAL_KEYS
+from trainerop_sdk.credentials import missing_keys as missing_credential_keys
 from trainerop_sdk.layout import (
     MOUNT,
     Claim,
@@ -14,7 +18,9 @@ from trainerop_sdk.layout import (
 )
 
 __all__ = [
+    "CREDENTIAL_KEYS",
     "MOUNT",
+    "REQUIRED_CREDENTIAL_KEYS",
     "Claim",
     "S3Bucket",
     "StorageLocation",
@@ -22,5 +28,6 @@ __all__ = [
     "checkpoint_name",
     "checkpoint_path",
     "copy_key",
+    "missing_credential_keys",
     "parse_bucket",
 ]

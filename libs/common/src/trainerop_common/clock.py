@@ -39,3 +39,8 @@ def rfc3339_micro(moment: datetime) -> str:
 def parse_time(text: str) -> datetime:
     """An RFC 3339 timestamp as Kubernetes writes it (``Z`` or an offset, any precision)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def whole_seconds(text: str) -> str:
+    """An RFC 3339 timestamp of any precision (a Lease's MicroTime) as Kubernetes writes a Time."""
+    return rfc3339(parse_time(text))

@@ -4,6 +4,8 @@ profile controller reports such a clash; a trainer unit test keeps the list comp
 training container's name, and the labels and annotations on the pods.
 """
 
+from collections.abc import Mapping
+
 from trainerop_sdk.names import (
     EPOCH_ANNOTATION,
     REPLICA_INDEX_LABEL,
@@ -29,6 +31,7 @@ __all__ = [
     "TRAINER_NAME_LABEL",
     "TRAINER_UID_LABEL",
     "TRAINING_CONTAINER",
+    "replica_index",
     "set_by_operator",
 ]
 
@@ -86,6 +89,13 @@ OPERATOR_ENV = frozenset(
     }
 )
 OPERATOR_ENV_PREFIXES = ("PET_",)  # torch elastic (torchrun) settings
+
+
+def replica_index(labels: Mapping[str, str]) -> int:
+    """A pod's replica index from its label (0 when missing or not a number: a pod that says
+    nothing sensible still holds its place)."""
+    index = str(labels.get(REPLICA_INDEX_LABEL, "0"))
+    return int(index) if index.isdigit() else 0
 
 
 def set_by_operator(name: str) -> bool:

@@ -23,6 +23,12 @@ class StatusSection:
 Event = tuple[str, str, str]
 
 
+def soonest(*delays: float | None) -> float | None:
+    """The soonest of these requeue delays (one already due: now), None when there is none."""
+    due = [max(d, 0.0) for d in delays if d is not None]
+    return min(due) if due else None
+
+
 @dataclass(frozen=True)
 class Outcome:
     # The controller's own status fields (field name -> value; a field left out is removed) and

@@ -27,7 +27,7 @@ from .config import ControllerConfig
 from .kube import Kube, is_not_found
 from .metrics import EVENTS_POSTED, QUEUE_DEPTH, RECONCILE_DURATION, RECONCILES_IN_FLIGHT
 from .names import component
-from .outcome import Outcome, StatusSection
+from .outcome import Outcome, StatusSection, soonest
 from .redaction import redact_text
 from .status_writer import StatusWriter
 from .tracing import reconcile_span
@@ -189,9 +189,9 @@ class Runtime:
 
     async def conclude(self, body: Body, outcome: Outcome) -> bool:
         """Apply what a reconcile concluded: its Events (what was done is said even if the write
-        fails), the status (a Trainer gone meanwhile, 404, has nothing to write to), the Events of a
-        change, the work that waits for the write, the requeue. Returns whether the status was
-        written."""
+        fails), the status, the Events of a change, the work that waits for the write, the requeue.
+        A Trainer gone meanwhile (404) has nothing to write to and nothing more to do. Returns
+        whether the status was written."""
         assert self.writer is not None
         for type_, reason, message in outcome.events:
             self.event(body, type_, reason, message)
@@ -202,12 +202,13 @@ class Runtime:
             except ApiError as err:
                 if not is_not_found(err):
                     raise
+                return False
         for type_, reason, message in outcome.on_change if written else ():
             self.event(body, type_, reason, message)
         again = await outcome.after() if outcome.after is not None else None
-        due = [d for d in (outcome.requeue_after, again) if d is not None]
-        if due:
-            self.requeue_after(key_of(body), min(due))
+        due = soonest(outcome.requeue_after, again)
+        if due is not None:
+            self.requeue_after(key_of(body), due)
         return written
 
     def _report(self, body: Body, err: PermanentError | ValidationError) -> None:

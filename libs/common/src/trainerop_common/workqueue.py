@@ -90,6 +90,9 @@ class WorkQueue:
         self.objects.pop(key, None)
         self._locks.pop(key, None)
         self.backoff.reset(key)
+        timer = self._timers.pop(key, None)
+        if timer is not None:  # nothing left to reconcile; the queue depth no longer counts it
+            timer.cancel()
         return True
 
     async def process(self, key: Key) -> None:

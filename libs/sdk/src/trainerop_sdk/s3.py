@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from .credentials import ENDPOINT_KEYS, REQUIRED_KEYS
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 CHUNK = 1 << 20
 
@@ -53,11 +55,11 @@ class Credentials:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
         env = os.environ if env is None else env
-        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
+        endpoint = next((env[k] for k in ENDPOINT_KEYS if env.get(k)), "")
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
         if not endpoint:
             endpoint = f"https://s3.{region}.amazonaws.com"
-        missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not env.get(k)]
+        missing = [k for k in REQUIRED_KEYS if not env.get(k)]
         if missing:
             raise ValueError(f"S3 credentials missing: set {', '.join(missing)} (the Trainer's credentialsSecret)")
         return cls(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], endpoint.rstrip("/"), region)
