@@ -20,6 +20,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed import cluster as cluster_tool
+from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
 from trainerop_sdk.checkpoint import Checkpointer
 from trainerop_sdk.kubeapi import ApiClient
 from trainerop_sdk.layout import parse_s3_uri
@@ -68,9 +69,10 @@ def main() -> int:
 
     wait("the Trainer to run", lambda: phase() == "Running")
     config = yaml.safe_load(Path(cluster_tool.RUN_DIR / "admin.kubeconfig").read_text())["clusters"][0]["cluster"]
-    token = kubectl("create", "token", f"{TRAINER}-runner", "-n", ns).strip()  # the pods' own identity
     for replica in (0, 1):
         pod = yaml.safe_load(kubectl("get", "pod", f"{TRAINER}-worker-{replica}", "-n", ns, "-o", "yaml"))
+        bound = ("--bound-object-kind", "Pod", "--bound-object-name", pod["metadata"]["name"])
+        token = kubectl("create", "token", RUNNER_SERVICE_ACCOUNT, "-n", ns, *bound).strip()  # the pod's identity
         env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
         env |= creds | {"POD_NAME": pod["metadata"]["name"]}
         ckpt = Checkpointer.in_cluster(ApiClient(config["server"], token, ns, config["certificate-authority"]), env)

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
+
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,6 +57,13 @@ class Cluster:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         ns = ["-n", namespace] if namespace else []
         self.kubectl("apply", *ns, "-f", "-", stdin=text)
+
+    def pod_token(self, namespace: str, pod: str, account: str = RUNNER_SERVICE_ACCOUNT) -> str:
+        """A token of ``account`` bound to ``pod``, as the kubelet mounts one into it (the API
+        server then knows the pod: authentication.kubernetes.io/pod-name)."""
+        uid = self.get("pod", pod, namespace)["metadata"]["uid"]
+        bound = ("--bound-object-kind", "Pod", "--bound-object-name", pod, "--bound-object-uid", uid)
+        return self.kubectl("create", "token", account, "-n", namespace, *bound).strip()
 
     def metric(self, controller: str, name: str, labels: dict[str, str], timeout: float = 5) -> float:
         """Current value of one sample on a controller's /metrics (0 when absent)."""

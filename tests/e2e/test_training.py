@@ -83,9 +83,9 @@ def test_the_example_trains_across_three_pods_to_completion(
 
     for index in range(3):
         log = logs(cluster, real_namespace, f"spirals-worker-{index}")
-        # The env contract and DNS rendezvous: every process joined worker 0's coordinator by name,
-        # and gloo connected it to both peers.
-        assert "joining 3 processes at spirals-worker-0:6666" in log
+        # The env contract and DNS rendezvous: every process joined worker 0's coordinator by its
+        # name under the Trainer's headless Service, and gloo connected it to both peers.
+        assert "joining 3 processes at spirals-worker-0.spirals:6666" in log
         assert f"Rank {index} is connected to 2 peer ranks" in log
         reported = epochs(log)
         assert [e for e, _, _ in reported] == list(range(1, 13))
@@ -97,6 +97,12 @@ def test_the_example_trains_across_three_pods_to_completion(
 
     assert status["progress"]["epoch"] == 12
     assert status["progress"]["step"] == 384
+    # Each pod's first heartbeat made its Lease (with its own bound token), owned by the Trainer.
+    leases = json.loads(
+        cluster.kubectl("get", "leases", "-n", real_namespace, "-l", "trainer-name=spirals", "-o", "json")
+    )
+    assert sorted(x["metadata"]["name"] for x in leases["items"]) == [f"spirals-worker-{i}" for i in range(3)]
+    assert {x["metadata"]["ownerReferences"][0]["uid"] for x in leases["items"]} == {done["metadata"]["uid"]}
 
     # The API server called the audit webhook through its Service (kube-proxy) and the pod's
     # certificate: the creation is on record with the user who made it.

@@ -65,15 +65,16 @@ def start(cluster: Cluster, namespace: str, bucket: str, name: str = "alpha", **
     )
 
 
-def as_pod(cluster: Cluster, namespace: str, trainer: dict[str, Any], runner: str | None = None) -> Checkpointer:
-    """The SDK as it runs in the Trainer's pod: the pod's env, a token of the pod's ServiceAccount."""
+def as_pod(cluster: Cluster, namespace: str, trainer: dict[str, Any], token_of: str | None = None) -> Checkpointer:
+    """The SDK as it runs in the Trainer's first worker: the pod's env, a token of the pod's
+    ServiceAccount bound to it (or to the pod ``token_of``)."""
     name = trainer["metadata"]["name"]
     pod = cluster.get("pod", f"{name}-worker-0", namespace)
     env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"] if "value" in e}
     env |= cluster_tool.s3_credentials()  # what the pod gets from the credentials Secret
     env["POD_NAME"] = pod["metadata"]["name"]
     config = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
-    token = cluster.kubectl("create", "token", runner or f"{name}-runner", "-n", namespace).strip()
+    token = cluster.pod_token(namespace, token_of or pod["metadata"]["name"])
     api = ApiClient(config["server"], token, namespace, config["certificate-authority"])
     return Checkpointer.in_cluster(api, env)
 
@@ -198,10 +199,10 @@ def test_a_restarted_pod_resumes_from_the_latest_committed_checkpoint(
 def test_a_pod_cannot_report_for_another_trainer(cluster: Cluster, namespace: str, bucket: str) -> None:
     alpha = start(cluster, namespace, bucket, "alpha")
     start(cluster, namespace, bucket, "beta")
-    intruder = as_pod(cluster, namespace, alpha, runner="beta-runner")  # beta's pod, claiming to be alpha
+    intruder = as_pod(cluster, namespace, alpha, token_of="beta-worker-0")  # beta's pod, claiming to be alpha
     with pytest.raises(Exception, match="only report checkpoints of its own Trainer") as refused:
         intruder.save(b"x", step=1, epoch=0, shard=0)
-    assert "beta-runner is not the runner of Trainer alpha" in str(refused.value)
+    assert "pod beta-worker-0 is not a replica of Trainer alpha" in str(refused.value)
     assert checkpoint_name("alpha", 1) not in cluster.names("checkpoints", namespace)
     as_pod(cluster, namespace, alpha).save(b"x", step=1, epoch=0, shard=0)  # its own runner may
 
@@ -321,7 +322,7 @@ def test_a_saved_shard_is_never_overwritten(cluster: Cluster, namespace: str, bu
 
 
 def test_a_pod_cannot_take_another_trainers_checkpoint_names(cluster: Cluster, namespace: str, bucket: str) -> None:
-    """Beta's runner creating alpha-step-9 (for itself) would block alpha's step 9: refused."""
+    """Beta's pod creating alpha-step-9 (for itself) would block alpha's step 9: refused."""
     start(cluster, namespace, bucket, "alpha")
     beta = as_pod(cluster, namespace, start(cluster, namespace, bucket, "beta"))
     squat = {

@@ -9,19 +9,25 @@ import yaml
 
 from tests.factories import trainer_manifest
 from tests.harness import Cluster, condition, eventually
-from trainerop_sdk.heartbeat import Heartbeat, HeartbeatError
+from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
+from trainerop_sdk.heartbeat import Heartbeat, HeartbeatError, ReplicaIdentity
 
 
 def trainer(name: str, workers: int = 2, **run_policy: Any) -> dict[str, Any]:
     return trainer_manifest(name, epochs=5, topology={"workers": workers}, runPolicy=run_policy)
 
 
-def beat_as(cluster: Cluster, namespace: str, runner: str, lease: str) -> Heartbeat:
-    """What the SDK does in a pod, with a token of the pod's ServiceAccount."""
+def beat_as(cluster: Cluster, namespace: str, pod: str, lease: str | None = None) -> Heartbeat:
+    """What the SDK does in ``pod`` (its env, a token bound to it), beating for ``lease`` (its own
+    unless said)."""
     config = yaml.safe_load(cluster.kubeconfig.read_text())
     server = config["clusters"][0]["cluster"]
-    token = cluster.kubectl("create", "token", runner, "-n", namespace).strip()
-    return Heartbeat(server["server"], token, namespace, lease, ca_file=server["certificate-authority"])
+    body = cluster.get("pod", pod, namespace)
+    env = {e["name"]: e["value"] for e in body["spec"]["containers"][0]["env"] if "value" in e}
+    token = cluster.pod_token(namespace, pod)
+    replica = ReplicaIdentity.from_env(env)
+    ca = server["certificate-authority"]
+    return Heartbeat(server["server"], token, namespace, lease or pod, ca_file=ca, replica=replica)
 
 
 def running(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -35,7 +41,8 @@ def test_heartbeats_reach_status_and_stay_within_their_trainer(cluster: Cluster,
     eventually(lambda: running(cluster, namespace, "alpha"), what="alpha to run")
     eventually(lambda: running(cluster, namespace, "beta"), what="beta to run")
 
-    beat_as(cluster, namespace, "alpha-runner", "alpha-worker-1").send(epoch=3, step=1200)
+    beat_as(cluster, namespace, "beta-worker-0").send(epoch=1)  # the first beat creates the Lease
+    beat_as(cluster, namespace, "alpha-worker-1").send(epoch=3, step=1200)
     obj = eventually(
         lambda: (o := cluster.get("trainer", "alpha", namespace))["status"].get("progress", {}).get("epoch") == 3 and o,
         what="the heartbeat to reach status.progress",
@@ -43,10 +50,20 @@ def test_heartbeats_reach_status_and_stay_within_their_trainer(cluster: Cluster,
     assert obj["status"]["progress"]["step"] == 1200
     assert obj["status"]["progress"]["lastHeartbeatTime"]
     assert "3" in cluster.kubectl("get", "trainer", "alpha", "-n", namespace, "-o", "jsonpath={.status.progress.epoch}")
+    lease = cluster.get("lease", "alpha-worker-1", namespace)
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]  # it goes with the Trainer
 
-    with pytest.raises(HeartbeatError, match="403"):
-        beat_as(cluster, namespace, "alpha-runner", "beta-worker-0").send(epoch=99)
-    assert cluster.get("trainer", "beta", namespace)["status"].get("progress", {}).get("epoch", 0) == 0
+    for other in ("beta-worker-0", "beta-worker-1"):  # renewing beta's Lease, or creating one for it
+        with pytest.raises(HeartbeatError, match=r"403.*may only renew its own Lease: pod alpha-worker-1"):
+            beat_as(cluster, namespace, "alpha-worker-1", other).send(epoch=99)
+    assert cluster.get("trainer", "beta", namespace)["status"].get("progress", {}).get("epoch", 0) <= 1
+    assert "beta-worker-1" not in cluster.names("leases", namespace)
+
+    config = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
+    unbound = cluster.kubectl("create", "token", RUNNER_SERVICE_ACCOUNT, "-n", namespace).strip()
+    loose = Heartbeat(config["server"], unbound, namespace, "alpha-worker-1", ca_file=config["certificate-authority"])
+    with pytest.raises(HeartbeatError, match=r"403.*may only be used by a training pod"):
+        loose.send(epoch=99)
 
 
 def test_a_silent_worker_is_stalled_and_restarted(cluster: Cluster, namespace: str) -> None:

@@ -30,6 +30,12 @@ def running(cluster: Cluster, namespace: str, workers: int) -> dict[str, Any] | 
     return obj if ok else None
 
 
+def endpoint_hostnames(cluster: Cluster, namespace: str, service: str) -> set[str]:
+    selector = f"kubernetes.io/service-name={service}"
+    slices = json.loads(cluster.kubectl("get", "endpointslices", "-n", namespace, "-l", selector, "-o", "json"))
+    return {e.get("hostname", "") for s in slices["items"] for e in s.get("endpoints") or ()}
+
+
 def test_seed_trainer_gets_four_workers_and_a_parameter_server(cluster: Cluster, namespace: str) -> None:
     cluster.apply(SEED_TRAINER, namespace)
     obj = eventually(lambda: running(cluster, namespace, 4), what="the seed run to be Running on kwok nodes")
@@ -47,8 +53,10 @@ def test_seed_trainer_gets_four_workers_and_a_parameter_server(cluster: Cluster,
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
         assert pod["spec"]["nodeName"].startswith("kwok-gpu-")
     services = json.loads(cluster.kubectl("get", "services", "-n", namespace, "-o", "json"))["items"]
-    assert sorted(s["metadata"]["name"] for s in services) == sorted(found)
-    assert all(s["spec"]["clusterIP"] == "None" for s in services)
+    assert [(s["metadata"]["name"], s["spec"]["clusterIP"]) for s in services] == [(NAME, "None")]
+    assert {(p["spec"]["hostname"], p["spec"]["subdomain"]) for p in found.values()} == {(n, NAME) for n in found}
+    # What DNS answers <pod>.<trainer> from: the Service's endpoints, each pod under its hostname.
+    eventually(lambda: endpoint_hostnames(cluster, namespace, NAME) == set(found), what="every replica's endpoint")
 
     status = obj["status"]
     assert status["topology"]["replicas"]["worker"] == {

@@ -66,7 +66,7 @@ def observe(
     lost_nodes: dict[str, str] | None = None,
     contributions: dict[str, Any] | None = None,
 ) -> Decision:
-    names = {p.name for p in pods} if services is None else set(services)
+    names = ({"t"} if pods else set()) if services is None else set(services)  # the Trainer's Service
     return decide(
         Observed(
             owner=Owner("t", "ns", "uid", generation),
@@ -236,10 +236,13 @@ def test_closed_gates_create_nothing_and_say_why(conditions: list[Condition], me
     assert d.status["phase"] == "Pending"
 
 
-def test_open_gates_create_every_pod_and_service() -> None:
+def test_open_gates_create_every_pod_and_the_service() -> None:
     d = observe(spec())
     assert created_names(d) == ["t-worker-0", "t-worker-1", "t-worker-2", "t-worker-3", "t-ps-0"]
-    assert [s["metadata"]["name"] for s in d.create_services] == created_names(d)
+    assert [s["metadata"]["name"] for s in d.create_services] == ["t"]  # one headless Service per Trainer
+    assert {(p["spec"]["hostname"], p["spec"]["subdomain"]) for p in d.create_pods} == {
+        (name, "t") for name in created_names(d)
+    }
     assert by_type(d)["Created"].reason == "CreatingPods"
     assert d.status["topology"]["replicas"]["worker"]["desired"] == 4
 
@@ -267,11 +270,22 @@ def test_scaling_up_and_down_touches_only_the_difference() -> None:
     up = observe(spec(topology={"workers": 6, "parameterServers": 1}), running(spec()))
     assert created_names(up) == ["t-worker-4", "t-worker-5"]
     assert up.delete_pods == ()
+    assert up.create_services == ()  # the Trainer's Service covers new replicas too
     six = running(spec(topology={"workers": 6, "parameterServers": 1}))
     down = observe(spec(topology={"workers": 3, "parameterServers": 1}), six)
     assert down.delete_pods == ("t-worker-3", "t-worker-4", "t-worker-5")
-    assert down.delete_services == ("t-worker-3", "t-worker-4", "t-worker-5")
+    assert down.delete_services == ()
     assert down.create_pods == ()
+
+
+def test_services_per_replica_of_earlier_versions_stay_while_their_replica_does() -> None:
+    """Pods made before one Service per Trainer resolve <trainer>-<role>-<index>: those Services
+    are kept while the replica exists and go with a scale-down; the Trainer's own is added."""
+    six = running(spec(topology={"workers": 6, "parameterServers": 1}))
+    legacy = [p.name for p in six]
+    down = observe(spec(topology={"workers": 3, "parameterServers": 1}), six, services=legacy)
+    assert down.delete_services == ("t-worker-3", "t-worker-4", "t-worker-5")
+    assert [s["metadata"]["name"] for s in down.create_services] == ["t"]
 
 
 def test_a_scale_up_waits_for_the_gates_of_the_new_generation() -> None:

@@ -1,10 +1,16 @@
 """Progress heartbeats: the SDK's request, and what the trainer makes of them."""
 
+import re
 from datetime import UTC, datetime
+from typing import get_args
+
+import yaml
 
 from tests.factories import trainer_spec
+from tests.harness import REPO
 from trainerop_common.api.trainer import TrainerStatus
-from trainerop_sdk.heartbeat import Heartbeat, micro_time
+from trainerop_common.topology import Role
+from trainerop_sdk.heartbeat import Heartbeat, ReplicaIdentity, micro_time
 from trainerop_trainer.decide import LeaseView, Observed, PodView, decide
 from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests
 from trainerop_trainer.topology import Replica
@@ -25,29 +31,51 @@ def test_the_sdk_renews_the_lease_and_records_epoch_and_step() -> None:
     assert micro_time(NOW) == "2026-01-01T00:10:00.000000Z"
 
 
-def test_pods_run_as_the_runner_which_may_renew_only_its_trainers_leases() -> None:
+def test_pods_run_as_their_namespaces_runner_which_may_create_and_renew_leases() -> None:
     owner = Owner("llama", "ns", "uid", 1)
     spec = trainer_spec(epochs=1, image="i", topology={"workers": 2})
     pod = pod_manifest(owner, spec, Replica("worker", 0), {}, PodSettings())
-    assert pod["spec"]["serviceAccountName"] == "llama-runner"
+    assert pod["spec"]["serviceAccountName"] == "trainer-operator-runner"
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    sa, role, binding = runner_manifests(owner, ["llama-worker-1", "llama-worker-0"])
-    assert sa["metadata"]["name"] == role["metadata"]["name"] == binding["metadata"]["name"] == "llama-runner"
+    sa, role, binding = runner_manifests("ns")
+    assert {o["metadata"]["name"] for o in (sa, role, binding)} == {"trainer-operator-runner"}
+    assert all("ownerReferences" not in o["metadata"] for o in (sa, role, binding))  # it stays with the namespace
     leases, checkpoints = role["rules"]
+    # No names: a pod's Lease is made by its first beat; the admission policy
+    # trainer-operator-runners holds each pod to the Lease named like it.
     assert leases == {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
-        "verbs": ["get", "patch"],
-        "resourceNames": ["llama-worker-0", "llama-worker-1"],
+        "verbs": ["get", "create", "patch"],
     }
-    # Any Checkpoint name (they are per step); an admission policy holds it to its own Trainer's.
     assert checkpoints == {
         "apiGroups": ["trainer.operator.kubeflow.org"],
         "resources": ["checkpoints"],
         "verbs": ["get", "create", "patch"],
     }
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llama-runner", "namespace": "ns"}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainer-operator-runner", "namespace": "ns"}]
+
+
+def test_the_first_beat_creates_the_lease_the_trainer_reads_from_the_pods_env() -> None:
+    owner = Owner("llama", "ns", "uid-1", 1)
+    spec = trainer_spec(epochs=1, image="i", topology={"workers": 2})
+    pod = pod_manifest(owner, spec, Replica("worker", 1), {}, PodSettings())
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    replica = ReplicaIdentity.from_env(env)
+    assert replica == ReplicaIdentity("llama", "uid-1", "worker", "1")
+    beat = Heartbeat("https://k8s", "token", "ns", "llama-worker-1", clock=lambda: NOW, replica=replica)
+    lease = beat.lease_body(replica, 2, 40)
+    assert lease["metadata"] == {
+        "name": "llama-worker-1",
+        "labels": pod["metadata"]["labels"],  # what the trainer's cache selects and indexes by
+        "annotations": {"trainer.operator.kubeflow.org/epoch": "2", "trainer.operator.kubeflow.org/step": "40"},
+        "ownerReferences": [
+            {"apiVersion": "trainer.operator.kubeflow.org/v1alpha1", "kind": "Trainer", "name": "llama", "uid": "uid-1"}
+        ],
+    }
+    assert lease["spec"] == {"holderIdentity": "llama-worker-1", "renewTime": "2026-01-01T00:10:00.000000Z"}
+    assert ReplicaIdentity.from_env({k: v for k, v in env.items() if k != "TRAINER_UID"}) is None  # then it must exist
 
 
 def observe(stall: int | None, leases: dict[str, LeaseView], started: str = "2026-01-01T00:00:00Z") -> Observed:
@@ -95,8 +123,18 @@ def test_a_pod_that_never_beat_is_judged_from_its_start() -> None:
     assert d.requeue_after == 30.0  # looks again when the first could stall
 
 
-def test_leases_and_runner_come_with_the_pods() -> None:
+def test_the_runner_comes_with_the_pods() -> None:
     obs = observe(None, {})
     d = decide(Observed(**{**obs.__dict__, "pods": [], "services": frozenset()}))
-    assert [lease["metadata"]["name"] for lease in d.create_leases] == ["t-worker-0", "t-worker-1"]
+    assert [p["metadata"]["name"] for p in d.create_pods] == ["t-worker-0", "t-worker-1"]
     assert [o["kind"] for o in d.runner] == ["ServiceAccount", "Role", "RoleBinding"]
+
+
+def test_the_runner_policy_knows_every_role() -> None:
+    """deploy/base/runner-policy.yaml tells a replica's pod name from another Trainer's by the
+    roles: it must name exactly the roles a Trainer has."""
+    policy = next(yaml.safe_load_all((REPO / "deploy" / "base" / "runner-policy.yaml").read_text()))
+    rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    found = re.search(r"\^\(([a-z|]+)\)-\[0-9\]\+\$", rules)
+    assert found is not None
+    assert set(found.group(1).split("|")) == set(get_args(Role))

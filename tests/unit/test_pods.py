@@ -1,5 +1,7 @@
 """Pod and Service manifests: labels, ownership, env, and the contribution merge order."""
 
+import re
+import subprocess
 from typing import Any
 
 from tests.factories import trainer_fields, trainer_spec
@@ -65,7 +67,15 @@ def test_workers_wait_for_the_master_in_an_init_container() -> None:
     worker = pod_manifest(OWNER, SPEC, Replica("worker", 0), {}, PodSettings(init_image="busybox:x"))
     (init,) = worker["spec"]["initContainers"]
     assert init["image"] == "busybox:x"
-    assert "until nslookup llama-master-0 | grep -q '^Name:'" in init["command"][2]
+    script = init["command"][2]
+    # busybox's nslookup searches no domain for a dotted name: it asks under the first search
+    # domain of the pod's resolv.conf (<namespace>.svc.<cluster domain>)
+    resolv = "nameserver 10.0.0.10\nsearch team-a.svc.cluster.local svc.cluster.local cluster.local\n"
+    name = re.search(r'name="llama-master-0\.llama\.\$\((sed .*) /etc/resolv\.conf\)"', script)
+    assert name is not None
+    domain = subprocess.run(["sh", "-c", name.group(1)], input=resolv, capture_output=True, text=True, check=True)
+    assert domain.stdout == "team-a.svc.cluster.local\n"
+    assert "until nslookup \"$name\" | grep -q '^Name:'" in script
     master = pod_manifest(OWNER, SPEC, Replica("master", 0), {}, PodSettings())
     assert "initContainers" not in master["spec"]
 
@@ -122,16 +132,18 @@ def test_role_override_applies_to_that_role_only() -> None:
     assert "priorityClassName" not in worker["spec"]
 
 
-def test_headless_service_per_replica() -> None:
-    svc = service_manifest(OWNER, SPEC, Replica("worker", 1))
-    assert svc["metadata"]["name"] == "llama-worker-1"
+def test_one_headless_service_per_trainer_gives_each_replica_a_dns_name() -> None:
+    svc = service_manifest(OWNER, SPEC)
+    assert svc["metadata"]["name"] == "llama"
     assert svc["spec"]["clusterIP"] == "None"
-    assert svc["spec"]["selector"] == {
-        "trainer-name": "llama",
-        "trainer.operator.kubeflow.org/replica-type": "worker",
-        "trainer.operator.kubeflow.org/replica-index": "1",
-    }
+    assert svc["spec"]["publishNotReadyAddresses"] is True  # the rendezvous resolves before readiness
+    assert svc["spec"]["selector"] == {"trainer-name": "llama", "trainer.operator.kubeflow.org/trainer-uid": "uid-1"}
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    pod = pod_manifest(OWNER, SPEC, Replica("worker", 1), {}, PodSettings())
+    # <hostname>.<subdomain> resolves in the namespace: Replica.address, what the env names
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("llama-worker-1", "llama")
+    assert Replica("worker", 1).address("llama") == "llama-worker-1.llama"
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()  # the pods are its endpoints
 
 
 def test_per_replica_claim_is_mounted_and_named_after_the_replica() -> None:

@@ -35,11 +35,11 @@ def test_replicas_per_framework(framework: str, workers: int, ps: int, names: li
         (
             Replica("master", 0),
             {
-                "MASTER_ADDR": "j-master-0",
+                "MASTER_ADDR": "j-master-0.j",
                 "MASTER_PORT": "23456",
                 "WORLD_SIZE": "3",
                 "RANK": "0",
-                "PET_MASTER_ADDR": "j-master-0",
+                "PET_MASTER_ADDR": "j-master-0.j",
                 "PET_MASTER_PORT": "23456",
                 "PET_NODE_RANK": "0",
                 "PET_NNODES": "3",
@@ -50,11 +50,11 @@ def test_replicas_per_framework(framework: str, workers: int, ps: int, names: li
         (
             Replica("worker", 1),
             {
-                "MASTER_ADDR": "j-master-0",
+                "MASTER_ADDR": "j-master-0.j",
                 "MASTER_PORT": "23456",
                 "WORLD_SIZE": "3",
                 "RANK": "2",
-                "PET_MASTER_ADDR": "j-master-0",
+                "PET_MASTER_ADDR": "j-master-0.j",
                 "PET_MASTER_PORT": "23456",
                 "PET_NODE_RANK": "2",
                 "PET_NNODES": "3",
@@ -75,7 +75,7 @@ def test_elastic_pytorch_uses_c10d_rendezvous_on_worker_0_without_a_master() -> 
     assert env == {
         "PYTHONUNBUFFERED": "0",
         "PET_RDZV_BACKEND": "c10d",
-        "PET_RDZV_ENDPOINT": "j-worker-0:23456",
+        "PET_RDZV_ENDPOINT": "j-worker-0.j:23456",
         "PET_NNODES": "2:5",
     }
 
@@ -83,8 +83,8 @@ def test_elastic_pytorch_uses_c10d_rendezvous_on_worker_0_without_a_master() -> 
 def test_tensorflow_tf_config() -> None:
     env = framework_env("j", "team-a", spec("tensorflow", 2, 1), Replica("ps", 0))
     assert env["TF_CONFIG"] == (
-        '{"cluster":{"ps":["j-ps-0.team-a.svc:2222"],'
-        '"worker":["j-worker-0.team-a.svc:2222","j-worker-1.team-a.svc:2222"]},'
+        '{"cluster":{"ps":["j-ps-0.j.team-a.svc:2222"],'
+        '"worker":["j-worker-0.j.team-a.svc:2222","j-worker-1.j.team-a.svc:2222"]},'
         '"task":{"type":"ps","index":0},"environment":"cloud"}'
     )
     assert json.loads(framework_env("j", "n", spec("tensorflow", 2), Replica("worker", 1))["TF_CONFIG"])["task"] == {
@@ -97,7 +97,7 @@ def test_tensorflow_tf_config() -> None:
 def test_jax() -> None:
     assert framework_env("j", "ns", spec("jax", 3), Replica("worker", 2)) == {
         "PYTHONUNBUFFERED": "1",
-        "COORDINATOR_ADDRESS": "j-worker-0",
+        "COORDINATOR_ADDRESS": "j-worker-0.j",
         "COORDINATOR_PORT": "6666",
         "NUM_PROCESSES": "3",
         "PROCESS_ID": "2",
@@ -106,13 +106,13 @@ def test_jax() -> None:
 
 def test_xgboost() -> None:
     assert framework_env("j", "ns", spec("xgboost", 2), Replica("worker", 0)) == {
-        "MASTER_ADDR": "j-master-0",
+        "MASTER_ADDR": "j-master-0.j",
         "MASTER_PORT": "9999",
         "WORLD_SIZE": "3",
         "RANK": "1",
         "PYTHONUNBUFFERED": "0",
         "WORKER_PORT": "9999",
-        "WORKER_ADDRS": "j-worker-0,j-worker-1",
+        "WORKER_ADDRS": "j-worker-0.j,j-worker-1.j",
     }
 
 
@@ -132,10 +132,10 @@ def test_generic_gets_only_the_operator_contract() -> None:
 @pytest.mark.parametrize(
     ("framework", "replica", "target"),
     [
-        ("pytorch", Replica("worker", 3), "j-master-0"),
+        ("pytorch", Replica("worker", 3), "j-master-0.j"),
         ("pytorch", Replica("master", 0), None),
-        ("xgboost", Replica("worker", 0), "j-master-0"),
-        ("jax", Replica("worker", 1), "j-worker-0"),
+        ("xgboost", Replica("worker", 0), "j-master-0.j"),
+        ("jax", Replica("worker", 1), "j-worker-0.j"),
         ("jax", Replica("worker", 0), None),
         ("tensorflow", Replica("worker", 1), None),
         ("generic", Replica("worker", 1), None),

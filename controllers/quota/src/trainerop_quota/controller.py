@@ -35,7 +35,15 @@ from .config import QuotaConfig
 from .decide import SECTION, Decision, Observed, Plan, PolicyInfo, TrainerInfo, plan
 from .metrics import PLAN_SECONDS, RENEGOTIATION_SECONDS, export, record_renegotiation
 from .model import policy_for
-from .views import node_fingerprint, node_info, pod_fingerprint, pod_info, trainer_fingerprint, trainer_info
+from .views import (
+    node_fingerprint,
+    node_info,
+    pod_essentials,
+    pod_fingerprint,
+    pod_info,
+    trainer_fingerprint,
+    trainer_info,
+)
 
 POLICY_SECTION = StatusSection(("admittedTrainers", "pendingTrainers", "used"))
 RETRY_SECONDS = 5.0
@@ -77,7 +85,8 @@ class QuotaController:
         kube = runtime.kube
         self.policies = ObjectCache.for_kind(kube, "QuotaPolicy")
         self.nodes = ObjectCache(kube.list_nodes, "", "v1", "nodes")
-        self.pods = ObjectCache(lambda: kube.list_core("Pod", ""), "", "v1", "pods")
+        # Every pod in the cluster holds capacity: only what the plan reads of each is kept.
+        self.pods = ObjectCache(lambda: kube.list_core("Pod", ""), "", "v1", "pods", keep=pod_essentials)
         self.namespaces = ObjectCache(kube.list_namespaces, "", "v1", "namespaces")
         # Listed in full before the first plan: a plan that missed an admitted Trainer would give
         # its capacity away.

@@ -10,7 +10,13 @@ from typing import Any
 from trainerop_common.api import Trainer
 from trainerop_common.api.trainer import QuotaStatus, TrainerStatus
 from trainerop_common.conditions import parse
-from trainerop_common.contracts import ADMISSION_ANNOTATION, REPLICA_TYPE_LABEL, TRAINER_UID_LABEL, replica_index
+from trainerop_common.contracts import (
+    ADMISSION_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    TRAINER_UID_LABEL,
+    replica_index,
+)
 from trainerop_common.nodes import lost, readiness
 from trainerop_common.quantity import parse_quantity
 
@@ -62,6 +68,29 @@ def pod_info(body: Mapping[str, Any]) -> PodInfo | None:
         deleting=bool(meta.get("deletionTimestamp")),
         succeeded=phase == "Succeeded",
     )
+
+
+def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
+    """What the quota controller holds of each pod in the cluster: what :func:`pod_info` reads."""
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    ours = (TRAINER_UID_LABEL, REPLICA_TYPE_LABEL, REPLICA_INDEX_LABEL)
+    return {
+        "metadata": {
+            **{k: meta[k] for k in ("name", "namespace", "uid", "deletionTimestamp") if k in meta},
+            "labels": {k: labels[k] for k in ours if k in labels},
+            "annotations": {k: annotations[k] for k in (ADMISSION_ANNOTATION,) if k in annotations},
+        },
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "overhead": spec.get("overhead"),
+            **{
+                kind: [{"resources": c.get("resources")} for c in spec.get(kind) or ()]
+                for kind in ("containers", "initContainers")
+            },
+        },
+        "status": {"phase": (body.get("status") or {}).get("phase")},
+    }
 
 
 def pod_fingerprint(body: Mapping[str, Any]) -> str:

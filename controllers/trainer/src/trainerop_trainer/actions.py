@@ -1,6 +1,6 @@
 """Carrying out the trainer's decisions with the controller's own client: the pods' identity,
-Leases, claims and Services, then pods, then deletions (a replacement can only be created once its
-predecessor is gone)."""
+claims and the Service, then pods, then deletions (a replacement can only be created once its
+predecessor is gone), each step's requests concurrently."""
 
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -9,6 +9,7 @@ from lightkube import ApiError
 from prometheus_client import Counter
 
 from trainerop_common.contracts import REPLICA_TYPE_LABEL
+from trainerop_common.parallel import bounded
 from trainerop_common.runtime import Body, Runtime
 
 from .decide import Decision
@@ -25,36 +26,33 @@ class Actions:
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self.deleted: set[str] = set()
-        self._runners: dict[tuple[str, str, str], frozenset[str]] = {}  # Trainer -> Leases its Role covers
+        self._runners: set[str] = set()  # namespaces whose runner identity this process applied
 
     async def carry_out(self, body: Body, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> bool:
         """Create and delete what the decision says; whether the API server refused something (an
         Event said what; the rest was carried out)."""
-        await self._runner(owner, decision.runner)
-        refused = False
-        for obj in (*decision.create_leases, *decision.create_claims, *decision.create_services):
-            refused |= await self._create(body, obj) is None
-        created = []
-        for pod in decision.create_pods:
-            made = await self._create(body, pod)
-            refused |= made is None
-            if made:
-                PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
-                created.append(pod["metadata"]["name"])
+        await self._runner(owner.namespace, decision.runner)
+        made = await bounded(self._create(body, obj) for obj in (*decision.create_claims, *decision.create_services))
+        refused = None in made
+        pods_made = await bounded(self._create(body, pod) for pod in decision.create_pods)
+        created = [pod for pod, ok in zip(decision.create_pods, pods_made, strict=True) if ok]
+        for pod in created:
+            PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
+        if None in pods_made:  # e.g. the runner ServiceAccount was deleted: apply it again next time
+            refused = True
+            self._runners.discard(owner.namespace)
         if created:
-            self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(created))
+            self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in created))
         await self._delete(owner, decision, {p.name: p for p in pods})
         return refused
 
-    async def _runner(self, owner: Owner, runner: Sequence[dict[str, Any]]) -> None:
-        """The pods' ServiceAccount, Role and RoleBinding: applied once per Trainer and again only
-        when its Leases change (a scale); a replacement pod does not pay three extra requests."""
-        key = (owner.namespace, owner.name, owner.uid)
-        leases = frozenset(name for obj in runner if obj["kind"] == "Role" for name in obj["rules"][0]["resourceNames"])
-        if runner and self._runners.get(key) != leases:
+    async def _runner(self, namespace: str, runner: Sequence[dict[str, Any]]) -> None:
+        """The pods' ServiceAccount, Role and RoleBinding: applied once per namespace by this
+        process (server-side apply: the same again after a restart), not per Trainer."""
+        if runner and namespace not in self._runners:
             for obj in runner:
                 await self.rt.kube.apply_core(obj)
-            self._runners[key] = leases
+            self._runners.add(namespace)
 
     async def _create(self, body: Body, obj: dict[str, Any]) -> bool | None:
         """Create one object: whether it was created (False: it exists, or its namespace is going
@@ -72,19 +70,18 @@ class Actions:
             return None
 
     async def _delete(self, owner: Owner, decision: Decision, pods: Mapping[str, PodView]) -> None:
-        kube = self.rt.kube
-        for name in decision.delete_pods:
-            await kube.delete_core("Pod", owner.namespace, name, force=name in decision.force_delete)
-            if name in pods:  # gone already (404) counts as deleted too: never count it twice
-                self.deleted.add(pods[name].uid)
-        for name in set(decision.force_delete) - set(decision.delete_pods):
-            await kube.delete_core("Pod", owner.namespace, name, force=True)
+        kube, ns = self.rt.kube, owner.namespace
+        force = set(decision.force_delete)
+        doomed = sorted(set(decision.delete_pods) | force)
+        await bounded(kube.delete_core("Pod", ns, name, force=name in force) for name in doomed)
+        # gone already (404) counts as deleted too: never count it twice
+        self.deleted |= {pods[name].uid for name in decision.delete_pods if name in pods}
         for name in decision.restarted:
             RESTARTS.labels(pods[name].role if name in pods else "unknown").inc()
-        for name in decision.delete_services:
-            await kube.delete_core("Service", owner.namespace, name)
-        for name in decision.delete_leases:
-            await kube.delete_core("Lease", owner.namespace, name)
+        others = [("Service", name) for name in decision.delete_services] + [
+            ("Lease", name) for name in decision.delete_leases
+        ]
+        await bounded(kube.delete_core(kind, ns, name) for kind, name in others)
 
     def forget_gone(self, existing: set[str]) -> None:
         """Forget deletions whose pods are gone (``existing``: the UIDs of the pods that exist)."""

@@ -15,7 +15,7 @@ from trainerop_common.api import Contribution, Trainer
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.conditions import parse
-from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL
+from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL
 from trainerop_common.nodes import readiness
 from trainerop_common.outcome import Outcome
 from trainerop_common.process import run_entrypoint
@@ -28,7 +28,7 @@ from .decide import SECTION, Decision, Observed, decide
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings
 from .spawn import SpawnRecorder
 from .topology import CONTRACTS
-from .views import NodeLoss, RestartBackoff, lease_view, lost_nodes, owner_of, pod_view
+from .views import NodeLoss, RestartBackoff, lease_view, lost_nodes, owner_of, pod_essentials, pod_view
 
 EPOCHS = Counter("training_epochs_total", "Epochs completed, from progress heartbeats.", ["namespace", "trainer"])
 
@@ -47,13 +47,13 @@ class TrainerController:
         self.rt = runtime
         self.config = config
 
-        def children(kind: str, group: str, plural: str) -> ObjectCache:
-            """Objects of ``kind`` the controller created (they carry the replica-type label)."""
-            lister = lambda: runtime.kube.list_core(kind, REPLICA_TYPE_LABEL)  # noqa: E731
-            return ObjectCache(lister, group, "v1", plural, {REPLICA_TYPE_LABEL: kopf.PRESENT}, index=owner_of)
+        def children(kind: str, group: str, plural: str, label: str = REPLICA_TYPE_LABEL, **kw: Any) -> ObjectCache:
+            """Objects of ``kind`` the controller created (they carry ``label``)."""
+            lister = lambda: runtime.kube.list_core(kind, label)  # noqa: E731
+            return ObjectCache(lister, group, "v1", plural, {label: kopf.PRESENT}, index=owner_of, **kw)
 
-        self.pods = children("Pod", "", "pods")
-        self.services = children("Service", "", "services")
+        self.pods = children("Pod", "", "pods", keep=pod_essentials)
+        self.services = children("Service", "", "services", TRAINER_UID_LABEL)  # one per Trainer: no role
         self.claims = children("PersistentVolumeClaim", "", "persistentvolumeclaims")
         self.leases = children("Lease", "coordination.k8s.io", "leases")
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")

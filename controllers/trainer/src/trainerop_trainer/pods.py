@@ -1,4 +1,4 @@
-"""Pod and headless Service manifests for one replica (pure).
+"""Pod manifests of the replicas and the Trainer's headless Service, claims and runner identity (pure).
 
 Contributions from the other concerns are merged in a fixed order — profile, quota,
 checkpoint — and then the Trainer's own spec wins where the user set a field (docs/design/contributions.md).
@@ -17,6 +17,7 @@ from trainerop_common.contracts import (
     NODE_ANNOTATION,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    RUNNER_SERVICE_ACCOUNT,
     TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
 )
@@ -233,6 +234,8 @@ def pod_spec(
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "restartPolicy": "Never",  # the operator replaces failed pods itself, per its restart rules
+        "hostname": replica.name(owner.name),
+        "subdomain": owner.name,  # the Trainer's headless Service: DNS <hostname>.<trainer>
         "containers": [training_container(owner, spec, replica, merged, settings)],
     }
     target = rendezvous(owner.name, spec, replica)
@@ -249,7 +252,7 @@ def pod_spec(
     }
     out |= {k: v for k, v in placement.items() if v}
     # A concern may pick another identity; it then needs the runner's Lease permissions to beat.
-    out["serviceAccountName"] = merged.service_account_name or runner_name(owner.name)
+    out["serviceAccountName"] = merged.service_account_name or RUNNER_SERVICE_ACCOUNT
     return out
 
 
@@ -308,20 +311,16 @@ def claim_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[st
     }
 
 
-def runner_name(trainer: str) -> str:
-    """The ServiceAccount training pods run as: it may renew its own Trainer's Leases only."""
-    return f"{trainer}-runner"
-
-
-def runner_manifests(owner: Owner, lease_names: Sequence[str]) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding of the training pods (least privilege, docs/trainer.md): renew
-    their own Leases, report their own Trainer's checkpoints."""
-    name = runner_name(owner.name)
+def runner_manifests(namespace: str) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding of the training pods of a namespace (least privilege,
+    docs/trainer.md), made once per namespace and left with it: create and renew Leases and report
+    Checkpoints. Neither can be named in RBAC ahead of time, so the API server's admission policy
+    trainer-operator-runners holds each pod to its own Lease and its own Trainer's Checkpoints
+    (by the pod its token is bound to)."""
     meta = {
-        "name": name,
-        "namespace": owner.namespace,
-        "labels": {TRAINER_NAME_LABEL: owner.name},
-        "ownerReferences": [owner.reference()],
+        "name": RUNNER_SERVICE_ACCOUNT,
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/part-of": "trainer-operator", "app.kubernetes.io/managed-by": "trainer-operator"},
     }
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
@@ -330,14 +329,7 @@ def runner_manifests(owner: Owner, lease_names: Sequence[str]) -> list[dict[str,
             "kind": "Role",
             "metadata": meta,
             "rules": [
-                {
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "verbs": ["get", "patch"],
-                    "resourceNames": sorted(lease_names),
-                },
-                # Checkpoint names are made per step, so no resourceNames: the admission policy
-                # trainer-operator-checkpoint-reporters holds a runner to its own Trainer's checkpoints.
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
                 {"apiGroups": [GROUP], "resources": ["checkpoints"], "verbs": ["get", "create", "patch"]},
             ],
         },
@@ -345,33 +337,24 @@ def runner_manifests(owner: Owner, lease_names: Sequence[str]) -> list[dict[str,
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUNNER_SERVICE_ACCOUNT},
+            "subjects": [{"kind": "ServiceAccount", "name": RUNNER_SERVICE_ACCOUNT, "namespace": namespace}],
         },
     ]
 
 
-def lease_manifest(owner: Owner, replica: Replica) -> dict[str, Any]:
-    """The Lease a replica's heartbeats renew (named like its pod)."""
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": replica.name(owner.name),
-            "namespace": owner.namespace,
-            "labels": labels(owner, replica),
-            "ownerReferences": [owner.reference()],
-        },
-        "spec": {"holderIdentity": replica.name(owner.name)},
-    }
-
-
 def wait_for(address: str, settings: PodSettings) -> dict[str, Any]:
-    """An init container that waits, without failing, until ``address`` resolves: workers do
-    not crash-loop while the master's pod and DNS record come up. busybox's nslookup exits
-    non-zero when any search domain fails even if an earlier one answered (seen on the real node:
-    the short name resolved in the pod's namespace and the wait went on), so the answer decides."""
-    wait = f"until nslookup {address} | grep -q '^Name:'; do echo waiting for {address}; sleep 2; done"
+    """An init container that waits, without failing, until ``address`` (<pod>.<trainer>, a name
+    relative to the pod's namespace) resolves: workers do not crash-loop while the master's pod and
+    DNS record come up. Training code's resolver applies the pod's search domains to such a name;
+    busybox's nslookup does not to a name with a dot, so the wait asks for it under the first
+    search domain (<namespace>.svc.<cluster domain>, whatever the cluster's domain is). And it exits
+    non-zero when any search domain fails even if one answered, so the answer decides."""
+    domain = "$(sed -n 's/^search \\([^ ]*\\).*/\\1/p' /etc/resolv.conf)"
+    wait = (
+        f'name="{address}.{domain}"; '
+        f"until nslookup \"$name\" | grep -q '^Name:'; do echo waiting for {address}; sleep 2; done"
+    )
     return {
         "name": "wait-for-rendezvous",
         "image": settings.init_image,
@@ -381,22 +364,25 @@ def wait_for(address: str, settings: PodSettings) -> dict[str, Any]:
     }
 
 
-def service_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[str, Any]:
-    """A headless Service per replica: stable DNS <trainer>-<role>-<index>.<namespace>.svc."""
+def service_manifest(owner: Owner, spec: TrainerSpec) -> dict[str, Any]:
+    """The Trainer's one headless Service, named like it: with each pod's hostname and subdomain
+    it gives every replica a stable DNS name, <trainer>-<role>-<index>.<trainer>.<namespace>.svc
+    (:meth:`Replica.address`), ready or not (a rendezvous waits for it before the pods are ready)."""
     contract = CONTRACTS[spec.framework]
+    selector = {TRAINER_NAME_LABEL: owner.name, TRAINER_UID_LABEL: owner.uid}
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": replica.name(owner.name),
+            "name": owner.name,
             "namespace": owner.namespace,
-            "labels": labels(owner, replica),
+            "labels": dict(selector),
             "ownerReferences": [owner.reference()],
         },
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {k: v for k, v in labels(owner, replica).items() if k != TRAINER_UID_LABEL},
+            "selector": selector,
             "ports": [{"name": contract.port_name, "port": contract.port, "targetPort": contract.port}],
         },
     }

@@ -55,10 +55,9 @@ class Decision:
     requeue_after: float | None = None  # seconds until something is due (backoff, deadline, TTL)
     delete_trainer: bool = False  # ttlSecondsAfterFinished has passed
     force_delete: tuple[str, ...] = ()  # pods on lost nodes: no kubelet will confirm their deletion
-    create_leases: tuple[dict[str, Any], ...] = ()
     create_claims: tuple[dict[str, Any], ...] = ()
     delete_leases: tuple[str, ...] = ()
-    runner: tuple[dict[str, Any], ...] = ()  # the pods' identity, applied whenever pods are created
+    runner: tuple[dict[str, Any], ...] = ()  # the pods' identity in the namespace, for pods to create
 
 
 @dataclass(frozen=True)

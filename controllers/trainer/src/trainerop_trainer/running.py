@@ -10,7 +10,7 @@ from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event
 
-from .pods import claim_manifest, claim_name, lease_manifest, pin, pod_manifest, runner_manifests, service_manifest
+from .pods import claim_manifest, claim_name, pin, pod_manifest, runner_manifests, service_manifest
 from .policy import describe_failure, grant_of, placed_node
 from .run import Decision, Run, last_sign, next_due
 from .topology import Replica, replicas
@@ -195,9 +195,6 @@ def running(run: Run, waiting: Sequence[str]) -> Decision:
         status=run.status(phase, remaining, start, None, r.history),
         conditions=tuple(conditions(run, r, plan, waiting, phase, on)),
         create_pods=tuple(plan.create),
-        create_leases=tuple(
-            lease_manifest(owner, x) for x in plan.desired if x.name(owner.name) not in run.obs.leases and not waiting
-        ),
         delete_leases=tuple(sorted(name for name in run.obs.leases if name not in names)),
         # Claims stay when the run scales down (as a StatefulSet's do) and go with the Trainer.
         create_claims=tuple(
@@ -205,14 +202,12 @@ def running(run: Run, waiting: Sequence[str]) -> Decision:
             for x in plan.desired
             if run.spec.storage is not None and claim_name(owner, x) not in run.obs.claims and not waiting
         ),
-        runner=tuple(runner_manifests(owner, names)) if plan.create else (),
-        create_services=tuple(
-            service_manifest(owner, run.spec, x)
-            for x in ([] if waiting else plan.desired)
-            if x.name(owner.name) not in run.obs.services
-        ),
+        runner=tuple(runner_manifests(owner.namespace)) if plan.create else (),
+        create_services=() if waiting or owner.name in run.obs.services else (service_manifest(owner, run.spec),),
         delete_pods=tuple(sorted(r.names | set(surplus))),
-        delete_services=tuple(sorted(s for s in run.obs.services if s not in set(names))),
+        # A Service per replica is what earlier versions made: kept while its replica exists (its pods
+        # resolve the old names), gone with a scale-down.
+        delete_services=tuple(sorted(s for s in run.obs.services if s not in {owner.name, *names})),
         restarted=tuple(sorted(r.names)),
         force_delete=tuple(sorted((run.stranded & r.names) | run.stuck)),
         events=tuple(r.events + scaled_down(run, surplus)),

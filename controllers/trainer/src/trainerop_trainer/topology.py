@@ -46,8 +46,14 @@ class Replica:
     index: int
 
     def name(self, trainer: str) -> str:
-        """Pod and headless Service name: <trainer>-<role>-<index>, as Kubeflow names them."""
+        """Pod name and hostname: <trainer>-<role>-<index>, as Kubeflow names them."""
         return f"{trainer}-{self.role}-{self.index}"
+
+    def address(self, trainer: str) -> str:
+        """The replica's stable DNS name in its namespace: its hostname under the Trainer's one
+        headless Service, <trainer>-<role>-<index>.<trainer> (as JobSet and Kubeflow Trainer v2
+        name theirs)."""
+        return f"{self.name(trainer)}.{trainer}"
 
 
 def replicas(spec: TrainerSpec) -> list[Replica]:
@@ -57,10 +63,10 @@ def replicas(spec: TrainerSpec) -> list[Replica]:
 def rendezvous(trainer: str, spec: TrainerSpec, replica: Replica) -> str | None:
     """The address this replica must be able to resolve before it starts, if any."""
     if has_master(spec):
-        return Replica("master", 0).name(trainer) if replica.role != "master" else None
+        return Replica("master", 0).address(trainer) if replica.role != "master" else None
     if spec.framework in ("pytorch", "jax"):
         first = Replica("worker", 0)
-        return first.name(trainer) if replica != first else None
+        return first.address(trainer) if replica != first else None
     return None
 
 
@@ -69,8 +75,8 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
     counts = role_counts(spec)
     contract = CONTRACTS[spec.framework]
     port = str(contract.port)
-    master = Replica("master", 0).name(trainer)
-    worker0 = Replica("worker", 0).name(trainer)
+    master = Replica("master", 0).address(trainer)
+    worker0 = Replica("worker", 0).address(trainer)
     total = sum(counts.values())
     rank = replica.index + (1 if replica.role == "worker" and counts["master"] else 0)
     if spec.framework == "pytorch":
@@ -99,7 +105,7 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
         if total <= 1:
             return {}
         cluster = {
-            role: [f"{Replica(role, i).name(trainer)}.{namespace}.svc:{port}" for i in range(n)]
+            role: [f"{Replica(role, i).address(trainer)}.{namespace}.svc:{port}" for i in range(n)]
             for role, n in sorted(counts.items())
             if n
         }
@@ -123,7 +129,7 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
         }
         if total > 1:
             env["WORKER_PORT"] = port
-            env["WORKER_ADDRS"] = ",".join(Replica("worker", i).name(trainer) for i in range(counts["worker"]))
+            env["WORKER_ADDRS"] = ",".join(Replica("worker", i).address(trainer) for i in range(counts["worker"]))
         return env
     return {}
 

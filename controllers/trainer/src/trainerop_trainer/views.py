@@ -139,6 +139,14 @@ def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(TRAINER_NAME_LABEL, "")))
 
 
+def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
+    """What the trainer holds of each of its pods: metadata, node and status (:func:`pod_view`),
+    not the spec it wrote itself (the env alone is most of a pod)."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    node = (body.get("spec") or {}).get("nodeName")
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": body.get("status")}
+
+
 def lease_view(body: dict[str, Any]) -> LeaseView:
     annotations = body["metadata"].get("annotations") or {}
 

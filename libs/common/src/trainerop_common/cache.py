@@ -15,9 +15,20 @@ if TYPE_CHECKING:
 Key = tuple[str, str]
 
 
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without what no decision reads and every object carries: the field managers'
+    record (often the largest part of a small object). The original is not changed."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 class ObjectCache:
     """Objects of one resource (optionally only those with ``labels``), keyed by namespace/name,
-    optionally also grouped by ``index(obj)`` so a reconcile need not scan every object."""
+    optionally also grouped by ``index(obj)`` so a reconcile need not scan every object. Each is
+    held as ``keep(obj)`` (default :func:`slim`): a cache of thousands of pods holds only the fields
+    its controller reads."""
 
     def __init__(
         self,
@@ -27,9 +38,11 @@ class ObjectCache:
         plural: str,
         labels: Mapping[str, Any] | None = None,
         index: Callable[[Mapping[str, Any]], Hashable] | None = None,
+        keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self._lister = lister
         self._index = index
+        self._keep = keep or slim  # what of each object is held: only what the decisions read
         self._groups: dict[Hashable, dict[Key, dict[str, Any]]] = {}
         self._resource = (group, version, plural)
         self._labels = labels
@@ -90,6 +103,7 @@ class ObjectCache:
 
     def _put(self, key: Key, obj: dict[str, Any]) -> None:
         self._drop(key)
+        obj = self._keep(obj)
         self.items[key] = obj
         if self._index is not None:
             self._groups.setdefault(self._index(obj), {})[key] = obj

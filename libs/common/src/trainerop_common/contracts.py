@@ -27,6 +27,7 @@ __all__ = [
     "OPERATOR_ENV",
     "REPLICA_INDEX_LABEL",
     "REPLICA_TYPE_LABEL",
+    "RUNNER_SERVICE_ACCOUNT",
     "STEP_ANNOTATION",
     "TRAINER_NAME_LABEL",
     "TRAINER_UID_LABEL",
@@ -43,6 +44,10 @@ TRAINING_CONTAINER = {
     "xgboost": "xgboost",
     "generic": "trainer",
 }
+
+
+# The ServiceAccount training pods run as, one per namespace (made by the trainer controller).
+RUNNER_SERVICE_ACCOUNT = "trainer-operator-runner"
 
 
 # The concerns beside the trainer, and the condition type each owns (the status protocol,

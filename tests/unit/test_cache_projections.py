@@ -1,0 +1,121 @@
+"""What the caches hold of each object: only what the decisions read. A projection must give every
+view the same answer as the whole object (a table of pods as the API server returns them)."""
+
+import copy
+from typing import Any
+
+import pytest
+
+from trainerop_common.cache import ObjectCache, slim
+from trainerop_quota.views import pod_essentials as quota_keeps
+from trainerop_quota.views import pod_info
+from trainerop_trainer.views import owner_of, pod_view
+from trainerop_trainer.views import pod_essentials as trainer_keeps
+
+MANAGED = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {"f:phase": {}}}}]
+
+
+def pod(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "t-worker-1",
+            "namespace": "ns",
+            "uid": "u1",
+            "labels": {
+                "trainer-name": "t",
+                "trainer.operator.kubeflow.org/replica-type": "worker",
+                "trainer.operator.kubeflow.org/replica-index": "1",
+                "trainer.operator.kubeflow.org/trainer-uid": "tu",
+                "team": "vision",
+            },
+            "annotations": {
+                "trainer.operator.kubeflow.org/admission": "a1",
+                "trainer.operator.kubeflow.org/node": "n1",
+                "kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 2000 + "}",
+            },
+            "ownerReferences": [{"kind": "Trainer", "name": "t", "uid": "tu", "controller": True}],
+            "managedFields": MANAGED,
+        },
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {
+                    "name": "trainer",
+                    "env": [{"name": f"V{i}", "value": "x" * 50} for i in range(30)],
+                    "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"nvidia.com/gpu": "8"}},
+                },
+                {"name": "sidecar", "resources": {"limits": {"cpu": "500m"}}},
+            ],
+            "initContainers": [{"name": "wait", "resources": {"requests": {"cpu": "4"}}}],
+            "overhead": {"memory": "100Mi"},
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "trainer", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+            ],
+        },
+    }
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = body
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return body
+
+
+PODS = {
+    "running": pod(),
+    "succeeded": pod(status__phase="Succeeded"),
+    "failed with an exit code": pod(
+        status__phase="Failed",
+        status__containerStatuses=[
+            {"name": "trainer", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+        ],
+    ),
+    "deleting": pod(metadata__deletionTimestamp="2026-01-01T00:01:00Z"),
+    "pending, unscheduled": pod(spec__nodeName=None, status__phase="Pending"),
+    "another team's pod": pod(metadata__labels={"app": "web"}, metadata__annotations=None, spec__initContainers=None),
+    "no status yet": pod(status=None),
+}
+
+
+@pytest.mark.parametrize("body", PODS.values(), ids=PODS.keys())
+def test_the_quota_plan_sees_the_same_pod(body: dict[str, Any]) -> None:
+    kept = quota_keeps(copy.deepcopy(body))
+    assert pod_info(kept) == pod_info(body)
+    assert len(repr(kept)) < len(repr(body)) / 4  # env, managedFields, annotations and status gone
+
+
+@pytest.mark.parametrize("body", PODS.values(), ids=PODS.keys())
+def test_the_trainer_sees_the_same_pod(body: dict[str, Any]) -> None:
+    kept = trainer_keeps(copy.deepcopy(body))
+    assert pod_view(kept, "trainer") == pod_view(body, "trainer")
+    assert owner_of(kept) == owner_of(body)
+    assert kept["metadata"]["ownerReferences"] == body["metadata"]["ownerReferences"]  # which Trainer's it is
+    assert "managedFields" not in kept["metadata"]
+    assert "containers" not in kept["spec"]
+
+
+def test_slim_drops_the_field_managers_record_and_leaves_the_object_alone() -> None:
+    body = pod()
+    slimmed = slim(body)
+    assert "managedFields" not in slimmed["metadata"]
+    assert body["metadata"]["managedFields"] == MANAGED  # the watch's own object is not changed
+    assert {k: v for k, v in body["metadata"].items() if k != "managedFields"} == slimmed["metadata"]
+    assert slim({"metadata": {"name": "x"}}) == {"metadata": {"name": "x"}}
+
+
+async def test_a_cache_holds_what_its_controller_keeps() -> None:
+    async def lister() -> list[dict[str, Any]]:
+        return [pod()]
+
+    held = ObjectCache(lister, "", "v1", "pods", keep=trainer_keeps, index=owner_of)
+    (cached,) = await held.grouped(("ns", "t"))
+    assert cached == trainer_keeps(pod())
+    by_default = ObjectCache(lister, "", "v1", "pods")
+    assert await by_default.values() == [slim(pod())]
