@@ -115,16 +115,16 @@ class Timeline:
         self._stop.set()
 
 
-def in_parallel(call: Callable[[Any], object], items: list[Any]) -> float:
-    """``call`` on every item, CREATORS at a time; the monotonic time it started."""
+def in_parallel(call: Callable[[Any], object], items: list[Any], at_once: int = CREATORS) -> float:
+    """``call`` on every item, ``at_once`` at a time; the monotonic time it started."""
     t0 = time.monotonic()
-    with ThreadPoolExecutor(CREATORS) as pool:
+    with ThreadPoolExecutor(at_once) as pool:
         list(pool.map(call, items))
     return t0
 
 
-def create_all(client: Client, objects: list[Any]) -> float:
-    return in_parallel(client.create, objects)
+def create_all(client: Client, objects: list[Any], at_once: int = CREATORS) -> float:
+    return in_parallel(client.create, objects, at_once)
 
 
 def spread(values: list[float]) -> dict[str, float]:

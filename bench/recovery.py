@@ -102,6 +102,10 @@ def spot_losses(c: Cluster, client: Client, namespace: str, losses: int) -> dict
             pods.stop()
             client.delete(TRAINER, name, namespace=namespace)
             restore(c, node)
+            # The next loss starts from a fresh run: this one's pods (on-demand now) hold the room it
+            # needs until the garbage collector has removed them.
+            left = functools.partial(lambda n: not pods_of(c, namespace, n), name)
+            eventually(left, timeout=300, what=f"the pods of {name} to go")
     finally:
         c.kubectl("delete", "quotapolicy", policy["metadata"]["name"], "--ignore-not-found")
     return {
@@ -119,9 +123,17 @@ def spot_node_names() -> set[str]:
     return {n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(label) == "spot"}
 
 
+def pods_of(c: Cluster, namespace: str, trainer: str) -> list[dict[str, Any]]:
+    selector = f"trainer-name={trainer}"
+    items: list[dict[str, Any]] = json.loads(c.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json"))[
+        "items"
+    ]
+    return items
+
+
 def on_spot(c: Cluster, namespace: str, trainer: str) -> list[dict[str, Any]]:
     """The Trainer's running pods on spot nodes."""
-    pods = json.loads(c.kubectl("get", "pods", "-n", namespace, "-l", f"trainer-name={trainer}", "-o", "json"))["items"]
+    pods = pods_of(c, namespace, trainer)
     return [
         p
         for p in pods

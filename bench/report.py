@@ -10,7 +10,8 @@ def _row(*cells: Any) -> str:
 
 
 def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if b else "-"
+    """a / b, or '-' when either is missing."""
+    return f"{a / b:.2f}" if a and b else "-"
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -22,13 +23,15 @@ def markdown(r: dict[str, Any]) -> str:
         f"Local cluster (testbed/cluster.py: etcd, kube-apiserver, scheduler, controller-manager, kwok) with "
         f"{s['kwok_nodes']} kwok nodes; controllers as local processes; {s['concurrent_creates']} concurrent creates; "
         f"resync {s['resync_seconds']} s; restart backoff {s['restart_backoff_seconds']} s; "
-        f"the controllers' client rate limit {s.get('controller_qps', 20)} requests/s. "
+        f"the controllers' client rate limit {s.get('controller_qps', 20)} requests/s "
+        f"(burst {s.get('controller_burst', 40)}). "
         "Times in seconds from the first create request, seen on watches (sub-second).",
         "",
         "## Throughput against the ceiling",
         "",
-        "The ceiling: a plain client creating the same pods and Services (copied from what the operator made) "
-        "with no operator.",
+        "The ceiling: a plain client creating the same pods and Services (copied from what the operator made), "
+        "unthrottled, with every controller stopped; 'of the ceiling' is the ceiling's time over ours (1: as fast "
+        "as the plain client).",
         "",
         _row(
             "N Trainers",
@@ -38,8 +41,8 @@ def markdown(r: dict[str, Any]) -> str:
             "all Trainers Running",
             "ceiling: all pods created",
             "all pods running",
-            "ratio created",
-            "ratio running",
+            "of the ceiling: created",
+            "running",
         ),
         _row(*["---"] * 9),
     ]
@@ -54,8 +57,8 @@ def markdown(r: dict[str, Any]) -> str:
                 o["all_trainers_running_seconds"],
                 c["all_pods_created_seconds"],
                 c["all_pods_running_seconds"],
-                _ratio(o["all_pods_created_seconds"], c["all_pods_created_seconds"]),
-                _ratio(o["all_pods_running_seconds"], c["all_pods_running_seconds"]),
+                _ratio(c["all_pods_created_seconds"], o["all_pods_created_seconds"]),
+                _ratio(c["all_pods_running_seconds"], o["all_pods_running_seconds"]),
             )
         )
     kf = r.get("kubeflow") or {}
@@ -69,22 +72,27 @@ def markdown(r: dict[str, Any]) -> str:
                 "all pods created",
                 "all pods running",
                 "all jobs Running",
-                "ratio running vs ceiling",
+                "of the ceiling: running",
+                "ours faster: created",
+                "running",
                 "memory MiB",
                 "writes per job to Running",
                 "409s",
             ),
-            _row(*["---"] * 8),
+            _row(*["---"] * 10),
         ]
         for n, k in kf.items():
             ceiling = r.get("throughput", {}).get(n, {}).get("ceiling", {})
+            ours = r.get("throughput", {}).get(n, {}).get("operator", {})
             lines.append(
                 _row(
                     n,
                     k["all_pods_created_seconds"],
                     k["all_pods_running_seconds"],
                     k["all_jobs_running_seconds"],
-                    _ratio(k["all_pods_running_seconds"], ceiling.get("all_pods_running_seconds", 0)),
+                    _ratio(ceiling.get("all_pods_running_seconds", 0), k["all_pods_running_seconds"]),
+                    _ratio(k["all_pods_created_seconds"], ours.get("all_pods_created_seconds", 0)),
+                    _ratio(k["all_pods_running_seconds"], ours.get("all_pods_running_seconds", 0)),
                     k["memory_mib"],
                     k["writes_to_running_per_job"],
                     k["conflicts_409"],
@@ -129,6 +137,24 @@ def markdown(r: dict[str, Any]) -> str:
                 o["conflicts_409"],
             )
         )
+    for n in sizes:
+        by_controller = r["throughput"][n]["operator"].get("status_writes_to_running_per_trainer")
+        if by_controller:
+            lines += [
+                "",
+                f"Status writes per Trainer to Running by controller (N = {n}): "
+                + ", ".join(f"{k} {v}" for k, v in by_controller.items()),
+            ]
+    for n in sizes:
+        sweep = r["throughput"][n]["ceiling"].get("sweep")
+        if sweep:
+            lines += [
+                "",
+                f"Ceiling sweep (N = {n}), requests in flight: all pods created / all running (s): "
+                + ", ".join(
+                    f"{k}: {v['all_pods_created_seconds']} / {v['all_pods_running_seconds']}" for k, v in sweep.items()
+                ),
+            ]
     if sizes:
         last = r["throughput"][sizes[-1]]["operator"]["writes_by_resource"]
         lines += [

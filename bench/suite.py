@@ -30,32 +30,52 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
 from bench import kubeflow, recovery
-from bench.measure import Profile, machine, resident_mib
+from bench.measure import CREATORS, Profile, machine, resident_mib
 from bench.report import markdown
 from bench.setup import operator_running, scratch_namespace
 from bench.throughput import ceiling_run, operator_run
 from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.harness import Cluster, eventually
+from trainerop_common.config import ControllerConfig
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-KEEP = not os.environ.get("KUBECONFIG")  # the suite's own cluster goes as a whole at the end
+DEFAULTS = ControllerConfig(controller="bench")  # the controllers' own flag defaults
+# The controllers' environment (--restart-backoff-seconds 0: the recovery figures are their
+# reaction, not the deliberate backoff; --qps/--burst when given).
+CONTROLLER_ENV = {"TRAINEROP_RESTART_BACKOFF_SECONDS": "0"}
 
 
 def gone(c: Cluster, namespace: str) -> None:
-    """Wait for a namespace's deletion before the next measurement (nothing to wait for when the
-    namespaces are left to the suite's own cluster's teardown)."""
-    if not KEEP:
-        eventually(lambda: namespace not in c.names("namespaces"), timeout=1800, what=f"namespace {namespace} to go")
+    """Wait for a namespace's deletion before the next measurement: each phase starts on a cluster
+    that has settled, without the objects of the one before."""
+    eventually(lambda: namespace not in c.names("namespaces"), timeout=1800, what=f"namespace {namespace} to go")
 
 
 def scratch(c: Cluster, prefix: str) -> Any:
-    return scratch_namespace(c, prefix, delete=not KEEP)
+    return scratch_namespace(c, prefix)
 
 
-def throughput(c: Cluster, client: Client, n: int, workers: int, profile_to: Path | None) -> dict[str, Any]:
+def ceiling(c: Cluster, client: Client, source: str, n: int, workers: int, levels: list[int]) -> dict[str, Any]:
+    """The ceiling at each concurrency of ``levels`` (the sweep), with every controller stopped; the
+    best of them is the ceiling."""
+    localdev.stop()  # no operator sees or answers anything while the ceiling is measured
+    sweep = {}
+    try:
+        for level in levels:
+            print(f"== ceiling: the same pods and Services from a plain client, {level} at once", file=sys.stderr)
+            with scratch(c, f"bench-plain{n}-{level}") as plain_ns:
+                sweep[level] = ceiling_run(c, client, source, plain_ns, n, workers, level)
+            gone(c, plain_ns)
+    finally:
+        localdev.start(extra_env=CONTROLLER_ENV)
+    best = min(sweep.values(), key=lambda r: float(r["all_pods_created_seconds"]))
+    return {**best, "sweep": {str(k): v for k, v in sweep.items()}}
+
+
+def throughput(
+    c: Cluster, client: Client, n: int, workers: int, profile_to: Path | None, levels: list[int]
+) -> dict[str, Any]:
     print(f"== throughput: {n} Trainers x {workers} workers", file=sys.stderr, flush=True)
     profile: list[Profile] = []
 
@@ -67,12 +87,9 @@ def throughput(c: Cluster, client: Client, n: int, workers: int, profile_to: Pat
     with scratch(c, f"bench-op{n}") as op_ns:
         operator = operator_run(c, client, op_ns, n, workers, during=start_profile)
         hot = profile[0].summary() if profile else None
-        print("== ceiling: the same pods and Services from a plain client", file=sys.stderr, flush=True)
-        with scratch(c, f"bench-plain{n}") as plain_ns:
-            ceiling = ceiling_run(c, client, op_ns, plain_ns, n, workers)
+        top = ceiling(c, client, op_ns, n, workers, levels)
     gone(c, op_ns)
-    gone(c, plain_ns)
-    out = {"operator": operator, "ceiling": ceiling}
+    out = {"operator": operator, "ceiling": top}
     if hot is not None:
         out["trainer_controller_profile"] = hot
     return out
@@ -88,7 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spot-losses", type=int, default=5)
     p.add_argument("--nodes", type=int, default=100, help="kwok nodes when the suite starts the local cluster")
     p.add_argument("--kubeflow", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--qps", type=float, default=0, help="the controllers' client rate limit (default: theirs, 20)")
+    p.add_argument("--qps", type=float, default=0, help="the controllers' client rate limit (default: theirs)")
+    p.add_argument("--burst", type=int, default=0, help="the controllers' client burst (default: 2 x --qps)")
+    p.add_argument(
+        "--ceiling-concurrency",
+        default="4,8,16,32",
+        help="the plain client's requests in flight to sweep (comma-separated) at the smallest N; "
+        "larger N use the best of them",
+    )
     p.add_argument("--phases", default="throughput,recovery,kubeflow", help="the parts to run, comma-separated")
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
@@ -110,10 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             "kwok_nodes": args.nodes if not os.environ.get("KUBECONFIG") else "the cluster's",
             "workers_per_trainer": args.workers,
-            "concurrent_creates": 8,
+            "concurrent_creates": CREATORS,
             "resync_seconds": 60,
             "restart_backoff_seconds": 0,
-            "controller_qps": args.qps or 20,
+            "controller_qps": args.qps or DEFAULTS.qps,
+            "controller_burst": args.burst or (int(2 * args.qps) if args.qps else DEFAULTS.burst),
         },
     }
 
@@ -122,16 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"{args.label}.json").write_text(json.dumps(results, indent=1) + "\n")
 
     phases = set(args.phases.split(","))
-    env = {"TRAINEROP_RESTART_BACKOFF_SECONDS": "0"}
+    env = CONTROLLER_ENV
     if args.qps:
-        env |= {"TRAINEROP_QPS": str(args.qps), "TRAINEROP_BURST": str(int(2 * args.qps))}
+        env.update(TRAINEROP_QPS=str(args.qps), TRAINEROP_BURST=str(args.burst or int(2 * args.qps)))
     with operator_running(extra_env=env) as c:
         client = Client(KubeConfig.from_file(str(c.kubeconfig)), field_manager="bench")
         results["memory_idle_mib"] = resident_mib(c)
         results["throughput"] = {}
+        levels = [int(x) for x in args.ceiling_concurrency.split(",") if x]
         for n in sizes if "throughput" in phases else ():
             profile = args.out / f"{args.label}-profile-{n}.txt" if args.profile and n == max(sizes) else None
-            results["throughput"][str(n)] = throughput(c, client, n, args.workers, profile)
+            results["throughput"][str(n)] = result = throughput(c, client, n, args.workers, profile, levels)
+            levels = [int(result["ceiling"]["concurrency"])]  # the sweep's best for the larger sizes
             save()
         if "recovery" in phases:
             print("== recovery", file=sys.stderr, flush=True)

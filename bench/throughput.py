@@ -49,14 +49,18 @@ def bench_trainer(name: str, workers: int, namespace: str | None = None) -> Obj:
     }
 
 
-def status_writes(c: Cluster, outcome: str) -> float:
-    """The controllers' status writes (or skipped ones) so far; a busy controller may take a while
-    to answer its /metrics."""
+def status_writes_by_controller(c: Cluster, outcome: str) -> dict[str, float]:
+    """Each controller's status writes (or skipped ones) so far; a busy controller may take a
+    while to answer its /metrics."""
     labels = {"kind": "Trainer", "outcome": outcome}
-    return sum(
-        c.metric(ctl, "operator_status_writes_total", labels | {"controller": ctl}, timeout=60)
+    return {
+        ctl: c.metric(ctl, "operator_status_writes_total", labels | {"controller": ctl}, timeout=60)
         for ctl in CONTROLLERS_WRITING_STATUS
-    )
+    }
+
+
+def status_writes(c: Cluster, outcome: str) -> float:
+    return sum(status_writes_by_controller(c, outcome).values())
 
 
 def settled(c: Cluster, since: Requests, quiet_seconds: float = 3, limit: float = 120) -> Requests:
@@ -79,6 +83,7 @@ def operator_run(
     pods = Timeline(client, Pod, namespace, running)
     trainers = Timeline(client, TRAINER, namespace, running)
     before = api_requests(c)
+    written_before = status_writes_by_controller(c, "written")
     t0 = create_all(client, [TRAINER.from_dict(bench_trainer(f"t{i:04d}", workers, namespace)) for i in range(count)])
     during()
     created = pods.wait(count * workers, "operator: pods created", ready=False)
@@ -97,6 +102,10 @@ def operator_run(
     to_running = writes(before, at_running)
     to_running["trainers POST"] -= count  # the user's own creates
     result["writes_to_running_per_trainer"] = round(sum(to_running.values()) / count, 1)
+    written = status_writes_by_controller(c, "written")
+    result["status_writes_to_running_per_trainer"] = {
+        ctl: round((written[ctl] - written_before[ctl]) / count, 2) for ctl in CONTROLLERS_WRITING_STATUS
+    }
 
     # A no-op resync: every controller reconciles every Trainer (resync every 60 s here) and has
     # nothing to write; measured over one full round of all five controllers, once the writes that
@@ -159,19 +168,23 @@ def plain_copy(obj: Obj, namespace: str) -> Obj:
     return out
 
 
-def ceiling_run(c: Cluster, client: Client, source: str, namespace: str, count: int, workers: int) -> dict[str, Any]:
-    """The operator's pods and Services, created by a plain client (CREATORS at a time) with no operator."""
+def ceiling_run(
+    c: Cluster, client: Client, source: str, namespace: str, count: int, workers: int, at_once: int
+) -> dict[str, Any]:
+    """The operator's pods and Services, created by a plain client (``at_once`` requests in
+    flight, unthrottled) with no operator."""
     services = [plain_copy(s.to_dict(), namespace) for s in client.list(Service, namespace=source)]
     pods = [plain_copy(p.to_dict(), namespace) for p in client.list(Pod, namespace=source)]
     objects = [Service.from_dict(s) for s in services] + [Pod.from_dict(p) for p in pods]
     timeline = Timeline(client, Pod, namespace, running)
-    t0 = create_all(client, objects)
+    t0 = create_all(client, objects, at_once)
     created = timeline.wait(len(pods), "ceiling: pods created", ready=False)
     all_running = timeline.wait(len(pods), "ceiling: pods running")
     timeline.stop()
     return {
         "pods": len(pods),
         "services": len(services),
+        "concurrency": at_once,
         "all_pods_created_seconds": round(created - t0, 2),
         "all_pods_running_seconds": round(all_running - t0, 2),
     }

@@ -1,6 +1,7 @@
 """The trainer's decision core, table by table (gates: docs/design/status-protocol.md; failures: docs/trainer.md)."""
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,7 +11,15 @@ from tests.factories import trainer_spec
 from trainerop_common.api.base import Condition, Contribution
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.contracts import REPLICA_TYPE_LABEL
-from trainerop_trainer.decide import Decision, Observed, PodView, RestartBackoff, decide, effective_run_policy
+from trainerop_trainer.decide import (
+    Decision,
+    Observed,
+    PodView,
+    RestartBackoff,
+    decide,
+    effective_run_policy,
+    once_created,
+)
 from trainerop_trainer.pods import Owner
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
@@ -56,7 +65,7 @@ def running(s: TrainerSpec) -> list[PodView]:
     ]
 
 
-def observe(
+def observed(
     s: TrainerSpec,
     pods: Sequence[PodView] = (),
     conditions: Sequence[Condition] = OPEN,
@@ -65,22 +74,24 @@ def observe(
     services: Sequence[str] | None = None,
     lost_nodes: dict[str, str] | None = None,
     contributions: dict[str, Any] | None = None,
-) -> Decision:
+) -> Observed:
     names = ({"t"} if pods else set()) if services is None else set(services)  # the Trainer's Service
-    return decide(
-        Observed(
-            owner=Owner("t", "ns", "uid", generation),
-            spec=s,
-            status=TrainerStatus.model_validate(status or {}),
-            conditions=conditions,
-            gates=GATES,
-            now=NOW,
-            pods=pods,
-            services=frozenset(names),
-            lost_nodes=lost_nodes or {},
-            contributions={k: Contribution.model_validate(v) for k, v in (contributions or {}).items()},
-        )
+    return Observed(
+        owner=Owner("t", "ns", "uid", generation),
+        spec=s,
+        status=TrainerStatus.model_validate(status or {}),
+        conditions=conditions,
+        gates=GATES,
+        now=NOW,
+        pods=pods,
+        services=frozenset(names),
+        lost_nodes=lost_nodes or {},
+        contributions={k: Contribution.model_validate(v) for k, v in (contributions or {}).items()},
     )
+
+
+def observe(s: TrainerSpec, pods: Sequence[PodView] = (), **kw: Any) -> Decision:
+    return decide(observed(s, pods, **kw))
 
 
 def by_type(d: Decision) -> dict[str, Any]:
@@ -214,18 +225,20 @@ def test_what_the_run_is_and_what_the_trainer_does(
 @pytest.mark.parametrize(
     ("conditions", "message_parts"),
     [
-        ([], ["ProfileResolved (not yet reported for generation 1)", "QuotaAdmitted (not yet reported"]),
+        ([], ["waiting for the gates' answers for generation 1 (ProfileResolved, QuotaAdmitted)"]),
         (
             [cond("ProfileResolved", "True", generation=0), cond("QuotaAdmitted", "True")],
-            ["ProfileResolved (not yet reported for generation 1)"],
+            ["the gates' answers for generation 1 (ProfileResolved, QuotaAdmitted)"],
         ),
         (
             [cond("ProfileResolved", "False", "ProfileNotFound", message="create it"), cond("QuotaAdmitted", "True")],
-            ["ProfileResolved (ProfileNotFound: create it)"],
+            ["waiting for ProfileResolved (ProfileNotFound: create it)"],
         ),
     ],
 )
 def test_closed_gates_create_nothing_and_say_why(conditions: list[Condition], message_parts: list[str]) -> None:
+    """The message says which gate answered no and why; gates that have not answered yet are one
+    line naming them all, the same while the answers come in (no status write as each opens)."""
     d = observe(spec(), conditions=conditions)
     assert d.create_pods == ()
     assert d.create_services == ()
@@ -233,6 +246,9 @@ def test_closed_gates_create_nothing_and_say_why(conditions: list[Condition], me
     assert (created.status, created.reason) == ("False", "WaitingForGates")
     for part in message_parts:
         assert part in created.message
+    if not conditions:  # one gate answering yes changes nothing the trainer writes
+        opened = observe(spec(), conditions=[cond("ProfileResolved", "True")])
+        assert by_type(opened)["Created"].message == created.message
     assert d.status["phase"] == "Pending"
 
 
@@ -245,6 +261,22 @@ def test_open_gates_create_every_pod_and_the_service() -> None:
     }
     assert by_type(d)["Created"].reason == "CreatingPods"
     assert d.status["topology"]["replicas"]["worker"]["desired"] == 4
+
+
+def test_the_status_written_with_the_creates_says_the_pods_exist() -> None:
+    """Pods are created before the status is written: one write says they were (not "creating",
+    then one more once the watch delivers them)."""
+    new = observed(spec())
+    d = once_created(new, decide(new))
+    assert len(d.create_pods) == 5 and d.create_services == decide(new).create_services  # noqa: PT018
+    assert (by_type(d)["Created"].status, by_type(d)["Created"].reason) == ("True", "PodsCreated")
+    assert d.status["phase"] == "Pending"
+    assert d.status["topology"]["replicas"]["worker"]["active"] == 4
+    # After a restart the status carries the new failure history: left as decided.
+    restart = replace(decide(new), restarted=("t-worker-0",))
+    assert once_created(new, restart) is restart
+    idle = observed(spec(), running(spec()))
+    assert once_created(idle, decide(idle)) == decide(idle)
 
 
 def test_all_pods_running_is_running_with_a_start_time() -> None:

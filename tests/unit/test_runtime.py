@@ -413,3 +413,35 @@ async def test_a_trainer_gone_before_its_status_write_gets_no_work_after_it() ->
     await rt.reconcile(BODY)
     assert ran == []
     assert not rt.has_pending_retry(("ns", "t"))
+
+
+async def test_events_during_a_reconcile_make_one_more_on_the_latest_state() -> None:
+    """A burst of watch events for one object while it is reconciled: one reconcile in flight, and
+    one more afterwards on the newest body, not one per event."""
+    from trainerop_common.workqueue import Tasks, WorkQueue
+
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def work(body: Body) -> None:
+        seen.append(body["metadata"]["resourceVersion"])
+        if len(seen) == 1:
+            await release.wait()
+
+    queue = WorkQueue(Tasks(), work)
+    key = ("ns", "t")
+
+    def event(version: int) -> None:
+        queue.seen({"metadata": {"namespace": "ns", "name": "t", "uid": "u", "resourceVersion": str(version)}})
+
+    event(1)
+    first = asyncio.create_task(queue.process(key))
+    await asyncio.sleep(0)
+    for version in range(2, 7):
+        event(version)
+        await queue.process(key)  # returns at once: marked for one more run
+    assert queue.depth == 1
+    release.set()
+    await first
+    assert seen == ["1", "6"]
+    assert queue.depth == 0

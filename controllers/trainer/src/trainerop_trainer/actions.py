@@ -2,7 +2,10 @@
 claims and the Service, then pods, then deletions (a replacement can only be created once its
 predecessor is gone), each step's requests concurrently."""
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from lightkube import ApiError
@@ -17,6 +20,18 @@ from .pods import Owner
 from .views import PodView
 
 PODS_CREATED = Counter("trainer_pods_created_total", "Training pods created.", ["role"])
+# How long a created pod the watch has not delivered counts as existing (a watch delivers it in
+# well under a second; past this the next reconcile trusts the cache again).
+EXPECTATION_TIMEOUT = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class Expected:
+    owner_uid: str
+    pod: dict[str, Any]
+    until: datetime
+
+
 RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retryable failure.", ["role"])
 
 
@@ -26,33 +41,50 @@ class Actions:
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self.deleted: set[str] = set()
+        # Pods this process created (or found existing) that the watch has not delivered yet, by
+        # (namespace, name): counted as existing, so a reconcile in between creates none twice.
+        self.expected: dict[tuple[str, str], Expected] = {}
         self._runners: set[str] = set()  # namespaces whose runner identity this process applied
+        self._runner_locks: dict[str, asyncio.Lock] = {}
 
     async def carry_out(self, body: Body, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> bool:
         """Create and delete what the decision says; whether the API server refused something (an
         Event said what; the rest was carried out)."""
         await self._runner(owner.namespace, decision.runner)
         made = await bounded(self._create(body, obj) for obj in (*decision.create_claims, *decision.create_services))
-        refused = None in made
-        pods_made = await bounded(self._create(body, pod) for pod in decision.create_pods)
-        created = [pod for pod, ok in zip(decision.create_pods, pods_made, strict=True) if ok]
-        for pod in created:
-            PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
-        if None in pods_made:  # e.g. the runner ServiceAccount was deleted: apply it again next time
-            refused = True
-            self._runners.discard(owner.namespace)
-        if created:
-            self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in created))
+        refused = await self._create_pods(body, owner, decision.create_pods) or None in made
         await self._delete(owner, decision, {p.name: p for p in pods})
         return refused
 
+    async def _create_pods(self, body: Body, owner: Owner, pods: Sequence[dict[str, Any]]) -> bool:
+        """Create the pods together; whether one was refused. Each created (or found existing) is
+        expected until the watch delivers it."""
+        made = await bounded(self._create(body, pod) for pod in pods)
+        until = self.rt.clock.now() + EXPECTATION_TIMEOUT
+        for pod, outcome in zip(pods, made, strict=True):
+            if outcome is not None:
+                self.expected[(owner.namespace, pod["metadata"]["name"])] = Expected(owner.uid, pod, until)
+        created = [pod for pod, outcome in zip(pods, made, strict=True) if outcome]
+        for pod in created:
+            PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
+        if created:
+            self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in created))
+        if None in made:  # e.g. the runner ServiceAccount was deleted: apply it again next time
+            self._runners.discard(owner.namespace)
+            return True
+        return False
+
     async def _runner(self, namespace: str, runner: Sequence[dict[str, Any]]) -> None:
         """The pods' ServiceAccount, Role and RoleBinding: applied once per namespace by this
-        process (server-side apply: the same again after a restart), not per Trainer."""
-        if runner and namespace not in self._runners:
-            for obj in runner:
-                await self.rt.kube.apply_core(obj)
-            self._runners.add(namespace)
+        process (server-side apply: the same again after a restart), not per Trainer; the
+        Trainers of a namespace reconciled together wait for one apply."""
+        if not runner or namespace in self._runners:
+            return
+        async with self._runner_locks.setdefault(namespace, asyncio.Lock()):
+            if namespace not in self._runners:
+                for obj in runner:
+                    await self.rt.kube.apply_core(obj)
+                self._runners.add(namespace)
 
     async def _create(self, body: Body, obj: dict[str, Any]) -> bool | None:
         """Create one object: whether it was created (False: it exists, or its namespace is going
@@ -82,6 +114,19 @@ class Actions:
             ("Lease", name) for name in decision.delete_leases
         ]
         await bounded(kube.delete_core(kind, ns, name) for kind, name in others)
+
+    def expected_pods(self, owner: Owner, cached: Set[str]) -> list[dict[str, Any]]:
+        """The manifests of ``owner``'s pods created but not among the ``cached`` names yet;
+        expectations met (the pod is cached) or past EXPECTATION_TIMEOUT are forgotten."""
+        now = self.rt.clock.now()
+
+        def ours(key: tuple[str, str], expected: Expected) -> bool:
+            return key[0] == owner.namespace and expected.owner_uid == owner.uid
+
+        for key, expected in list(self.expected.items()):
+            if expected.until < now or (ours(key, expected) and key[1] in cached):
+                del self.expected[key]
+        return [e.pod for key, e in self.expected.items() if ours(key, e)]
 
     def forget_gone(self, existing: set[str]) -> None:
         """Forget deletions whose pods are gone (``existing``: the UIDs of the pods that exist)."""

@@ -24,7 +24,7 @@ from trainerop_common.runtime import Body, Runtime
 from . import admission
 from .actions import Actions
 from .config import TrainerConfig
-from .decide import SECTION, Decision, Observed, decide
+from .decide import SECTION, Decision, Observed, decide, once_created
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings
 from .spawn import SpawnRecorder
 from .topology import CONTRACTS
@@ -127,7 +127,9 @@ class TrainerController:
         owner = Owner(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation", 0)))
         status = trainer.status or TrainerStatus()
         container = CONTRACTS[trainer.spec.framework].container
-        pods = [v for p in await self._children(self.pods, owner) if (v := pod_view(p, container)) is not None]
+        cached = await self._children(self.pods, owner)
+        created = self.actions.expected_pods(owner, {p["metadata"]["name"] for p in cached})  # not seen yet
+        pods = [v for p in [*cached, *created] if (v := pod_view(p, container)) is not None]
         pods = [replace(v, deleting=True) if v.uid in self.actions.deleted else v for v in pods]
         now = self.rt.clock.now()
         on = {v.node for v in pods if v.node}  # only these nodes' readiness matters to the run
@@ -160,6 +162,8 @@ class TrainerController:
         obs, loss = await self._observe(body, Trainer.model_validate(body))
         decision = decide(obs)
         refused = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
+        if not refused:  # every pod it asked for exists: the status says so in this write
+            decision = once_created(obs, decision)
         self._count_epochs(obs, decision)
         if self.actions.deleted:  # forget deletions whose pods are gone (a scan of every cached pod: only when needed)
             self.actions.forget_gone({p["metadata"].get("uid") for p in self.pods.items.values()})

@@ -15,14 +15,32 @@ from dataclasses import replace
 
 from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
-from trainerop_common.outcome import Event
+from trainerop_common.outcome import Event, soonest
 
 from .policy import backoff_limit, describe_failure, effective_run_policy, gate_wait, outdated, retryable, succeeded
 from .report import kept
 from .run import CONDITIONS, SECTION, Decision, Observed, Run, assess, next_due
 from .running import running
-from .topology import Replica
-from .views import LeaseView, PodView, RestartBackoff
+from .topology import CONTRACTS, Replica
+from .views import LeaseView, PodView, RestartBackoff, pod_view
+
+
+def once_created(obs: Observed, decision: Decision) -> Decision:
+    """The decision with the status it leads to: its pods are created before the status is written,
+    so the status says what the run is once they exist (``Created`` true, the pods pending), in the
+    same write, not in one more after the watch delivers them. Not after a restart: the status then
+    carries the new failure history, which deciding again from the old status would drop."""
+    if not decision.create_pods or decision.restarted:
+        return decision
+    container = CONTRACTS[obs.spec.framework].container
+    created = [v for pod in decision.create_pods if (v := pod_view(pod, container)) is not None]
+    after = decide(replace(obs, pods=[*obs.pods, *created]))
+    return replace(
+        decision,
+        status=after.status,
+        conditions=after.conditions,
+        requeue_after=soonest(decision.requeue_after, after.requeue_after),
+    )
 
 
 def decide(obs: Observed) -> Decision:
@@ -170,4 +188,5 @@ __all__ = [
     "assess",
     "decide",
     "effective_run_policy",
+    "once_created",
 ]

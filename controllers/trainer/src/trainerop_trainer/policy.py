@@ -17,15 +17,19 @@ DEFAULT_BACKOFF_LIMIT = 6  # as batch/v1 Job
 
 
 def gate_wait(conditions: Sequence[Condition], gates: Sequence[str], generation: int) -> list[str]:
-    """One line per closed gate, saying why it is closed."""
-    waiting = []
+    """One line per gate that answered no, saying why, and one for those that have not answered
+    this generation yet. That line names every gate, not the ones still silent: it stays the same
+    while the answers come in, so the trainer does not rewrite its status as each gate opens."""
+    refused, silent = [], False
     for gate in gates:
         cond = find(conditions, gate)
         if cond is None or cond.observed_generation != generation:
-            waiting.append(f"{gate} (not yet reported for generation {generation})")
+            silent = True
         elif cond.status != "True":
-            waiting.append(f"{gate} ({cond.reason}: {cond.message})" if cond.message else f"{gate} ({cond.reason})")
-    return waiting
+            refused.append(f"{gate} ({cond.reason}: {cond.message})" if cond.message else f"{gate} ({cond.reason})")
+    if silent:
+        refused.append(f"the gates' answers for generation {generation} ({', '.join(gates)})")
+    return refused
 
 
 def effective_run_policy(spec: TrainerSpec, contributions: Mapping[str, Contribution]) -> tuple[TrainerSpec, str]:

@@ -147,7 +147,8 @@ class Runtime:
 
     # -- reconciling ----------------------------------------------------------------------------
     async def reconcile(self, body: Body) -> None:
-        """Reconcile the Trainer ``body`` names, on its latest state, after any reconcile in progress."""
+        """Reconcile the Trainer ``body`` names, on its latest state (after the reconcile in progress,
+        if any, which then runs once more)."""
         await self.queue.process(key_of(body))
 
     async def _reconcile_once(self, body: Body) -> None:

@@ -68,14 +68,14 @@ class WorkQueue:
         self.objects: dict[Key, Body] = {}  # the latest state the watch has seen, by key
         self._tasks = tasks
         self._work = work
-        self._locks: dict[Key, asyncio.Lock] = {}
         self.backoff = Backoff()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
-        self.waiting = 0  # reconciles waiting for the lock of their object
+        self._running: set[Key] = set()  # objects being reconciled now
+        self._dirty: set[Key] = set()  # of those, the ones that changed meanwhile: once more after
 
     @property
     def depth(self) -> int:
-        return self.waiting + len(self._timers)
+        return len(self._dirty) + len(self._timers)
 
     def seen(self, body: Body) -> Body:
         self.objects[key_of(body)] = body
@@ -88,7 +88,6 @@ class WorkQueue:
         if current is not None and current["metadata"].get("uid") != body["metadata"].get("uid"):
             return False  # an older object of the same name; the new one stays
         self.objects.pop(key, None)
-        self._locks.pop(key, None)
         self.backoff.reset(key)
         timer = self._timers.pop(key, None)
         if timer is not None:  # nothing left to reconcile; the queue depth no longer counts it
@@ -96,19 +95,25 @@ class WorkQueue:
         return True
 
     async def process(self, key: Key) -> None:
-        """Run the work on the latest state of ``key``, after any reconcile of it in progress."""
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        self.waiting += 1
+        """Run the work on the latest state of ``key``. While a reconcile of it runs, any number of
+        requests to process it make one more reconcile once it ends (on the state then), not one
+        each: one reconcile in flight per object, and a burst of events costs two at most."""
+        if key in self._running:
+            self._dirty.add(key)
+            return
+        self._running.add(key)
         try:
-            await lock.acquire()
-        finally:
-            self.waiting -= 1
-        try:
-            latest = self.objects.get(key)
-            if latest is not None:  # else deleted meanwhile: nothing to reconcile
+            while True:
+                self._dirty.discard(key)
+                latest = self.objects.get(key)
+                if latest is None:  # deleted meanwhile: nothing to reconcile
+                    return
                 await self._work(latest)
+                if key not in self._dirty:
+                    return
         finally:
-            lock.release()
+            self._running.discard(key)
+            self._dirty.discard(key)
 
     def has_timer(self, key: Key) -> bool:
         return key in self._timers
