@@ -2,6 +2,7 @@
 beat for another Trainer, and silence is detected as a stall (issue 3)."""
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -58,6 +59,13 @@ def test_heartbeats_reach_status_and_stay_within_their_trainer(cluster: Cluster,
             beat_as(cluster, namespace, "alpha-worker-1", other).send(epoch=99)
     assert cluster.get("trainer", "beta", namespace)["status"].get("progress", {}).get("epoch", 0) <= 1
     assert "beta-worker-1" not in cluster.names("leases", namespace)
+    # Its own Lease, labelled as beta's (what the trainer reads progress by): refused too.
+    beta = cluster.get("trainer", "beta", namespace)["metadata"]["uid"]
+    forged = replace(
+        beat_as(cluster, namespace, "alpha-worker-0"), replica=ReplicaIdentity("beta", beta, "worker", "0")
+    )
+    with pytest.raises(HeartbeatError, match=r"403.*only report progress for its own Trainer"):
+        forged.send(epoch=99)
 
     config = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
     unbound = cluster.kubectl("create", "token", RUNNER_SERVICE_ACCOUNT, "-n", namespace).strip()

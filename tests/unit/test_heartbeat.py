@@ -43,11 +43,11 @@ def test_pods_run_as_their_namespaces_runner_which_may_create_and_renew_leases()
     assert all("ownerReferences" not in o["metadata"] for o in (sa, role, binding))  # it stays with the namespace
     leases, checkpoints = role["rules"]
     # No names: a pod's Lease is made by its first beat; the admission policy
-    # trainer-operator-runners holds each pod to the Lease named like it.
+    # trainer-operator-checkpoint-reporters holds each pod to the Lease named like it.
     assert leases == {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
-        "verbs": ["get", "create", "patch"],
+        "verbs": ["create", "patch"],  # the SDK never reads one; reads are not what the policy sees
     }
     assert checkpoints == {
         "apiGroups": ["trainer.operator.kubeflow.org"],

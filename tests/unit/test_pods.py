@@ -2,6 +2,7 @@
 
 import re
 import subprocess
+from dataclasses import replace
 from typing import Any
 
 from tests.factories import trainer_fields, trainer_spec
@@ -144,6 +145,18 @@ def test_one_headless_service_per_trainer_gives_each_replica_a_dns_name() -> Non
     assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("llama-worker-1", "llama")
     assert Replica("worker", 1).address("llama") == "llama-worker-1.llama"
     assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()  # the pods are its endpoints
+
+
+def test_a_trainer_of_an_earlier_version_keeps_its_replicas_names() -> None:
+    """Started with a Service per replica (earlier versions), its running pods have no hostname
+    under the Trainer's Service: a replacement is told the names those Services give."""
+    legacy = replace(OWNER, per_replica_services=True)
+    worker = pod_manifest(legacy, SPEC, Replica("worker", 0), {}, PodSettings())
+    assert env_of(worker)["MASTER_ADDR"] == "llama-master-0"
+    assert 'name="llama-master-0.$(sed' in worker["spec"]["initContainers"][0]["command"][2]
+    assert env_of(pod_manifest(OWNER, SPEC, Replica("worker", 0), {}, PodSettings()))["MASTER_ADDR"] == (
+        "llama-master-0.llama"
+    )
 
 
 def test_per_replica_claim_is_mounted_and_named_after_the_replica() -> None:

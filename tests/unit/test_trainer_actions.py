@@ -22,13 +22,21 @@ BODY = {"metadata": {"name": "t", "namespace": "ns", "uid": "uid"}}
 
 
 class Kube:
-    def __init__(self) -> None:
+    def __init__(self, existing: tuple[str, ...] = ()) -> None:
         self.created: list[str] = []
         self.applied: list[str] = []
+        self.deleted: list[str] = []
+        self.existing = existing  # names a create finds taken (409)
 
     async def create_core(self, body: dict[str, Any]) -> bool:
-        self.created.append(body["metadata"]["name"])
         await asyncio.sleep(0)
+        if body["metadata"]["name"] in self.existing:
+            return False
+        self.created.append(body["metadata"]["name"])
+        return True
+
+    async def delete_core(self, kind: str, namespace: str, name: str, force: bool = False) -> bool:
+        self.deleted.append(name)
         return True
 
     async def apply_core(self, body: dict[str, Any]) -> None:
@@ -36,15 +44,16 @@ class Kube:
         self.applied.append(f"{body['kind']}/{body['metadata']['namespace']}")
 
 
-def actions() -> tuple[Actions, Kube, FixedClock]:
-    kube, clock = Kube(), FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
+def actions(existing: tuple[str, ...] = ()) -> tuple[Actions, Kube, FixedClock]:
+    kube, clock = Kube(existing), FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
     runtime = SimpleNamespace(kube=kube, clock=clock, event=lambda *_: None)
     return Actions(cast(Runtime, runtime)), kube, clock
 
 
 async def test_created_pods_count_as_existing_until_the_watch_delivers_them() -> None:
     act, kube, clock = actions()
-    await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    carried = await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    assert (carried.refused, carried.pods_created) == (False, True)
     assert kube.created == ["t-worker-0", "t-worker-1"]
     assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-0", "t-worker-1"]
     assert act.expected_pods(Owner("t", "ns", "another-uid", 1), set()) == []  # a new Trainer of that name
@@ -52,6 +61,17 @@ async def test_created_pods_count_as_existing_until_the_watch_delivers_them() ->
     assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-1"]  # seen: forgotten
     clock.advance(31)
     assert act.expected_pods(OWNER, set()) == []  # never seen: the cache is trusted again
+
+
+async def test_a_pod_found_existing_or_deleted_is_not_expected() -> None:
+    """A name already taken (a predecessor still terminating, someone else's pod) is not a pod this
+    Trainer has: not expected, and the status must not say every pod was created."""
+    act, _, _ = actions(existing=("t-worker-1",))
+    carried = await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    assert (carried.refused, carried.pods_created) == (False, False)
+    assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-0"]
+    await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), delete_pods=("t-worker-0",)), ())
+    assert act.expected_pods(OWNER, set()) == []
 
 
 async def test_the_runner_is_applied_once_for_the_trainers_of_a_namespace_starting_together() -> None:

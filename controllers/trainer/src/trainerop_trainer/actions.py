@@ -26,6 +26,12 @@ EXPECTATION_TIMEOUT = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
+class Carried:
+    refused: bool  # the API server refused a create (an Event said why): retry with backoff
+    pods_created: bool  # every pod the decision asked for was created now
+
+
+@dataclass(frozen=True)
 class Expected:
     owner_uid: str
     pod: dict[str, Any]
@@ -47,32 +53,30 @@ class Actions:
         self._runners: set[str] = set()  # namespaces whose runner identity this process applied
         self._runner_locks: dict[str, asyncio.Lock] = {}
 
-    async def carry_out(self, body: Body, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> bool:
-        """Create and delete what the decision says; whether the API server refused something (an
-        Event said what; the rest was carried out)."""
+    async def carry_out(self, body: Body, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> Carried:
+        """Create and delete what the decision says: whether the API server refused something (an
+        Event said what; the rest was carried out), and whether every pod asked for was created."""
         await self._runner(owner.namespace, decision.runner)
         made = await bounded(self._create(body, obj) for obj in (*decision.create_claims, *decision.create_services))
-        refused = await self._create_pods(body, owner, decision.create_pods) or None in made
+        pods_made = await self._create_pods(body, owner, decision.create_pods)
         await self._delete(owner, decision, {p.name: p for p in pods})
-        return refused
+        return Carried(refused=None in (*made, *pods_made), pods_created=all(pods_made))
 
-    async def _create_pods(self, body: Body, owner: Owner, pods: Sequence[dict[str, Any]]) -> bool:
-        """Create the pods together; whether one was refused. Each created (or found existing) is
-        expected until the watch delivers it."""
+    async def _create_pods(self, body: Body, owner: Owner, pods: Sequence[dict[str, Any]]) -> list[bool | None]:
+        """Create the pods together (for each: created, existed already, or refused). Each one
+        created is expected until the watch delivers it; one that existed is not (it may be a
+        predecessor still terminating, or someone else's)."""
         made = await bounded(self._create(body, pod) for pod in pods)
         until = self.rt.clock.now() + EXPECTATION_TIMEOUT
-        for pod, outcome in zip(pods, made, strict=True):
-            if outcome is not None:
-                self.expected[(owner.namespace, pod["metadata"]["name"])] = Expected(owner.uid, pod, until)
         created = [pod for pod, outcome in zip(pods, made, strict=True) if outcome]
         for pod in created:
+            self.expected[(owner.namespace, pod["metadata"]["name"])] = Expected(owner.uid, pod, until)
             PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
         if created:
             self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in created))
         if None in made:  # e.g. the runner ServiceAccount was deleted: apply it again next time
             self._runners.discard(owner.namespace)
-            return True
-        return False
+        return made
 
     async def _runner(self, namespace: str, runner: Sequence[dict[str, Any]]) -> None:
         """The pods' ServiceAccount, Role and RoleBinding: applied once per namespace by this
@@ -107,7 +111,9 @@ class Actions:
         doomed = sorted(set(decision.delete_pods) | force)
         await bounded(kube.delete_core("Pod", ns, name, force=name in force) for name in doomed)
         # gone already (404) counts as deleted too: never count it twice
-        self.deleted |= {pods[name].uid for name in decision.delete_pods if name in pods}
+        self.deleted |= {pods[name].uid for name in decision.delete_pods if name in pods and pods[name].uid}
+        for name in doomed:  # a pod deleted before the watch delivered it is no longer expected
+            self.expected.pop((ns, name), None)
         for name in decision.restarted:
             RESTARTS.labels(pods[name].role if name in pods else "unknown").inc()
         others = [("Service", name) for name in decision.delete_services] + [

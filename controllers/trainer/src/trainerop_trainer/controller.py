@@ -17,12 +17,12 @@ from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.conditions import parse
 from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL
 from trainerop_common.nodes import readiness
-from trainerop_common.outcome import Outcome
+from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
 
 from . import admission
-from .actions import Actions
+from .actions import EXPECTATION_TIMEOUT, Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide, once_created
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings
@@ -125,6 +125,8 @@ class TrainerController:
     async def _observe(self, body: Body, trainer: Trainer) -> tuple[Observed, NodeLoss]:
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation", 0)))
+        services = frozenset(s["metadata"]["name"] for s in await self._children(self.services, owner))
+        owner = replace(owner, per_replica_services=bool(services - {owner.name}))
         status = trainer.status or TrainerStatus()
         container = CONTRACTS[trainer.spec.framework].container
         cached = await self._children(self.pods, owner)
@@ -146,7 +148,7 @@ class TrainerController:
             leases={v.name: v for v in map(lease_view, await self._children(self.leases, owner))},
             claims=frozenset(c["metadata"]["name"] for c in await self._children(self.claims, owner)),
             pods=pods,
-            services=frozenset(s["metadata"]["name"] for s in await self._children(self.services, owner)),
+            services=services,
             contributions=contributions_of(status),
             settings=self.settings,
             backoff=self.backoff,
@@ -161,8 +163,10 @@ class TrainerController:
             return Outcome()
         obs, loss = await self._observe(body, Trainer.model_validate(body))
         decision = decide(obs)
-        refused = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
-        if not refused:  # every pod it asked for exists: the status says so in this write
+        carried = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
+        # Pods it created are expected until the watch delivers them: look again when that ends.
+        expecting = EXPECTATION_TIMEOUT.total_seconds() if decision.create_pods else None
+        if carried.pods_created:  # every pod it asked for exists: the status says so in this write
             decision = once_created(obs, decision)
         self._count_epochs(obs, decision)
         if self.actions.deleted:  # forget deletions whose pods are gone (a scan of every cached pod: only when needed)
@@ -171,13 +175,12 @@ class TrainerController:
             self.rt.event(body, "Normal", "TTLExpired", "spec.runPolicy.ttlSecondsAfterFinished has passed; deleting")
             await self.rt.kube.delete("Trainer", obs.owner.name, obs.owner.namespace)
             return Outcome(events=decision.events)
-        due = [d for d in (decision.requeue_after, loss.next_check) if d is not None]
         return Outcome(
             status=decision.status,
             conditions=decision.conditions,
             events=decision.events,
-            requeue_after=min(due) if due else None,
-            retry=refused,
+            requeue_after=soonest(decision.requeue_after, loss.next_check, expecting),
+            retry=carried.refused,
         )
 
     @staticmethod

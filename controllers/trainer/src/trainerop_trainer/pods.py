@@ -37,6 +37,8 @@ class Owner:
     uid: str
     generation: int
     api_version: str = API_VERSION
+    # Started by an earlier version, which made a Service per replica: its pods resolve those.
+    per_replica_services: bool = False
 
     def reference(self) -> dict[str, Any]:
         return {
@@ -190,7 +192,7 @@ def training_env(owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodC
     the Trainer's own (which win over all)."""
     env = {e.name: e.to_k8s() for e in merged.env or ()}
     for name, value in {
-        **framework_env(owner.name, owner.namespace, spec, replica),
+        **framework_env(owner.name, owner.namespace, spec, replica, owner.per_replica_services),
         **operator_env(owner.name, owner.uid, spec, replica),
     }.items():
         env[name] = {"name": name, "value": value}
@@ -238,7 +240,7 @@ def pod_spec(
         "subdomain": owner.name,  # the Trainer's headless Service: DNS <hostname>.<trainer>
         "containers": [training_container(owner, spec, replica, merged, settings)],
     }
-    target = rendezvous(owner.name, spec, replica)
+    target = rendezvous(owner.name, spec, replica, owner.per_replica_services)
     if target is not None:
         out["initContainers"] = [wait_for(target, settings)]
     volumes = list(merged.volumes or ())
@@ -315,7 +317,7 @@ def runner_manifests(namespace: str) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding of the training pods of a namespace (least privilege,
     docs/trainer.md), made once per namespace and left with it: create and renew Leases and report
     Checkpoints. Neither can be named in RBAC ahead of time, so the API server's admission policy
-    trainer-operator-runners holds each pod to its own Lease and its own Trainer's Checkpoints
+    trainer-operator-checkpoint-reporters holds each pod to its own Lease and its own Trainer's Checkpoints
     (by the pod its token is bound to)."""
     meta = {
         "name": RUNNER_SERVICE_ACCOUNT,
@@ -329,7 +331,7 @@ def runner_manifests(namespace: str) -> list[dict[str, Any]]:
             "kind": "Role",
             "metadata": meta,
             "rules": [
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "patch"]},
                 {"apiGroups": [GROUP], "resources": ["checkpoints"], "verbs": ["get", "create", "patch"]},
             ],
         },

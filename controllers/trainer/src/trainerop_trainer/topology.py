@@ -49,34 +49,42 @@ class Replica:
         """Pod name and hostname: <trainer>-<role>-<index>, as Kubeflow names them."""
         return f"{trainer}-{self.role}-{self.index}"
 
-    def address(self, trainer: str) -> str:
+    def address(self, trainer: str, per_replica_services: bool = False) -> str:
         """The replica's stable DNS name in its namespace: its hostname under the Trainer's one
         headless Service, <trainer>-<role>-<index>.<trainer> (as JobSet and Kubeflow Trainer v2
-        name theirs)."""
-        return f"{self.name(trainer)}.{trainer}"
+        name theirs); for a Trainer started by an earlier version, which made a Service per
+        replica, that Service's name <trainer>-<role>-<index> (its running pods have no hostname
+        under the Trainer's Service, so only the old names reach them)."""
+        return self.name(trainer) if per_replica_services else f"{self.name(trainer)}.{trainer}"
 
 
 def replicas(spec: TrainerSpec) -> list[Replica]:
     return [Replica(role, i) for role, n in role_counts(spec).items() for i in range(n)]
 
 
-def rendezvous(trainer: str, spec: TrainerSpec, replica: Replica) -> str | None:
+def rendezvous(trainer: str, spec: TrainerSpec, replica: Replica, per_replica_services: bool = False) -> str | None:
     """The address this replica must be able to resolve before it starts, if any."""
     if has_master(spec):
-        return Replica("master", 0).address(trainer) if replica.role != "master" else None
+        return Replica("master", 0).address(trainer, per_replica_services) if replica.role != "master" else None
     if spec.framework in ("pytorch", "jax"):
         first = Replica("worker", 0)
-        return first.address(trainer) if replica != first else None
+        return first.address(trainer, per_replica_services) if replica != first else None
     return None
 
 
-def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
+def framework_env(
+    trainer: str, namespace: str, spec: TrainerSpec, replica: Replica, per_replica_services: bool = False
+) -> dict[str, str]:
     """The Kubeflow-compatible variables of one replica (values exactly as Kubeflow sets them)."""
     counts = role_counts(spec)
     contract = CONTRACTS[spec.framework]
     port = str(contract.port)
-    master = Replica("master", 0).address(trainer)
-    worker0 = Replica("worker", 0).address(trainer)
+
+    def address(role: Role, index: int) -> str:
+        return Replica(role, index).address(trainer, per_replica_services)
+
+    master = address("master", 0)
+    worker0 = address("worker", 0)
     total = sum(counts.values())
     rank = replica.index + (1 if replica.role == "worker" and counts["master"] else 0)
     if spec.framework == "pytorch":
@@ -105,7 +113,7 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
         if total <= 1:
             return {}
         cluster = {
-            role: [f"{Replica(role, i).address(trainer)}.{namespace}.svc:{port}" for i in range(n)]
+            role: [f"{address(role, i)}.{namespace}.svc:{port}" for i in range(n)]
             for role, n in sorted(counts.items())
             if n
         }
@@ -129,7 +137,7 @@ def framework_env(trainer: str, namespace: str, spec: TrainerSpec, replica: Repl
         }
         if total > 1:
             env["WORKER_PORT"] = port
-            env["WORKER_ADDRS"] = ",".join(Replica("worker", i).address(trainer) for i in range(counts["worker"]))
+            env["WORKER_ADDRS"] = ",".join(address("worker", i) for i in range(counts["worker"]))
         return env
     return {}
 

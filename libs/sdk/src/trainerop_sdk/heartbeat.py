@@ -3,7 +3,7 @@
 Each training pod has a Lease named after the pod, created by its first heartbeat (owned by
 the Trainer, so it goes with it). The pods' ServiceAccount may create and renew only the Lease
 named like the pod its token is bound to (the API server's admission policy
-trainer-operator-runners), so a pod can never report progress for another. A heartbeat renews
+trainer-operator-checkpoint-reporters), so a pod can never report progress for another. A heartbeat renews
 the Lease and records the epoch and step in its annotations; the trainer controller folds them
 into ``Trainer.status.progress`` and detects stalls when they stop.
 
@@ -109,13 +109,23 @@ class Heartbeat:
     def send(self, epoch: int, step: int = 0, timeout: float = 5.0) -> None:
         """Renew the pod's Lease with the epoch and step; the first beat creates it."""
         api = ApiClient(self.server, self.token, self.namespace, self.ca_file)
-        leases = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
         try:
-            try:
-                api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout)
-            except ApiError as err:
-                if err.code != 404 or self.replica is None:
-                    raise
-                api.request("POST", leases, self.lease_body(self.replica, epoch, step), timeout=timeout)
+            self._beat(api, epoch, step, timeout)
         except ApiError as err:
             raise HeartbeatError(f"heartbeat to lease {self.lease}: {err}") from err
+
+    def _beat(self, api: ApiClient, epoch: int, step: int, timeout: float) -> None:
+        leases = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+        try:
+            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout)
+            return
+        except ApiError as err:
+            if err.code != 404 or self.replica is None:
+                raise
+        try:
+            api.request("POST", leases, self.lease_body(self.replica, epoch, step), timeout=timeout)
+        except ApiError as err:
+            if err.code != 409:
+                raise
+            # another process of the pod (a local rank) created it first: renew that one
+            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout)
