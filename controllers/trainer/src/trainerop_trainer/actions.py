@@ -47,8 +47,8 @@ class Actions:
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self.deleted: set[str] = set()
-        # Pods this process created (or found existing) that the watch has not delivered yet, by
-        # (namespace, name): counted as existing, so a reconcile in between creates none twice.
+        # Pods this process created that the watch has not delivered yet, by (namespace, name):
+        # counted as existing, so a reconcile in between creates none twice.
         self.expected: dict[tuple[str, str], Expected] = {}
         self._runners: set[str] = set()  # namespaces whose runner identity this process applied
         self._runner_locks: dict[str, asyncio.Lock] = {}
