@@ -138,23 +138,18 @@ def markdown(r: dict[str, Any]) -> str:
             )
         )
     for n in sizes:
-        by_controller = r["throughput"][n]["operator"].get("status_writes_to_running_per_trainer")
-        if by_controller:
-            lines += [
-                "",
-                f"Status writes per Trainer to Running by controller (N = {n}): "
-                + ", ".join(f"{k} {v}" for k, v in by_controller.items()),
-            ]
-    for n in sizes:
-        sweep = r["throughput"][n]["ceiling"].get("sweep")
-        if sweep:
-            lines += [
-                "",
-                f"Ceiling sweep (N = {n}), requests in flight: all pods created / all running (s): "
-                + ", ".join(
-                    f"{k}: {v['all_pods_created_seconds']} / {v['all_pods_running_seconds']}" for k, v in sweep.items()
-                ),
-            ]
+        t = r["throughput"][n]
+        by_controller = t["operator"].get("status_writes_to_running_per_trainer") or {}
+        sweep = t["ceiling"].get("sweep") or {}
+        notes = {
+            f"Status writes per Trainer to Running by controller (N = {n})": [
+                f"{k} {v}" for k, v in by_controller.items()
+            ],
+            f"Ceiling sweep (N = {n}), requests in flight: all pods created / all running (s)": [
+                f"{k}: {v['all_pods_created_seconds']} / {v['all_pods_running_seconds']}" for k, v in sweep.items()
+            ],
+        }
+        lines += [line for title, parts in notes.items() if parts for line in ("", f"{title}: " + ", ".join(parts))]
     if sizes:
         last = r["throughput"][sizes[-1]]["operator"]["writes_by_resource"]
         lines += [

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from trainerop_common.cache import ObjectCache, slim
+from trainerop_common.cache import ObjectCache
+from trainerop_common.objects import slim
 from trainerop_quota.views import pod_essentials as quota_keeps
 from trainerop_quota.views import pod_info
 from trainerop_trainer.views import owner_of, pod_view

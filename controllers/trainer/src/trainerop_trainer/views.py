@@ -17,6 +17,7 @@ from trainerop_common.contracts import (
     replica_index,
 )
 from trainerop_common.nodes import NodeReadiness, gone_reason, lost
+from trainerop_common.objects import slim
 from trainerop_common.topology import ROLES, Role
 
 
@@ -142,9 +143,8 @@ def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
 def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
     """What the trainer holds of each of its pods: metadata, node and status (:func:`pod_view`),
     not the spec it wrote itself (the env alone is most of a pod)."""
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
     node = (body.get("spec") or {}).get("nodeName")
-    return {"metadata": meta, "spec": {"nodeName": node}, "status": body.get("status")}
+    return {"metadata": slim(body).get("metadata") or {}, "spec": {"nodeName": node}, "status": body.get("status")}
 
 
 def lease_view(body: dict[str, Any]) -> LeaseView:

@@ -8,20 +8,12 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from .api import GROUP, VERSION, kind_info
+from .objects import slim
 
 if TYPE_CHECKING:
     from .kube import Kube
 
 Key = tuple[str, str]
-
-
-def slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` without what no decision reads and every object carries: the field managers'
-    record (often the largest part of a small object). The original is not changed."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or "managedFields" not in meta:
-        return obj
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 class ObjectCache:

@@ -1,0 +1,12 @@
+"""What of a Kubernetes object a controller keeps (pure): never the field managers' record."""
+
+from typing import Any
+
+
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without what no decision reads and every object carries: the field managers'
+    record (often the largest part of a small object). The original is not changed."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
