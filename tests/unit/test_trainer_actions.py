@@ -63,6 +63,15 @@ async def test_created_pods_count_as_existing_until_the_watch_delivers_them() ->
     assert act.expected_pods(OWNER, set()) == []  # never seen: the cache is trusted again
 
 
+async def test_a_pod_the_watch_delivered_is_no_longer_expected_even_if_gone_again() -> None:
+    """Created, then deleted by someone else before the next reconcile: the watch delivered it (and
+    its deletion), so the next reconcile creates it again rather than waiting 30 s."""
+    act, _, _ = actions()
+    await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    act.delivered(("ns", "t-worker-0"))
+    assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-1"]
+
+
 async def test_a_pod_found_existing_or_deleted_is_not_expected() -> None:
     """A name already taken (a predecessor still terminating, someone else's pod) is not a pod this
     Trainer has: not expected, and the status must not say every pod was created."""

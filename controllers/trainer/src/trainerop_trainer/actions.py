@@ -121,6 +121,12 @@ class Actions:
         ]
         await bounded(kube.delete_core(kind, ns, name) for kind, name in others)
 
+    def delivered(self, key: tuple[str, str]) -> None:
+        """The watch delivered an event of the pod ``key`` (namespace, name): it is no longer
+        expected, even if it is gone again before the next reconcile looks (deleted by someone
+        else right after its creation: that reconcile must create it again, not wait it out)."""
+        self.expected.pop(key, None)
+
     def expected_pods(self, owner: Owner, cached: Set[str]) -> list[dict[str, Any]]:
         """The manifests of ``owner``'s pods created but not among the ``cached`` names yet;
         expectations met (the pod is cached) or past EXPECTATION_TIMEOUT are forgotten."""

@@ -100,6 +100,7 @@ class TrainerController:
         self.rt.requeue([k for k in owners if k in self.rt.trainers])
 
     def _pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        self.actions.delivered(key)
         if deleted:
             self.spawns.forget(body.get("metadata", {}).get("uid", ""))
         else:
