@@ -202,6 +202,29 @@ def resident_mib(c: Cluster) -> dict[str, float]:
     return out
 
 
+CLUSTER_PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok")
+
+
+def cpu_seconds(c: Cluster) -> dict[str, float]:
+    """CPU seconds (user + system) each local process has used so far: the five controllers and the
+    cluster's own. Two snapshots' difference says where the machine's cores went in between."""
+    named = {ctl: cluster_tool.running_pid(localdev.state_dir(), f"controller-{ctl}") for ctl in c.metrics_ports}
+    named |= {name: cluster_tool.running_pid(cluster_tool.RUN_DIR, name) for name in CLUSTER_PROCESSES}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in named.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except (OSError, TypeError):
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (proc(5) fields 14, 15)
+    return out
+
+
+def cpu_used(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    return {name: round(after[name] - before.get(name, 0.0), 1) for name in after}
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

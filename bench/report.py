@@ -148,6 +148,13 @@ def markdown(r: dict[str, Any]) -> str:
             f"Ceiling sweep (N = {n}), requests in flight: all pods created / all running (s)": [
                 f"{k}: {v['all_pods_created_seconds']} / {v['all_pods_running_seconds']}" for k, v in sweep.items()
             ],
+            f"CPU seconds to all Running by process (N = {n}), ours / the ceiling's": [
+                f"{k} {v} / {t['ceiling'].get('cpu_seconds_to_running', {}).get(k, '-')}"
+                for k, v in (t["operator"].get("cpu_seconds_to_running") or {}).items()
+            ],
+            f"Memory after the controllers' restart with the {n} Trainers present (MiB)": [
+                f"{k} {v}" for k, v in (t["operator"].get("memory_mib_after_restart") or {}).items()
+            ],
         }
         lines += [line for title, parts in notes.items() if parts for line in ("", f"{title}: " + ", ".join(parts))]
     if sizes:

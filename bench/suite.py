@@ -33,7 +33,7 @@ from bench import kubeflow, recovery
 from bench.measure import CREATORS, Profile, machine, resident_mib
 from bench.report import markdown
 from bench.setup import operator_running, scratch_namespace
-from bench.throughput import ceiling_run, operator_run
+from bench.throughput import ceiling_run, memory_after_restart, operator_run
 from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.harness import Cluster, eventually
@@ -88,6 +88,9 @@ def throughput(
         operator = operator_run(c, client, op_ns, n, workers, during=start_profile)
         hot = profile[0].summary() if profile else None
         top = ceiling(c, client, op_ns, n, workers, levels)
+        # The controllers were restarted after the ceiling with this run's N Trainers and their
+        # pods still there: what they hold once they have relisted everything and caught up.
+        operator["memory_mib_after_restart"] = memory_after_restart(c, n)
     gone(c, op_ns)
     out = {"operator": operator, "ceiling": top}
     if hot is not None:

@@ -18,6 +18,8 @@ from bench.measure import (
     Timeline,
     api_requests,
     conflicts,
+    cpu_seconds,
+    cpu_used,
     create_all,
     in_parallel,
     resident_mib,
@@ -76,6 +78,18 @@ def settled(c: Cluster, since: Requests, quiet_seconds: float = 3, limit: float 
     return last
 
 
+def memory_after_restart(c: Cluster, count: int) -> dict[str, float]:
+    """Each controller's memory once it has, since its (re)start, relisted the cluster and looked at
+    each of the ``count`` Trainers at least once (written or found nothing to write)."""
+
+    def caught_up() -> bool:
+        written, skipped = status_writes_by_controller(c, "written"), status_writes_by_controller(c, "skipped")
+        return all(written[ctl] + skipped[ctl] >= count for ctl in CONTROLLERS_WRITING_STATUS)
+
+    eventually(caught_up, timeout=600, what="every controller to reconcile every Trainer after its restart")
+    return resident_mib(c)
+
+
 def operator_run(
     c: Cluster, client: Client, namespace: str, count: int, workers: int, during: Callable[[], None] = lambda: None
 ) -> dict[str, Any]:
@@ -84,6 +98,7 @@ def operator_run(
     trainers = Timeline(client, TRAINER, namespace, running)
     before = api_requests(c)
     written_before = status_writes_by_controller(c, "written")
+    cpu_before = cpu_seconds(c)
     t0 = create_all(client, [TRAINER.from_dict(bench_trainer(f"t{i:04d}", workers, namespace)) for i in range(count)])
     during()
     created = pods.wait(count * workers, "operator: pods created", ready=False)
@@ -96,6 +111,7 @@ def operator_run(
         "all_pods_running_seconds": round(pods_running - t0, 2),
         "all_trainers_running_seconds": round(all_running - t0, 2),
         "memory_mib": resident_mib(c),
+        "cpu_seconds_to_running": cpu_used(cpu_before, cpu_seconds(c)),
     }
     time.sleep(2)  # trailing status writes of the last Trainers land before the snapshot (a measurement aid)
     at_running = api_requests(c)
@@ -177,9 +193,11 @@ def ceiling_run(
     pods = [plain_copy(p.to_dict(), namespace) for p in client.list(Pod, namespace=source)]
     objects = [Service.from_dict(s) for s in services] + [Pod.from_dict(p) for p in pods]
     timeline = Timeline(client, Pod, namespace, running)
+    cpu_before = cpu_seconds(c)
     t0 = create_all(client, objects, at_once)
     created = timeline.wait(len(pods), "ceiling: pods created", ready=False)
     all_running = timeline.wait(len(pods), "ceiling: pods running")
+    cpu = cpu_used(cpu_before, cpu_seconds(c))
     timeline.stop()
     return {
         "pods": len(pods),
@@ -187,4 +205,5 @@ def ceiling_run(
         "concurrency": at_once,
         "all_pods_created_seconds": round(created - t0, 2),
         "all_pods_running_seconds": round(all_running - t0, 2),
+        "cpu_seconds_to_running": cpu,
     }

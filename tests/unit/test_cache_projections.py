@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from trainerop_common.cache import ObjectCache
-from trainerop_common.objects import slim
+from trainerop_common.objects import Keep, slim
 from trainerop_quota.views import pod_essentials as quota_keeps
 from trainerop_quota.views import pod_info
 from trainerop_trainer.views import owner_of, pod_view
@@ -112,8 +112,8 @@ def test_slim_drops_the_field_managers_record_and_leaves_the_object_alone() -> N
 
 
 async def test_a_cache_holds_what_its_controller_keeps() -> None:
-    async def lister() -> list[dict[str, Any]]:
-        return [pod()]
+    async def lister(keep: Keep) -> list[dict[str, Any]]:  # projects each object as it is listed
+        return [keep(pod())]
 
     held = ObjectCache(lister, "", "v1", "pods", keep=trainer_keeps, index=owner_of)
     (cached,) = await held.grouped(("ns", "t"))

@@ -149,12 +149,13 @@ async def test_events_do_not_pre_empt_an_error_backoff() -> None:
 
 async def test_cache_groups_by_index_and_drops_deleted_objects() -> None:
     from trainerop_common.cache import ObjectCache
+    from trainerop_common.objects import Keep
 
     def pod(name: str, trainer: str, uid: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": name, "uid": uid, "labels": {"trainer-name": trainer}}}
 
-    async def lister() -> list[dict[str, Any]]:
-        return [pod("a-0", "a", "1"), pod("b-0", "b", "2"), pod("gone", "a", "3")]
+    async def lister(keep: Keep) -> list[dict[str, Any]]:
+        return [keep(o) for o in (pod("a-0", "a", "1"), pod("b-0", "b", "2"), pod("gone", "a", "3"))]
 
     cache = ObjectCache(lister, "", "v1", "pods", index=lambda o: o["metadata"]["labels"]["trainer-name"])
     cache._gone.add((("ns", "gone"), "3"))

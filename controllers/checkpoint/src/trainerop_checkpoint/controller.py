@@ -77,11 +77,11 @@ class CheckpointController:
         by_trainer = lambda o: (o["metadata"].get("namespace", ""), o.get("spec", {}).get("trainer", ""))  # noqa: E731
         self.checkpoints = ObjectCache.for_kind(kube, "Checkpoint", index=by_trainer)
         self.claims = ObjectCache(
-            lambda: kube.list_core("PersistentVolumeClaim", ""), "", "v1", "persistentvolumeclaims"
+            lambda keep: kube.list_core("PersistentVolumeClaim", "", keep), "", "v1", "persistentvolumeclaims"
         )
         # Verifier and collector pods of PVC checkpoints, by (namespace, Trainer).
         storage_pods = ObjectCache(
-            lambda: kube.list_core("Pod", pvc_pods.PURPOSE_LABEL),
+            lambda keep: kube.list_core("Pod", pvc_pods.PURPOSE_LABEL, keep),
             "",
             "v1",
             "pods",

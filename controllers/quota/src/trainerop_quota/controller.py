@@ -86,7 +86,7 @@ class QuotaController:
         self.policies = ObjectCache.for_kind(kube, "QuotaPolicy")
         self.nodes = ObjectCache(kube.list_nodes, "", "v1", "nodes")
         # Every pod in the cluster holds capacity: only what the plan reads of each is kept.
-        self.pods = ObjectCache(lambda: kube.list_core("Pod", ""), "", "v1", "pods", keep=pod_essentials)
+        self.pods = ObjectCache(lambda keep: kube.list_core("Pod", "", keep), "", "v1", "pods", keep=pod_essentials)
         self.namespaces = ObjectCache(kube.list_namespaces, "", "v1", "namespaces")
         # Listed in full before the first plan: a plan that missed an admitted Trainer would give
         # its capacity away.

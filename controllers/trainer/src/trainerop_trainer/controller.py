@@ -49,7 +49,7 @@ class TrainerController:
 
         def children(kind: str, group: str, plural: str, label: str = REPLICA_TYPE_LABEL, **kw: Any) -> ObjectCache:
             """Objects of ``kind`` the controller created (they carry ``label``)."""
-            lister = lambda: runtime.kube.list_core(kind, label)  # noqa: E731
+            lister = lambda keep: runtime.kube.list_core(kind, label, keep)  # noqa: E731
             return ObjectCache(lister, group, "v1", plural, {label: kopf.PRESENT}, index=owner_of, **kw)
 
         self.pods = children("Pod", "", "pods", keep=pod_essentials)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from .api import GROUP, VERSION, kind_info
-from .objects import slim
+from .objects import Keep, slim
 
 if TYPE_CHECKING:
     from .kube import Kube
@@ -24,7 +24,7 @@ class ObjectCache:
 
     def __init__(
         self,
-        lister: Callable[[], Awaitable[list[dict[str, Any]]]],
+        lister: Callable[[Keep], Awaitable[list[dict[str, Any]]]],
         group: str,
         version: str,
         plural: str,
@@ -48,7 +48,7 @@ class ObjectCache:
         cls, kube: "Kube", kind: str, index: Callable[[Mapping[str, Any]], Hashable] | None = None
     ) -> "ObjectCache":
         """A cache of one of the operator's own kinds."""
-        return cls(lambda: kube.list_all(kind), GROUP, VERSION, kind_info(kind).plural, index=index)
+        return cls(lambda keep: kube.list_all(kind, keep), GROUP, VERSION, kind_info(kind).plural, index=index)
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> Key:
@@ -84,18 +84,18 @@ class ObjectCache:
         async with self._lock:
             if self._listed:
                 return
-            for obj in await self._lister():
+            for obj in await self._lister(self._keep):  # projected as listed
                 # Skip what the watch saw deleted while the list was in flight (no resurrection).
                 if (self.key(obj), obj["metadata"].get("uid", "")) not in self._gone and self.key(
                     obj
                 ) not in self.items:
-                    self._put(self.key(obj), obj)
+                    self._put(self.key(obj), obj, kept=True)
             self._gone.clear()
             self._listed = True
 
-    def _put(self, key: Key, obj: dict[str, Any]) -> None:
+    def _put(self, key: Key, obj: dict[str, Any], kept: bool = False) -> None:
         self._drop(key)
-        obj = self._keep(obj)
+        obj = obj if kept else self._keep(obj)
         self.items[key] = obj
         if self._index is not None:
             self._groups.setdefault(self._index(obj), {})[key] = obj

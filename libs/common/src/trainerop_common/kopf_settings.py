@@ -2,11 +2,14 @@
 
 import logging
 import secrets
+from collections.abc import Iterable
+from typing import Any
 
 import kopf
 
 from .api import GROUP
 from .config import ControllerConfig
+from .kube import LIST_PAGE
 from .names import component
 
 
@@ -18,15 +21,29 @@ def annotation_prefix(controller: str) -> str:
     return f"{controller}.{GROUP}"
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No diff base: the controllers are level-triggered (on.event handlers only), so no handler
+    ever reads a diff between handled states, yet kopf builds one for every watch event by
+    deep-copying the whole object (about an eighth of the trainer controller's CPU at 1000
+    Trainers). Nothing is built, nothing stored, nothing fetched."""
+
+    def build(self, *, body: Any, extra_fields: Iterable[Any] | None = None) -> Any:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: Any) -> None:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
 def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     c = config.controller
     settings.persistence.finalizer = finalizer(c)
-    # Progress and diff-base annotations are per controller so the five never overwrite each
-    # other's; the controllers are level-triggered (on.event), so normally nothing is stored.
+    # Progress annotations are per controller so the five never overwrite each other's; the
+    # controllers are level-triggered (on.event), so normally nothing is stored.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=annotation_prefix(c))
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=annotation_prefix(c), key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = component(c)
     settings.posting.reporting_instance = config.pod_name
@@ -46,5 +63,6 @@ def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     settings.queueing.idle_timeout = 1.0
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
+    settings.watching.chunk_size = LIST_PAGE  # kopf's first list of each kind, a page at a time
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300

@@ -37,6 +37,7 @@ from lightkube.types import PatchType
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
 from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
+from .objects import Keep, slim
 from .ratelimit import TokenBucket
 
 Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
@@ -69,6 +70,7 @@ WEBHOOK_CONFIGURATIONS: dict[str, Any] = {
 
 
 # Ask the API server for an object's metadata only (as `kubectl get --raw` with this Accept does).
+LIST_PAGE = 500  # objects per page of a list (the API server's own default page for its clients)
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
@@ -163,13 +165,18 @@ class Kube:
             raise
         return dict(obj.to_dict())
 
-    async def list_all(self, kind: str) -> list[dict[str, Any]]:
-        """Every object of ``kind`` the controller may see (all namespaces)."""
-        res = RESOURCES[kind]
+    async def list_all(self, kind: str, keep: Keep = slim) -> list[dict[str, Any]]:
+        """Every object of ``kind`` the controller may see (all namespaces), each as ``keep``
+        projects it."""
         ns: dict[str, Any] = {"namespace": "*"} if kind_info(kind).scope == "Namespaced" else {}
+        return await self._list(RESOURCES[kind], keep, **ns)
+
+    async def _list(self, res: Any, keep: Keep, **selectors: Any) -> list[dict[str, Any]]:
+        """A list read in pages of LIST_PAGE, each object projected by ``keep`` as it arrives:
+        a controller (re)starting at thousands of pods never holds them all whole at once."""
 
         async def collect() -> list[dict[str, Any]]:
-            return [dict(o.to_dict()) for o in [x async for x in self._client.list(res, **ns)]]
+            return [keep(dict(o.to_dict())) async for o in self._client.list(res, chunk_size=LIST_PAGE, **selectors)]
 
         result: list[dict[str, Any]] = await self._call("list", collect())
         return result
@@ -212,16 +219,9 @@ class Kube:
             raise
         return dict(ns.metadata.labels or {})
 
-    async def list_core(self, kind: str, label_selector: str) -> list[dict[str, Any]]:
+    async def list_core(self, kind: str, label_selector: str, keep: Keep = slim) -> list[dict[str, Any]]:
         """Pods or Services in every namespace that match ``label_selector``."""
-        res = CORE[kind]
-
-        async def collect() -> list[dict[str, Any]]:
-            items = [x async for x in self._client.list(res, namespace="*", labels=_selector(label_selector))]
-            return [dict(o.to_dict()) for o in items]
-
-        result: list[dict[str, Any]] = await self._call("list", collect())
-        return result
+        return await self._list(CORE[kind], keep, namespace="*", labels=_selector(label_selector))
 
     async def apply_core(self, body: dict[str, Any]) -> None:
         """Server-side apply of a namespaced built-in object under this controller's field manager."""
@@ -231,18 +231,11 @@ class Kube:
             self._client.apply(res.from_dict(body), field_manager=field_manager(self._controller)),
         )
 
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        return await self._list_global(Node)
+    async def list_nodes(self, keep: Keep = slim) -> list[dict[str, Any]]:
+        return await self._list(Node, keep)
 
-    async def list_namespaces(self) -> list[dict[str, Any]]:
-        return await self._list_global(Namespace)
-
-    async def _list_global(self, res: Any) -> list[dict[str, Any]]:
-        async def collect() -> list[dict[str, Any]]:
-            return [dict(o.to_dict()) for o in [x async for x in self._client.list(res)]]
-
-        result: list[dict[str, Any]] = await self._call("list", collect())
-        return result
+    async def list_namespaces(self, keep: Keep = slim) -> list[dict[str, Any]]:
+        return await self._list(Namespace, keep)
 
     async def create_core(self, body: dict[str, Any]) -> bool:
         """Create a Pod or Service; False if one of that name exists already."""

@@ -1,6 +1,10 @@
 """What of a Kubernetes object a controller keeps (pure): never the field managers' record."""
 
+from collections.abc import Callable
 from typing import Any
+
+# What of an object a cache holds: a pure projection, applied to each object as it arrives.
+Keep = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
