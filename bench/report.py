@@ -113,11 +113,18 @@ def markdown(r: dict[str, Any]) -> str:
         f = r.get(key, {}).get(figure)
         if f:
             lines.append(_row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"]))
+    lines += webhook_lines(r.get("webhook_burst"))
+    lines += leak_lines(r.get("leak_check"))
     lines += ["", "## Memory (resident, MiB)", ""]
     sizes = list(r.get("throughput", {}))
     lines += [_row("controller", "0 Trainers", *[f"{n} Trainers" for n in sizes]), _row(*["---"] * (2 + len(sizes)))]
     for ctl, idle in r.get("memory_idle_mib", {}).items():
         lines.append(_row(ctl, idle, *[r["throughput"][n]["operator"]["memory_mib"].get(ctl, "-") for n in sizes]))
+    if sizes:
+        n, idle = sizes[-1], r.get("memory_idle_mib", {})
+        at_n = r["throughput"][n]["operator"]["memory_mib"]
+        per = [f"{ctl} {round((at_n[ctl] - idle[ctl]) * 2**20 / int(n) / 1024, 1)}" for ctl in at_n if ctl in idle]
+        lines += ["", f"KiB per Trainer ((memory at N = {n} - idle) / N): " + ", ".join(per)]
     lines += [
         "",
         "## API cost (the API server's apiserver_request_total; writes of kwok, the scheduler, "
@@ -177,3 +184,43 @@ def markdown(r: dict[str, Any]) -> str:
             for a, b in zip(prof["own_time"], prof["inclusive"], strict=False):
                 lines.append(_row(a["function"], a["percent"], b["function"], b["percent"]))
     return "\n".join(lines) + "\n"
+
+
+def webhook_lines(w: dict[str, Any] | None) -> list[str]:
+    """The webhook burst: create latency with and without the webhooks, refusals by cause."""
+    if not w:
+        return []
+    on, off = w["with_webhooks"], w["without_webhooks"]
+    lines = [
+        "",
+        f"## Admission webhooks under {on['rate_per_second']:g} Trainer creates a second ({on['creates']} creates)",
+        "",
+        _row("", "create p50 (s)", "p99", "max", "refused", "rejections by error_type (API server)"),
+        _row(*["---"] * 6),
+    ]
+    for title, b in (("with the webhooks", on), ("without (baseline)", off)):
+        t = b["create_seconds"]
+        rejected = ", ".join(f"{k} {v}" for k, v in b["rejections_by_error_type"].items()) or "none"
+        lines.append(_row(title, t["p50"], t["p99"], t["max"], b["refused"], rejected))
+    lines += ["", f"Added by the webhooks: p50 {w['added_seconds']['p50']} s, p99 {w['added_seconds']['p99']} s."]
+    per_hook = [
+        f"{k} {v['calls']} calls, mean {v['mean_s']} s, p99 ≤ {v['p99_at_most_s']} s" for k, v in on["webhooks"].items()
+    ]
+    return [*lines, "", "Each webhook, as the API server timed it: " + "; ".join(per_hook) + "."]
+
+
+def leak_lines(leak: dict[str, Any] | None) -> list[str]:
+    """The leak check: memory after each round, and the growth after the first."""
+    if not leak:
+        return []
+    rounds = leak["memory_mib_by_round"]
+    lines = [
+        "",
+        f"## Leak check: {leak['trainers']} Trainers created and deleted, {leak['batch']} at a time (resident MiB)",
+        "",
+        _row("controller", *[f"after round {i + 1}" for i in range(len(rounds))], "growth after round 1"),
+        _row(*["---"] * (len(rounds) + 2)),
+    ]
+    for ctl, growth in leak["growth_mib_after_first_round"].items():
+        lines.append(_row(ctl, *[r.get(ctl, "-") for r in rounds], growth))
+    return lines

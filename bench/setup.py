@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from testbed import cluster as cluster_tool
 from testbed import localdev
-from tests.harness import Cluster
+from tests.harness import Cluster, eventually
 
 
 @contextmanager
@@ -59,6 +59,12 @@ def scratch_namespace(c: Cluster, prefix: str = "bench", delete: bool = True) ->
         if delete:
             c.kubectl("delete", "namespace", name, "--wait=false")
             c.kubectl("delete", "persistentvolume", f"{name}-pvc-backups", "--wait=false")
+
+
+def gone(c: Cluster, namespace: str) -> None:
+    """Wait for a namespace's deletion before the next measurement: each phase starts on a cluster
+    that has settled, without the objects of the one before."""
+    eventually(lambda: namespace not in c.names("namespaces"), timeout=1800, what=f"namespace {namespace} to go")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -29,14 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
-from bench import kubeflow, recovery
+from bench import kubeflow, leak, recovery, webhooks
 from bench.measure import CREATORS, Profile, machine, resident_mib
+from bench.plot import plot
 from bench.report import markdown
-from bench.setup import operator_running, scratch_namespace
+from bench.setup import gone, operator_running, scratch_namespace
 from bench.throughput import ceiling_run, memory_after_restart, operator_run
 from testbed import cluster as cluster_tool
 from testbed import localdev
-from tests.harness import Cluster, eventually
+from tests.harness import Cluster
 from trainerop_common.config import ControllerConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,12 +45,6 @@ DEFAULTS = ControllerConfig(controller="bench")  # the controllers' own flag def
 # The controllers' environment (--restart-backoff-seconds 0: the recovery figures are their
 # reaction, not the deliberate backoff; --qps/--burst when given).
 CONTROLLER_ENV = {"TRAINEROP_RESTART_BACKOFF_SECONDS": "0"}
-
-
-def gone(c: Cluster, namespace: str) -> None:
-    """Wait for a namespace's deletion before the next measurement: each phase starts on a cluster
-    that has settled, without the objects of the one before."""
-    eventually(lambda: namespace not in c.names("namespaces"), timeout=1800, what=f"namespace {namespace} to go")
 
 
 def scratch(c: Cluster, prefix: str) -> Any:
@@ -116,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the plain client's requests in flight to sweep (comma-separated) at the smallest N; "
         "larger N use the best of them",
     )
-    p.add_argument("--phases", default="throughput,recovery,kubeflow", help="the parts to run, comma-separated")
+    p.add_argument(
+        "--phases", default="throughput,recovery,webhooks,leak,kubeflow", help="the parts to run, comma-separated"
+    )
+    p.add_argument("--leak-trainers", type=int, default=5000, help="Trainers created and deleted by the leak check")
+    p.add_argument("--leak-batch", type=int, default=500, help="Trainers per round of the leak check")
+    p.add_argument("--webhook-rate", type=float, default=50, help="Trainer creates a second of the webhook burst")
+    p.add_argument("--webhook-seconds", type=float, default=20, help="how long the webhook burst lasts")
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--label", default="full")
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.smoke:
         args.trainers, args.failures, args.gang, args.gang_restarts, args.spot_losses = "5", 5, 4, 2, 1
+        args.webhook_rate, args.webhook_seconds, args.leak_trainers, args.leak_batch = 10, 1, 10, 5
         args.nodes, args.kubeflow, args.label = 16, False, "smoke"
     sizes = [int(n) for n in args.trainers.split(",") if n]
     cluster_tool.FAKE_NODES = args.nodes
@@ -175,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
                 results["spot_loss"] = recovery.spot_losses(c, client, ns, args.spot_losses)
             gone(c, ns)
             save()
+        if "webhooks" in phases:
+            results["webhook_burst"] = webhooks.webhook_burst(c, client, args.webhook_rate, args.webhook_seconds)
+            save()
+        if "leak" in phases:
+            with scratch(c, "bench-leak") as ns:
+                results["leak_check"] = leak.leak_check(c, client, ns, args.leak_trainers, args.leak_batch)
+            gone(c, ns)
+            save()
         if args.kubeflow and "kubeflow" in phases:
             localdev.stop()  # one operator at a time on the machine's 2 cores
             results["kubeflow"] = {}
@@ -187,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                     save()
     save()
     (args.out / f"{args.label}.md").write_text(markdown(results))
+    if results["throughput"]:  # the growth plot (a single size draws single points)
+        print(f"plotted: {plot(results, args.out / f'{args.label}.png')}", file=sys.stderr)
     print(markdown(results))
     print(f"written: {args.out / (args.label + '.json')} and .md", file=sys.stderr)
     return 0

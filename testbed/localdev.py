@@ -81,6 +81,11 @@ def install() -> None:
         "--timeout=60s",
     )
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
+    register_webhooks()
+
+
+def register_webhooks() -> None:
+    """Every controller's admission webhooks, calling its local process."""
     configs = [config for c in WEBHOOK_PORTS for config in local_webhook(c)]
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(configs))
 

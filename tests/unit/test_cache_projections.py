@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trainerop_common.cache import ObjectCache
+from trainerop_common.cache import Derived, ObjectCache
 from trainerop_common.objects import Keep, slim
 from trainerop_quota.views import pod_essentials as quota_keeps
 from trainerop_quota.views import pod_info
@@ -120,3 +120,23 @@ async def test_a_cache_holds_what_its_controller_keeps() -> None:
     assert cached == trainer_keeps(pod())
     by_default = ObjectCache(lister, "", "v1", "pods")
     assert await by_default.values() == [slim(pod())]
+
+
+def test_derived_values_are_computed_again_only_for_objects_that_changed() -> None:
+    calls: list[str] = []
+
+    def name_of(obj: dict[str, Any]) -> str:
+        calls.append(obj["metadata"]["name"])
+        return str(obj["metadata"]["name"])
+
+    derived = Derived(name_of)
+    a, b = {"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}
+    assert derived.over([a, b]) == ["a", "b"]
+    assert derived.over([a, b]) == ["a", "b"]
+    assert calls == ["a", "b"]  # the same objects: nothing parsed again
+    b_changed = {"metadata": {"name": "b2"}}  # a cache puts a new dict for a change
+    assert derived.over([a, b_changed]) == ["a", "b2"]
+    assert calls == ["a", "b", "b2"]
+    derived.over([b_changed])  # a left this round: it is forgotten
+    assert derived.over([a]) == ["a"]
+    assert calls == ["a", "b", "b2", "a"]

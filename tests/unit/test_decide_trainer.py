@@ -21,6 +21,7 @@ from trainerop_trainer.decide import (
     once_created,
 )
 from trainerop_trainer.pods import Owner
+from trainerop_trainer.views import progress_only
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
 STAMP = "2026-01-01T00:10:00Z"
@@ -837,3 +838,21 @@ def test_the_status_counts_the_workers_the_run_is_admitted_with(
     d = observe(spec(framework="generic", topology=topology), contributions=grant)
     assert d.status["topology"]["replicas"]["worker"]["desired"] == desired
     assert sum(p["metadata"]["labels"][REPLICA_TYPE_LABEL] == "worker" for p in d.create_pods) == desired
+
+
+@pytest.mark.parametrize(
+    ("event", "view", "waits"),
+    [
+        ("created, not yet scheduled", pod("worker", 0, "Pending"), True),
+        ("started, not ready yet", replace(pod("worker", 0, "Running"), ready=False), True),
+        ("ready", pod("worker", 0, "Running"), True),
+        ("its container exited, the pod still Running", pod("worker", 0, "Running", exit_code=1), False),
+        ("failed", pod("worker", 0, "Failed", exit_code=1), False),
+        ("succeeded", pod("worker", 0, "Succeeded", exit_code=0), False),
+        ("being deleted", replace(pod("worker", 0, "Running"), deleting=True), False),
+        ("its node unreachable", pod("worker", 0, "Unknown"), False),
+        ("not one of ours (no role)", None, False),
+    ],
+)
+def test_only_progress_towards_running_may_wait_for_its_siblings(event: str, view: PodView | None, waits: bool) -> None:
+    assert progress_only(view) is waits, event

@@ -138,6 +138,17 @@ async def test_a_sooner_requeue_is_not_pushed_back_by_a_later_one() -> None:
     assert rt.queue._timers[key].when() < first
 
 
+async def test_a_coalescing_requeue_waits_unless_something_needs_the_object_sooner() -> None:
+    rt, _ = runtime_with(FailingController(None))
+    key = ("ns", "t")
+    rt.requeue([key], within=0.5)  # a pod only progressed: its siblings' events may follow
+    coalesced = rt.queue._timers[key].when()
+    rt.requeue([key], within=0.5)  # another such event does not push it back
+    assert rt.queue._timers[key].when() == coalesced
+    rt.requeue([key])  # a failure or deletion: at once
+    assert rt.queue._timers[key].when() < coalesced
+
+
 async def test_events_do_not_pre_empt_an_error_backoff() -> None:
     rt, _ = runtime_with(FailingController(OSError("refused")))
     key = ("ns", "t")

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from trainerop_common.admission import Request, Verdict
 from trainerop_common.api import QuotaPolicy, kind_info
 from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
-from trainerop_common.cache import Key, ObjectCache
+from trainerop_common.cache import Derived, Key, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.kube import Kube
@@ -97,6 +97,9 @@ class QuotaController:
         self._seen: dict[str, str] = {}  # uid -> fingerprint of what the plan reads of it
         self._last_plan = 0.0
         self._last_info: dict[str, TrainerInfo] = {}  # uid -> last valid view (kept if one turns invalid)
+        # Each plan reads every pod and Trainer: only those that changed are parsed again.
+        self.pod_infos = Derived(pod_info)
+        self.trainer_infos = Derived(trainer_info)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # A plan reads only some fields of each object: events that change none of them (node
@@ -165,7 +168,9 @@ class QuotaController:
             uid = body["metadata"]["uid"]
             mine = self.written.get(uid)
             try:
-                info = as_written(body, mine, now) if mine and self.rt.writer.is_stale(body) else trainer_info(body)
+                info = (
+                    as_written(body, mine, now) if mine and self.rt.writer.is_stale(body) else self.trainer_infos(body)
+                )
             except ValidationError as err:
                 # Its last valid view keeps holding what it held (no decision is written for it).
                 log.warning("%s/%s does not parse: %s", body["metadata"]["namespace"], body["metadata"]["name"], err)
@@ -175,6 +180,7 @@ class QuotaController:
             self._last_info[uid] = info
             bodies.append(body)
             trainers.append(info)
+        self.trainer_infos.round_done()
         return trainers, bodies
 
     async def observe(self) -> tuple[Observed, list[Body], float | None]:
@@ -185,7 +191,7 @@ class QuotaController:
             nodes.append(node)
             if wait is not None:
                 waits.append(wait)
-        pods = [p for p in map(pod_info, await self.pods.values()) if p is not None]
+        pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None]
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         trainers, bodies = await self._trainers(rfc3339(now))
         policies = policy_infos(await self.policies.values())

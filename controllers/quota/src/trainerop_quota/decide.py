@@ -41,10 +41,13 @@ __all__ = ["CONDITION", "SECTION", "Decision", "Observed", "Plan", "PolicyInfo",
 def plan(obs: Observed) -> Plan:
     p = Planner(obs)
     governed: list[tuple[TrainerInfo, PolicyInfo]] = []
+    by_namespace: dict[str, PolicyInfo | None] = {}  # the governing policy, found once per namespace
     for t in obs.trainers:
         if t.namespace not in obs.namespace_labels:
             continue  # its namespace is not seen yet: no decision without its labels
-        policy = policy_for(obs.policies, obs.namespace_labels[t.namespace])
+        if t.namespace not in by_namespace:
+            by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
+        policy = by_namespace[t.namespace]
         if t.deleting or t.finished or t.spec.run_policy.suspend:
             p.decisions[t.uid] = released(p, t, policy)
         elif policy is None:

@@ -35,6 +35,11 @@ class TrainerConfig:
     node_lost_seconds: float = flag(
         NODE_LOST_SECONDS, "replace pods of a node not Ready this long (a deleted node: at once)"
     )
+    progress_coalesce_seconds: float = flag(
+        0.5,
+        "wait this long before writing counts after a pod only progressed (scheduled, started, ready), "
+        "so one status write carries its siblings' progress too; failures and deletions act at once",
+    )
     admission_node_fit: bool = flag(
         True,
         "refuse a Trainer whose pods fit no node of the cluster (turn off where an autoscaler adds nodes on demand)",

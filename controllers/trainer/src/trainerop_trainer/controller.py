@@ -28,7 +28,16 @@ from .decide import SECTION, Decision, Observed, decide, once_created
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings
 from .spawn import SpawnRecorder
 from .topology import CONTRACTS
-from .views import NodeLoss, RestartBackoff, lease_view, lost_nodes, owner_of, pod_essentials, pod_view
+from .views import (
+    NodeLoss,
+    RestartBackoff,
+    lease_view,
+    lost_nodes,
+    owner_of,
+    pod_essentials,
+    pod_view,
+    progress_only,
+)
 
 EPOCHS = Counter("training_epochs_total", "Epochs completed, from progress heartbeats.", ["namespace", "trainer"])
 
@@ -103,18 +112,19 @@ class TrainerController:
         self.actions.delivered(key)
         if deleted:
             self.spawns.forget(body.get("metadata", {}).get("uid", ""))
-        else:
-            trainer = self.rt.trainers.get(owner_of(body)) or {}
-            framework = trainer.get("spec", {}).get("framework", "generic")
-            if framework in CONTRACTS:
-                self.spawns.observe(body, CONTRACTS[framework].container)
-        self._child_changed(key, body, deleted)
+            return self._child_changed(key, body, deleted)
+        trainer = self.rt.trainers.get(owner_of(body)) or {}
+        contract = CONTRACTS.get(trainer.get("spec", {}).get("framework", "generic"))
+        if contract is not None:
+            self.spawns.observe(body, contract.container)
+        progressed = contract is not None and progress_only(pod_view(body, contract.container))
+        self._child_changed(key, body, deleted, self.config.progress_coalesce_seconds if progressed else 0)
 
-    def _child_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+    def _child_changed(self, key: Key, body: dict[str, Any], deleted: bool, within: float = 0) -> None:
         # Deletions matter most: a replacement can only be created once its predecessor is gone.
         trainer = (body.get("metadata", {}).get("labels") or {}).get(TRAINER_NAME_LABEL)
         if trainer and (key[0], trainer) in self.rt.trainers:
-            self.rt.requeue([(key[0], trainer)])
+            self.rt.requeue([(key[0], trainer)], within)
 
     async def _children(self, cache: ObjectCache, owner: Owner) -> list[dict[str, Any]]:
         return [

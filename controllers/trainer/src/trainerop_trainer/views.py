@@ -134,6 +134,13 @@ def pod_view(body: dict[str, Any], container: str) -> PodView | None:
     )
 
 
+def progress_only(view: PodView | None) -> bool:
+    """A pod event that only moves a replica towards running (created, scheduled, started,
+    ready): the status's counts can wait a moment for its siblings' events. A pod deleted,
+    going, finished, failed or of an unknown phase is acted on at once."""
+    return view is not None and not view.deleting and view.exit_code is None and view.phase in ("Pending", "Running")
+
+
 def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
     """The (namespace, Trainer name) a child belongs to, from its trainer-name label."""
     meta = obj.get("metadata", {})

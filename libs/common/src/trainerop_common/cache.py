@@ -2,8 +2,8 @@
 a reconcile never decides on a cache that has not seen the cluster yet."""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import kopf
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .kube import Kube
 
 Key = tuple[str, str]
+T = TypeVar("T")
 
 
 class ObjectCache:
@@ -120,3 +121,30 @@ class ObjectCache:
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         await self.ensure_listed()
         return self.items.get((namespace, name))
+
+
+class Derived(Generic[T]):
+    """``derive(obj)`` of a cache's objects, computed again only for the objects that changed.
+    A cache puts a new dict for every change it sees, so the very same dict means the same state:
+    a controller that reads every object on every pass (the quota plan) parses only what moved.
+    A round (``over``, or calls then ``round_done``) keeps exactly the objects it was given."""
+
+    def __init__(self, derive: Callable[[dict[str, Any]], T]) -> None:
+        self._derive = derive
+        self._last: dict[int, tuple[dict[str, Any], T]] = {}  # id -> (the object itself, its value)
+        self._this: dict[int, tuple[dict[str, Any], T]] = {}
+
+    def __call__(self, obj: dict[str, Any]) -> T:
+        hit = self._last.get(id(obj))
+        value = hit[1] if hit is not None and hit[0] is obj else self._derive(obj)
+        self._this[id(obj)] = (obj, value)
+        return value
+
+    def round_done(self) -> None:
+        """Forget the objects this round was not given (deleted, or replaced by a newer state)."""
+        self._last, self._this = self._this, {}
+
+    def over(self, objs: Iterable[dict[str, Any]]) -> list[T]:
+        out = [self(o) for o in objs]
+        self.round_done()
+        return out

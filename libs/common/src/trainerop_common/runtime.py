@@ -236,10 +236,11 @@ class Runtime:
         """Reconcile this Trainer again in ``seconds`` (a backoff, deadline or TTL falls due)."""
         self.queue.after(key, seconds)
 
-    def requeue(self, keys: Iterable[Key]) -> None:
-        """Reconcile these Trainers soon (e.g. a profile they use changed); one waiting out an error
-        backoff keeps waiting."""
-        self.queue.soon(keys)
+    def requeue(self, keys: Iterable[Key], within: float = 0) -> None:
+        """Reconcile these Trainers soon (e.g. a profile they use changed), at the latest in
+        ``within`` seconds (events of a moment coalesce into one reconcile); one waiting out an
+        error backoff keeps waiting."""
+        self.queue.soon(keys, within)
 
     def trigger(self, job: Callable[[], Awaitable[float | None]], what: str) -> Trigger:
         """A job over all Trainers run on demand (see :class:`Trigger`)."""

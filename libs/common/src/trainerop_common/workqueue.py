@@ -140,12 +140,13 @@ class WorkQueue:
         self.after(key, delay)
         return delay
 
-    def soon(self, keys: Iterable[Key]) -> None:
-        """Reconcile these soon (something they depend on changed). One waiting out an error backoff
-        keeps waiting: events must not turn a failing call into a hot loop."""
+    def soon(self, keys: Iterable[Key], within: float = 0) -> None:
+        """Reconcile these soon (something they depend on changed): in ``within`` seconds unless
+        one is due sooner. One waiting out an error backoff keeps waiting: events must not turn a
+        failing call into a hot loop."""
         for key in keys:
             if key not in self.backoff.failures:
-                self.after(key, 0)
+                self.after(key, within)
 
 
 RETRY_SECONDS = 5.0
