@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 from typing import Any
 
@@ -21,26 +22,57 @@ from tests.harness import REPO, Cluster, eventually
 GPU = "nvidia.com/gpu"
 
 
-def replacements(client: Client, namespace: str, failures: int, workers: int = 10) -> dict[str, Any]:
-    """``failures`` worker failures one after another (exit code 137 reported as a node would): the
-    time until the replacement pod exists, and until it runs."""
-    client.create(TRAINER.from_dict(bench_trainer("recovery", workers)), namespace=namespace)
-    pods = Timeline(client, Pod, namespace, running)
-    pods.wait(workers, "recovery: workers running")
-    created, started = [], []
-    for i in range(failures):
-        victim = f"recovery-worker-{i % workers}"
-        old = pods.uids[victim]
+class Replacements:
+    """Worker failures of a Trainer of its own (exit code 137 reported as a node would), one after
+    another: the time until the replacement pod exists, and until it runs."""
+
+    def __init__(self, client: Client, namespace: str, workers: int = 10) -> None:
+        self.client, self.namespace, self.workers = client, namespace, workers
+        client.create(TRAINER.from_dict(bench_trainer("recovery", workers)), namespace=namespace)
+        self.pods = Timeline(client, Pod, namespace, running)
+        self.pods.wait(workers, "recovery: workers running")
+        self.created: list[float] = []
+        self.started: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def fail_one(self) -> None:
+        victim = f"recovery-worker-{len(self.created) % self.workers}"
+        old = self.pods.uids[victim]
         t0 = time.monotonic()
-        fail(client, namespace, victim)
-        created.append(pods.replaced(victim, old, ready=False) - t0)
-        started.append(pods.replaced(victim, old) - t0)
-    pods.stop()
-    return {
-        "failures": failures,
-        "replacement_created_seconds": spread(created),
-        "replacement_running_seconds": spread(started),
-    }
+        fail(self.client, self.namespace, victim)
+        self.created.append(self.pods.replaced(victim, old, ready=False) - t0)
+        self.started.append(self.pods.replaced(victim, old) - t0)
+
+    def meanwhile(self) -> None:
+        """Keep failing workers in the background until ``result``: replacements while something
+        else loads the cluster (the N = 1000 ramp)."""
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.fail_one()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def result(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=600)
+        self.pods.stop()
+        return {
+            "failures": len(self.created),
+            "replacement_created_seconds": spread(self.created),
+            "replacement_running_seconds": spread(self.started),
+        }
+
+
+def replacements(client: Client, namespace: str, failures: int, workers: int = 10) -> dict[str, Any]:
+    """``failures`` worker failures one after another on an otherwise idle cluster."""
+    probe = Replacements(client, namespace, workers)
+    for _ in range(failures):
+        probe.fail_one()
+    return probe.result()
 
 
 def gang_restarts(client: Client, namespace: str, size: int, restarts: int) -> dict[str, Any]:

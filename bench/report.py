@@ -113,6 +113,11 @@ def markdown(r: dict[str, Any]) -> str:
         f = r.get(key, {}).get(figure)
         if f:
             lines.append(_row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"]))
+    for n, t in r.get("throughput", {}).items():
+        f = (t["operator"].get("replacements_during_ramp") or {}).get("replacement_created_seconds")
+        if f:
+            title = f"failed worker → replacement created, during the N = {n} ramp"
+            lines.append(_row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"]))
     lines += webhook_lines(r.get("webhook_burst"))
     lines += leak_lines(r.get("leak_check"))
     lines += ["", "## Memory (resident, MiB)", ""]

@@ -71,6 +71,8 @@ def ceiling(c: Cluster, client: Client, source: str, n: int, workers: int, level
 def throughput(
     c: Cluster, client: Client, n: int, workers: int, profile_to: Path | None, levels: list[int]
 ) -> dict[str, Any]:
+    """The operator's run and the ceiling at N; a worker of another Trainer failed again and again
+    meanwhile (replacements under load); the profile, if asked."""
     print(f"== throughput: {n} Trainers x {workers} workers", file=sys.stderr, flush=True)
     profile: list[Profile] = []
 
@@ -79,14 +81,26 @@ def throughput(
         if profile_to is not None and pid:
             profile.append(Profile(pid, profile_to))
 
-    with scratch(c, f"bench-op{n}") as op_ns:
-        operator = operator_run(c, client, op_ns, n, workers, during=start_profile)
-        hot = profile[0].summary() if profile else None
-        top = ceiling(c, client, op_ns, n, workers, levels)
-        # The controllers were restarted after the ceiling with this run's N Trainers and their
-        # pods still there: what they hold once they have relisted everything and caught up.
-        operator["memory_mib_after_restart"] = memory_after_restart(c, n)
-    gone(c, op_ns)
+    with scratch(c, f"bench-probe{n}") as probe_ns:
+        probe = recovery.Replacements(client, probe_ns)
+        during_ramp: dict[str, Any] = {}
+
+        def ramp_started() -> None:
+            start_profile()
+            probe.meanwhile()
+
+        with scratch(c, f"bench-op{n}") as op_ns:
+            operator = operator_run(
+                c, client, op_ns, n, workers, ramp_started, lambda: during_ramp.update(probe.result())
+            )
+            operator["replacements_during_ramp"] = during_ramp
+            hot = profile[0].summary() if profile else None
+            top = ceiling(c, client, op_ns, n, workers, levels)
+            # The controllers were restarted after the ceiling with this run's N Trainers and their
+            # pods still there: what they hold once they have relisted everything and caught up.
+            operator["memory_mib_after_restart"] = memory_after_restart(c, n)
+        gone(c, op_ns)
+    gone(c, probe_ns)
     out = {"operator": operator, "ceiling": top}
     if hot is not None:
         out["trainer_controller_profile"] = hot

@@ -91,9 +91,16 @@ def memory_after_restart(c: Cluster, count: int) -> dict[str, float]:
 
 
 def operator_run(
-    c: Cluster, client: Client, namespace: str, count: int, workers: int, during: Callable[[], None] = lambda: None
+    c: Cluster,
+    client: Client,
+    namespace: str,
+    count: int,
+    workers: int,
+    during: Callable[[], None] = lambda: None,
+    ramp_over: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
-    """Trainers through the operator: creation to Running, memory there, a no-op resync, completion."""
+    """Trainers through the operator: creation to Running, memory there, a no-op resync, completion.
+    ``during`` is called once the creates are sent, ``ramp_over`` once every Trainer is Running."""
     pods = Timeline(client, Pod, namespace, running)
     trainers = Timeline(client, TRAINER, namespace, running)
     before = api_requests(c)
@@ -104,6 +111,7 @@ def operator_run(
     created = pods.wait(count * workers, "operator: pods created", ready=False)
     pods_running = pods.wait(count * workers, "operator: pods running")
     all_running = trainers.wait(count, "operator: Trainers Running")
+    ramp_over()
     result: dict[str, Any] = {
         "trainers": count,
         "workers": workers,
