@@ -98,6 +98,7 @@ def markdown(r: dict[str, Any]) -> str:
                     k["conflicts_409"],
                 )
             )
+    lines += same_qps_lines(r)
     lines += ["", "## Recovery", "", _row("what", "count", "p50", "p95", "p99", "max"), _row(*["---"] * 6)]
     for title, key, figure in (
         ("failed worker → replacement created", "replacement", "replacement_created_seconds"),
@@ -228,4 +229,41 @@ def leak_lines(leak: dict[str, Any] | None) -> list[str]:
     ]
     for ctl, growth in leak["growth_mib_after_first_round"].items():
         lines.append(_row(ctl, *[r.get(ctl, "-") for r in rounds], growth))
+    return lines
+
+
+def same_qps_lines(r: dict[str, Any]) -> list[str]:
+    """Ours at Kubeflow v1's client budget (20 requests/s, burst 30) against Kubeflow's run."""
+    same, kf = r.get("same_qps") or {}, r.get("kubeflow") or {}
+    if not same:
+        return []
+    lines = [
+        "",
+        "At the same client QPS (every controller of ours at 20 requests/s, burst 30: Kubeflow v1's"
+        " controller-runtime defaults):",
+        "",
+        _row(
+            "N",
+            "ours: all pods created",
+            "all pods running",
+            "Kubeflow: created",
+            "running",
+            "ours faster: created",
+            "running",
+        ),
+        _row(*["---"] * 7),
+    ]
+    for n, o in same.items():
+        k = kf.get(n, {})
+        lines.append(
+            _row(
+                n,
+                o["all_pods_created_seconds"],
+                o["all_pods_running_seconds"],
+                k.get("all_pods_created_seconds", "-"),
+                k.get("all_pods_running_seconds", "-"),
+                _ratio(k.get("all_pods_created_seconds", 0), o["all_pods_created_seconds"]),
+                _ratio(k.get("all_pods_running_seconds", 0), o["all_pods_running_seconds"]),
+            )
+        )
     return lines

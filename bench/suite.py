@@ -107,6 +107,28 @@ def throughput(
     return out
 
 
+# Kubeflow v1's client budget: controller-runtime's defaults (its operator has no flag for them).
+KUBEFLOW_QPS = {"TRAINEROP_QPS": "20", "TRAINEROP_BURST": "30"}
+
+
+def same_qps(c: Cluster, client: Client, sizes: list[int], workers: int) -> dict[str, Any]:
+    """The operator's run again with every controller at Kubeflow v1's client budget: the
+    comparison at the same QPS. The controllers are restarted at their usual budget after."""
+    localdev.stop()
+    localdev.start(extra_env=CONTROLLER_ENV | KUBEFLOW_QPS)
+    out = {}
+    try:
+        for n in sizes:
+            print(f"== same QPS as Kubeflow (20, burst 30): {n} Trainers", file=sys.stderr, flush=True)
+            with scratch(c, f"bench-qps{n}") as ns:
+                out[str(n)] = operator_run(c, client, ns, n, workers)
+            gone(c, ns)
+    finally:
+        localdev.stop()
+        localdev.start(extra_env=CONTROLLER_ENV)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--trainers", default="100,1000", help="comma-separated N")
@@ -126,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         "larger N use the best of them",
     )
     p.add_argument(
-        "--phases", default="throughput,recovery,webhooks,leak,kubeflow", help="the parts to run, comma-separated"
+        "--phases",
+        default="throughput,same-qps,recovery,webhooks,leak,kubeflow",
+        help="the parts to run, comma-separated",
     )
     p.add_argument("--leak-trainers", type=int, default=5000, help="Trainers created and deleted by the leak check")
     p.add_argument("--leak-batch", type=int, default=500, help="Trainers per round of the leak check")
@@ -178,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             profile = args.out / f"{args.label}-profile-{n}.txt" if args.profile and n == max(sizes) else None
             results["throughput"][str(n)] = result = throughput(c, client, n, args.workers, profile, levels)
             levels = [int(result["ceiling"]["concurrency"])]  # the sweep's best for the larger sizes
+            save()
+        if "same-qps" in phases:
+            results["same_qps"] = same_qps(c, client, sizes, args.workers)
             save()
         if "recovery" in phases:
             print("== recovery", file=sys.stderr, flush=True)

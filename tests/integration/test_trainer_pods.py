@@ -304,3 +304,38 @@ def test_ttl_after_finished_deletes_the_trainer(cluster: Cluster, namespace: str
     # Posted by a reconcile its own TTL timer started (outside kopf's handler context).
     events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
     assert any(e["reason"] == "TTLExpired" for e in events)
+
+
+def test_a_users_service_of_the_trainers_name_is_reported_and_the_run_starts_once_it_is_gone(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The replicas' DNS names resolve through a Service of the Trainer's name: one of a user's
+    in the way is not taken as the Trainer's (its pods would never find each other); the Trainer's
+    own comes once it is gone (the refused create is retried with backoff)."""
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": NAME},
+        "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]},
+    }
+    cluster.apply(theirs, namespace)
+    cluster.apply(SEED_TRAINER, namespace)
+
+    def warned() -> list[dict[str, Any]] | None:
+        listed = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+        found = [e for e in listed if e["reason"] == "CreateRefused" and f"Service {NAME} exists" in e["message"]]
+        return found or None
+
+    (event, *_) = eventually(warned, what="a Warning Event naming the Service in the way")
+    assert event["type"] == "Warning"
+    assert "rename or delete that Service" in event["message"]
+    cluster.kubectl("delete", "service", NAME, "-n", namespace)
+
+    def ours() -> dict[str, Any] | None:
+        listed = json.loads(cluster.kubectl("get", "services", "-n", namespace, "-o", "json"))["items"]
+        return next((s for s in listed if s["metadata"].get("ownerReferences")), None)
+
+    service = eventually(ours, timeout=90, what="the Trainer's own Service once the user's is gone")
+    assert service["metadata"]["ownerReferences"][0]["uid"] == trainer(cluster, namespace)["metadata"]["uid"]
+    assert service["spec"]["clusterIP"] == "None"
+    eventually(lambda: running(cluster, namespace, 4), what="the run Running")

@@ -3,12 +3,15 @@
 import re
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.factories import trainer_fields, trainer_spec
 from trainerop_common.api import PodContribution
 from trainerop_common.api.trainer import TrainerSpec
-from trainerop_trainer.pods import Owner, PodSettings, merge_contributions, pod_manifest, service_manifest
+from trainerop_trainer.pods import Owner, PodSettings, merge_contributions, pod_manifest, service_manifest, wait_for
 from trainerop_trainer.topology import Replica
 
 OWNER = Owner("llama", "team-a", "uid-1", 3)
@@ -72,8 +75,9 @@ def test_workers_wait_for_the_master_in_an_init_container() -> None:
     # busybox's nslookup searches no domain for a dotted name: it asks under the first search
     # domain of the pod's resolv.conf (<namespace>.svc.<cluster domain>)
     resolv = "nameserver 10.0.0.10\nsearch team-a.svc.cluster.local svc.cluster.local cluster.local\n"
-    name = re.search(r'name="llama-master-0\.llama\.\$\((sed .*) /etc/resolv\.conf\)"', script)
+    name = re.search(r'domain="\$\((sed .*) /etc/resolv\.conf\)"', script)
     assert name is not None
+    assert 'name="llama-master-0.llama${domain:+.$domain}"' in script
     domain = subprocess.run(["sh", "-c", name.group(1)], input=resolv, capture_output=True, text=True, check=True)
     assert domain.stdout == "team-a.svc.cluster.local\n"
     assert "until nslookup \"$name\" | grep -q '^Name:'" in script
@@ -153,7 +157,7 @@ def test_a_trainer_of_an_earlier_version_keeps_its_replicas_names() -> None:
     legacy = replace(OWNER, per_replica_services=True)
     worker = pod_manifest(legacy, SPEC, Replica("worker", 0), {}, PodSettings())
     assert env_of(worker)["MASTER_ADDR"] == "llama-master-0"
-    assert 'name="llama-master-0.$(sed' in worker["spec"]["initContainers"][0]["command"][2]
+    assert 'name="llama-master-0${domain:+.$domain}"' in worker["spec"]["initContainers"][0]["command"][2]
     assert env_of(pod_manifest(OWNER, SPEC, Replica("worker", 0), {}, PodSettings()))["MASTER_ADDR"] == (
         "llama-master-0.llama"
     )
@@ -274,3 +278,33 @@ def test_an_override_entry_replaces_the_contributed_one_whole_and_nulls_count_as
     assert pod["spec"]["nodeSelector"] == {"gpu-type": "a100"}  # null: the profile's selector stays
     assert container["command"] == ["python", "train.py"]
     assert env_of(pod)["WORLD_SIZE"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("resolv_conf", "asked"),
+    [
+        (
+            "search ns.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.0.0.10\n",
+            "t-master-0.t.ns.svc.cluster.local",
+        ),
+        ("search ns.svc.corp.example svc.corp.example\n", "t-master-0.t.ns.svc.corp.example"),
+        ("nameserver 10.0.0.10\n", "t-master-0.t"),  # a dnsConfig without search domains: the name as it is
+    ],
+)
+def test_the_rendezvous_wait_asks_for_the_name_the_pods_resolver_would(
+    tmp_path: Path, resolv_conf: str, asked: str
+) -> None:
+    """The init container's script, run by a real shell with this resolv.conf and an nslookup that
+    answers only the name the wait should ask for (as CoreDNS would once the record exists)."""
+    (tmp_path / "resolv.conf").write_text(resolv_conf)
+    nslookup = tmp_path / "bin" / "nslookup"
+    nslookup.parent.mkdir()
+    nslookup.write_text(f'#!/bin/sh\n[ "$1" = "{asked}" ] && echo "Name: $1" || echo "** server can\'t find $1"\n')
+    nslookup.chmod(0o755)
+    script = wait_for("t-master-0.t", PodSettings())["command"][2].replace(
+        "/etc/resolv.conf", str(tmp_path / "resolv.conf")
+    )
+    env = {"PATH": f"{nslookup.parent}:/usr/bin:/bin"}
+    done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert "waiting" not in done.stdout  # the first answer was the one it waits for

@@ -1,18 +1,23 @@
 """Carrying out the trainer's decisions: a pod created but not yet delivered by the watch counts as
 existing (no reconcile in between creates it twice), until it is seen or 30 s have passed; the
-runner identity is applied once per namespace however many Trainers there start together."""
+runner identity is applied once per namespace however many Trainers there start together, and
+again for pods created there after a resync period (one deleted by hand comes back)."""
 
 import asyncio
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
+
 from tests.factories import trainer_spec
 from trainerop_common.clock import FixedClock
 from trainerop_common.runtime import Runtime
 from trainerop_trainer.actions import Actions
 from trainerop_trainer.decide import Decision
-from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests
+from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests, service_manifest
 from trainerop_trainer.topology import Replica
 
 OWNER = Owner("t", "ns", "uid", 1)
@@ -22,18 +27,26 @@ BODY = {"metadata": {"name": "t", "namespace": "ns", "uid": "uid"}}
 
 
 class Kube:
-    def __init__(self, existing: tuple[str, ...] = ()) -> None:
+    def __init__(self, existing: tuple[str, ...] = (), failing: tuple[str, ...] = ()) -> None:
         self.created: list[str] = []
         self.applied: list[str] = []
         self.deleted: list[str] = []
         self.existing = existing  # names a create finds taken (409)
+        self.failing = failing  # names whose create the API server fails (500)
+        self.others: dict[str, dict[str, Any]] = {}  # what get_core finds
+        self.events: list[tuple[str, str, str]] = []  # the Events the controller posted
 
     async def create_core(self, body: dict[str, Any]) -> bool:
         await asyncio.sleep(0)
+        if body["metadata"]["name"] in self.failing:
+            raise ApiError(status=Status(code=500, message="etcdserver: request timed out", reason="InternalError"))
         if body["metadata"]["name"] in self.existing:
             return False
         self.created.append(body["metadata"]["name"])
         return True
+
+    async def get_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.others.get(name)
 
     async def delete_core(self, kind: str, namespace: str, name: str, force: bool = False) -> bool:
         self.deleted.append(name)
@@ -44,9 +57,13 @@ class Kube:
         self.applied.append(f"{body['kind']}/{body['metadata']['namespace']}")
 
 
-def actions(existing: tuple[str, ...] = ()) -> tuple[Actions, Kube, FixedClock]:
-    kube, clock = Kube(existing), FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
-    runtime = SimpleNamespace(kube=kube, clock=clock, event=lambda *_: None)
+def actions(existing: tuple[str, ...] = (), failing: tuple[str, ...] = ()) -> tuple[Actions, Kube, FixedClock]:
+    kube, clock = Kube(existing, failing), FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
+    events: list[tuple[str, str, str]] = []
+    runtime = SimpleNamespace(
+        kube=kube, clock=clock, event=lambda _, *e: events.append(e), config=SimpleNamespace(resync_seconds=300)
+    )
+    kube.events = events
     return Actions(cast(Runtime, runtime)), kube, clock
 
 
@@ -83,9 +100,43 @@ async def test_a_pod_found_existing_or_deleted_is_not_expected() -> None:
     assert act.expected_pods(OWNER, set()) == []
 
 
+async def test_pods_created_before_a_server_error_are_expected_while_the_reconcile_is_retried() -> None:
+    act, kube, _ = actions(failing=("t-worker-1",))
+    with pytest.raises(ApiError):
+        await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    assert kube.created == ["t-worker-0"]
+    assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-0"]
+
+
 async def test_the_runner_is_applied_once_for_the_trainers_of_a_namespace_starting_together() -> None:
-    act, kube, _ = actions()
+    act, kube, clock = actions()
     decision = Decision(status={}, conditions=(), runner=tuple(runner_manifests("ns")))
     owners = [Owner(f"t{i}", "ns", f"u{i}", 1) for i in range(5)]
     await asyncio.gather(*(act.carry_out(BODY, o, decision, ()) for o in owners))
     assert kube.applied == ["ServiceAccount/ns", "Role/ns", "RoleBinding/ns"]
+
+    await act.carry_out(BODY, owners[0], decision, ())
+    assert len(kube.applied) == 3  # within the resync period: not again
+    clock.advance(300)
+    await act.carry_out(BODY, owners[0], decision, ())
+    assert kube.applied[3:] == ["ServiceAccount/ns", "Role/ns", "RoleBinding/ns"]
+
+
+@pytest.mark.parametrize(
+    ("owners", "refused"),
+    [
+        ([{"uid": "uid"}], False),  # this Trainer's own, not delivered by the watch yet
+        ([], True),  # a user's Service of that name
+        ([{"uid": "an-earlier-trainer-of-that-name"}], True),
+    ],
+)
+async def test_a_service_of_the_trainers_name_that_is_not_its_own_is_reported(
+    owners: list[dict[str, str]], refused: bool
+) -> None:
+    act, kube, _ = actions(existing=("t",))
+    kube.others["t"] = {"metadata": {"name": "t", "ownerReferences": owners}}
+    service = service_manifest(OWNER, SPEC)
+    carried = await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_services=(service,)), ())
+    assert carried.refused is refused
+    warnings = [e for e in kube.events if e[0] == "Warning"]
+    assert [reason for _, reason, _ in warnings] == (["CreateRefused"] if refused else [])

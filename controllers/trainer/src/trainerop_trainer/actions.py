@@ -12,7 +12,7 @@ from lightkube import ApiError
 from prometheus_client import Counter
 
 from trainerop_common.contracts import REPLICA_TYPE_LABEL
-from trainerop_common.parallel import bounded
+from trainerop_common.parallel import bounded, first_error, settled
 from trainerop_common.runtime import Body, Runtime
 
 from .decide import Decision
@@ -50,14 +50,17 @@ class Actions:
         # Pods this process created that the watch has not delivered yet, by (namespace, name):
         # counted as existing, so a reconcile in between creates none twice.
         self.expected: dict[tuple[str, str], Expected] = {}
-        self._runners: set[str] = set()  # namespaces whose runner identity this process applied
+        self._runners: dict[str, datetime] = {}  # namespace -> when this process applied its runner identity
         self._runner_locks: dict[str, asyncio.Lock] = {}
 
     async def carry_out(self, body: Body, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> Carried:
         """Create and delete what the decision says: whether the API server refused something (an
         Event said what; the rest was carried out), and whether every pod asked for was created."""
         await self._runner(owner.namespace, decision.runner)
-        made = await bounded(self._create(body, obj) for obj in (*decision.create_claims, *decision.create_services))
+        made = await bounded(
+            [*(self._create(body, obj) for obj in decision.create_claims)]
+            + [self._create_service(body, owner, obj) for obj in decision.create_services]
+        )
         pods_made = await self._create_pods(body, owner, decision.create_pods)
         await self._delete(owner, decision, {p.name: p for p in pods})
         return Carried(refused=None in (*made, *pods_made), pods_created=all(pods_made))
@@ -66,29 +69,54 @@ class Actions:
         """Create the pods together (for each: created, existed already, or refused). Each one
         created is expected until the watch delivers it; one that existed is not (it may be a
         predecessor still terminating, or someone else's)."""
-        made = await bounded(self._create(body, pod) for pod in pods)
+        outcomes = await settled(self._create(body, pod) for pod in pods)
         until = self.rt.clock.now() + EXPECTATION_TIMEOUT
-        created = [pod for pod, outcome in zip(pods, made, strict=True) if outcome]
+        created = [pod for pod, outcome in zip(pods, outcomes, strict=True) if outcome is True]
         for pod in created:
             self.expected[(owner.namespace, pod["metadata"]["name"])] = Expected(owner.uid, pod, until)
             PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
         if created:
             self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in created))
+        first_error(outcomes)  # an API server error (5xx) for one: retried, the others expected meanwhile
+        made = [o for o in outcomes if not isinstance(o, Exception)]
         if None in made:  # e.g. the runner ServiceAccount was deleted: apply it again next time
-            self._runners.discard(owner.namespace)
+            self._runners.pop(owner.namespace, None)
         return made
 
+    async def _create_service(self, body: Body, owner: Owner, service: dict[str, Any]) -> bool | None:
+        """The Trainer's headless Service; one of that name that is not this Trainer's (a user's)
+        would leave its pods' names unresolved: refused, with an Event that says what to do."""
+        made = await self._create(body, service)
+        if made is not False:
+            return made
+        name = service["metadata"]["name"]
+        existing = await self.rt.kube.get_core("Service", owner.namespace, name)
+        refs = ((existing or {}).get("metadata") or {}).get("ownerReferences") or ()
+        if existing is None or any(ref.get("uid") == owner.uid for ref in refs):
+            return False  # ours, not delivered by the watch yet (or gone meanwhile)
+        message = (
+            f"Service {name} exists and does not belong to this Trainer, whose pods' DNS names need a"
+            " Service of that name: rename or delete that Service"
+        )
+        self.rt.event(body, "Warning", "CreateRefused", message)
+        return None
+
     async def _runner(self, namespace: str, runner: Sequence[dict[str, Any]]) -> None:
-        """The pods' ServiceAccount, Role and RoleBinding: applied once per namespace by this
-        process (server-side apply: the same again after a restart), not per Trainer; the
-        Trainers of a namespace reconciled together wait for one apply."""
-        if not runner or namespace in self._runners:
+        """The pods' ServiceAccount, Role and RoleBinding: applied by this process once per
+        namespace (server-side apply: the same again after a restart), not per Trainer, and again
+        when pods are created there more than --resync-seconds later (one deleted by hand comes
+        back); the Trainers of a namespace reconciled together wait for one apply."""
+        if not runner or not self._runner_due(namespace):
             return
         async with self._runner_locks.setdefault(namespace, asyncio.Lock()):
-            if namespace not in self._runners:
+            if self._runner_due(namespace):
                 for obj in runner:
                     await self.rt.kube.apply_core(obj)
-                self._runners.add(namespace)
+                self._runners[namespace] = self.rt.clock.now()
+
+    def _runner_due(self, namespace: str) -> bool:
+        applied = self._runners.get(namespace)
+        return applied is None or self.rt.clock.now() - applied >= timedelta(seconds=self.rt.config.resync_seconds)
 
     async def _create(self, body: Body, obj: dict[str, Any]) -> bool | None:
         """Create one object: whether it was created (False: it exists, or its namespace is going

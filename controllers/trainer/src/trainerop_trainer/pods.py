@@ -350,11 +350,12 @@ def wait_for(address: str, settings: PodSettings) -> dict[str, Any]:
     relative to the pod's namespace) resolves: workers do not crash-loop while the master's pod and
     DNS record come up. Training code's resolver applies the pod's search domains to such a name;
     busybox's nslookup does not to a name with a dot, so the wait asks for it under the first
-    search domain (<namespace>.svc.<cluster domain>, whatever the cluster's domain is). And it exits
+    search domain (<namespace>.svc.<cluster domain>, whatever the cluster's domain is), or as it is
+    where the pod's resolv.conf has no search line (a dnsConfig of the user's). And it exits
     non-zero when any search domain fails even if one answered, so the answer decides."""
     domain = "$(sed -n 's/^search \\([^ ]*\\).*/\\1/p' /etc/resolv.conf)"
     wait = (
-        f'name="{address}.{domain}"; '
+        f'domain="{domain}"; name="{address}${{domain:+.$domain}}"; '
         f"until nslookup \"$name\" | grep -q '^Name:'; do echo waiting for {address}; sleep 2; done"
     )
     return {

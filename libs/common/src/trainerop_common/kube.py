@@ -69,8 +69,8 @@ WEBHOOK_CONFIGURATIONS: dict[str, Any] = {
 }
 
 
+LIST_PAGE = 500  # objects per page of a list (kubectl's default --chunk-size)
 # Ask the API server for an object's metadata only (as `kubectl get --raw` with this Accept does).
-LIST_PAGE = 500  # objects per page of a list (the API server's own default page for its clients)
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
@@ -157,8 +157,12 @@ class Kube:
         return str(version) if version else None
 
     async def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """One of the operator's own objects (None: it does not exist)."""
+        return await self._get(RESOURCES[kind], name, namespace)
+
+    async def _get(self, res: Any, name: str, namespace: str | None) -> dict[str, Any] | None:
         try:
-            obj = await self._call("get", self._client.get(RESOURCES[kind], name, namespace=namespace))
+            obj = await self._call("get", self._client.get(res, name, namespace=namespace))
         except ApiError as err:
             if is_not_found(err):
                 return None
@@ -236,6 +240,10 @@ class Kube:
 
     async def list_namespaces(self, keep: Keep = slim) -> list[dict[str, Any]]:
         return await self._list(Namespace, keep)
+
+    async def get_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Pod or Service (None: it does not exist)."""
+        return await self._get(CORE[kind], name, namespace)
 
     async def create_core(self, body: dict[str, Any]) -> bool:
         """Create a Pod or Service; False if one of that name exists already."""
