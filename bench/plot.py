@@ -1,6 +1,6 @@
 """The growth plot of a suite run (issue 19): seconds per Trainer to all pods running, and each
 controller's memory, against N, for the operator, the plain client's ceiling and Kubeflow v1.
-Flat lines mean no super-linear term. Usage: ``python bench/plot.py RESULTS.json`` writes
+Flat lines mean no super-linear term. Usage: ``python -m bench.plot RESULTS.json`` writes
 RESULTS.png next to it (the suite does this itself after each run)."""
 
 from __future__ import annotations
@@ -12,18 +12,21 @@ from typing import Any
 
 import matplotlib
 
+from bench.repeats import figure
+
 matplotlib.use("Agg")  # files only: no display on a CI machine
 import matplotlib.pyplot as plt
 
 
 def series(results: dict[str, Any]) -> dict[str, dict[int, float]]:
-    """Seconds per Trainer (or job) to all pods running, by N, for each of the three."""
+    """Seconds per Trainer (or job) to all pods running (the median of repetitions), by N, for each
+    of the three."""
     out: dict[str, dict[int, float]] = {"Trainer Operator": {}, "ceiling (plain client)": {}, "Kubeflow v1": {}}
     for n, t in results.get("throughput", {}).items():
-        out["Trainer Operator"][int(n)] = t["operator"]["all_pods_running_seconds"] / int(n)
-        out["ceiling (plain client)"][int(n)] = t["ceiling"]["all_pods_running_seconds"] / int(n)
+        out["Trainer Operator"][int(n)] = figure(t, "operator", "all_pods_running_seconds") / int(n)
+        out["ceiling (plain client)"][int(n)] = figure(t, "ceiling", "all_pods_running_seconds") / int(n)
     for n, k in (results.get("kubeflow") or {}).items():
-        out["Kubeflow v1"][int(n)] = k["all_pods_running_seconds"] / int(n)
+        out["Kubeflow v1"][int(n)] = figure(k, "all_pods_running_seconds") / int(n)
     return {name: points for name, points in out.items() if points}
 
 

@@ -64,6 +64,8 @@ class Replacements:
             "failures": len(self.created),
             "replacement_created_seconds": spread(self.created),
             "replacement_running_seconds": spread(self.started),
+            "created_samples": [round(x, 3) for x in self.created],
+            "running_samples": [round(x, 3) for x in self.started],
         }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.repeats import SHARES, figure, spread_text
+
 
 def _row(*cells: Any) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
@@ -12,6 +14,14 @@ def _row(*cells: Any) -> str:
 def _ratio(a: float, b: float) -> str:
     """a / b, or '-' when either is missing."""
     return f"{a / b:.2f}" if a and b else "-"
+
+
+def _share(t: dict[str, Any], name: str) -> str:
+    """The ceiling's time over ours: the median of the repetitions' paired shares, else the one
+    run's."""
+    if "of_ceiling" in t.get("median", {}):
+        return spread_text(t, "of_ceiling", name)
+    return _ratio(t["ceiling"][SHARES[name]], t["operator"][SHARES[name]])
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -47,18 +57,17 @@ def markdown(r: dict[str, Any]) -> str:
         _row(*["---"] * 9),
     ]
     for n, t in r.get("throughput", {}).items():
-        o, c = t["operator"], t["ceiling"]
         lines.append(
             _row(
                 n,
-                c["pods"],
-                o["all_pods_created_seconds"],
-                o["all_pods_running_seconds"],
-                o["all_trainers_running_seconds"],
-                c["all_pods_created_seconds"],
-                c["all_pods_running_seconds"],
-                _ratio(c["all_pods_created_seconds"], o["all_pods_created_seconds"]),
-                _ratio(c["all_pods_running_seconds"], o["all_pods_running_seconds"]),
+                t["ceiling"]["pods"],
+                spread_text(t, "operator", "all_pods_created_seconds"),
+                spread_text(t, "operator", "all_pods_running_seconds"),
+                spread_text(t, "operator", "all_trainers_running_seconds"),
+                spread_text(t, "ceiling", "all_pods_created_seconds"),
+                spread_text(t, "ceiling", "all_pods_running_seconds"),
+                _share(t, "created"),
+                _share(t, "running"),
             )
         )
     kf = r.get("kubeflow") or {}
@@ -82,17 +91,19 @@ def markdown(r: dict[str, Any]) -> str:
             _row(*["---"] * 10),
         ]
         for n, k in kf.items():
-            ceiling = r.get("throughput", {}).get(n, {}).get("ceiling", {})
-            ours = r.get("throughput", {}).get(n, {}).get("operator", {})
+            t = r.get("throughput", {}).get(n)
+            ceiling_running = figure(t, "ceiling", "all_pods_running_seconds") if t else 0
+            ours_created = figure(t, "operator", "all_pods_created_seconds") if t else 0
+            ours_running = figure(t, "operator", "all_pods_running_seconds") if t else 0
             lines.append(
                 _row(
                     n,
-                    k["all_pods_created_seconds"],
-                    k["all_pods_running_seconds"],
-                    k["all_jobs_running_seconds"],
-                    _ratio(ceiling.get("all_pods_running_seconds", 0), k["all_pods_running_seconds"]),
-                    _ratio(k["all_pods_created_seconds"], ours.get("all_pods_created_seconds", 0)),
-                    _ratio(k["all_pods_running_seconds"], ours.get("all_pods_running_seconds", 0)),
+                    spread_text(k, "all_pods_created_seconds"),
+                    spread_text(k, "all_pods_running_seconds"),
+                    spread_text(k, "all_jobs_running_seconds"),
+                    _ratio(ceiling_running, figure(k, "all_pods_running_seconds")),
+                    _ratio(figure(k, "all_pods_created_seconds"), ours_created),
+                    _ratio(figure(k, "all_pods_running_seconds"), ours_running),
                     k["memory_mib"],
                     k["writes_to_running_per_job"],
                     k["conflicts_409"],
@@ -100,7 +111,7 @@ def markdown(r: dict[str, Any]) -> str:
             )
     lines += same_qps_lines(r)
     lines += ["", "## Recovery", "", _row("what", "count", "p50", "p95", "p99", "max"), _row(*["---"] * 6)]
-    for title, key, figure in (
+    for title, key, name in (
         ("failed worker → replacement created", "replacement", "replacement_created_seconds"),
         ("failed worker → replacement running", "replacement", "replacement_running_seconds"),
         (
@@ -111,7 +122,7 @@ def markdown(r: dict[str, Any]) -> str:
         ("gang restart → all running", "gang_restart", "all_running_seconds"),
         ("spot node deleted → renegotiated admission", "spot_loss", "renegotiated_seconds"),
     ):
-        f = r.get(key, {}).get(figure)
+        f = r.get(key, {}).get(name)
         if f:
             lines.append(_row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"]))
     for n, t in r.get("throughput", {}).items():
@@ -260,10 +271,10 @@ def same_qps_lines(r: dict[str, Any]) -> list[str]:
                 n,
                 o["all_pods_created_seconds"],
                 o["all_pods_running_seconds"],
-                k.get("all_pods_created_seconds", "-"),
-                k.get("all_pods_running_seconds", "-"),
-                _ratio(k.get("all_pods_created_seconds", 0), o["all_pods_created_seconds"]),
-                _ratio(k.get("all_pods_running_seconds", 0), o["all_pods_running_seconds"]),
+                spread_text(k, "all_pods_created_seconds") if k else "-",
+                spread_text(k, "all_pods_running_seconds") if k else "-",
+                _ratio(figure(k, "all_pods_created_seconds") if k else 0, o["all_pods_created_seconds"]),
+                _ratio(figure(k, "all_pods_running_seconds") if k else 0, o["all_pods_running_seconds"]),
             )
         )
     return lines

@@ -4,7 +4,8 @@ API cost, and the Kubeflow Training Operator v1 side by side (prints progress; w
 
     python bench/suite.py              # N = 100 and 1000 Trainers of 4 workers on 100 kwok nodes,
                                        # 100 failures, 10 restarts of a 32-pod gang, 5 spot losses,
-                                       # Kubeflow v1 side by side, a profile of the trainer controller
+                                       # Kubeflow v1 side by side, a profile of the trainer controller;
+                                       # the throughput and Kubeflow phases 3 times (--repeat)
     python bench/suite.py --smoke      # a small run that proves the harness (CI)
 
 Writes <out>/<label>.json and <out>/<label>.md (default bench/results/full). Figures are printed,
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
-from bench import kubeflow, leak, recovery, webhooks
+from bench import kubeflow, leak, recovery, repeats, webhooks
 from bench.measure import CREATORS, Profile, machine, resident_mib
 from bench.plot import plot
 from bench.report import markdown
@@ -69,10 +70,12 @@ def ceiling(c: Cluster, client: Client, source: str, n: int, workers: int, level
 
 
 def throughput(
-    c: Cluster, client: Client, n: int, workers: int, profile_to: Path | None, levels: list[int]
+    c: Cluster, client: Client, n: int, workers: int, profile_to: Path | None, levels: list[int], details: bool
 ) -> dict[str, Any]:
     """The operator's run and the ceiling at N; a worker of another Trainer failed again and again
-    meanwhile (replacements under load); the profile, if asked."""
+    meanwhile (replacements under load); the profile, if asked. With ``details`` (the first
+    repetition), the no-op resync, completion, and the controllers' memory after a restart among
+    the N Trainers."""
     print(f"== throughput: {n} Trainers x {workers} workers", file=sys.stderr, flush=True)
     profile: list[Profile] = []
 
@@ -91,14 +94,15 @@ def throughput(
 
         with scratch(c, f"bench-op{n}") as op_ns:
             operator = operator_run(
-                c, client, op_ns, n, workers, ramp_started, lambda: during_ramp.update(probe.result())
+                c, client, op_ns, n, workers, ramp_started, lambda: during_ramp.update(probe.result()), details
             )
             operator["replacements_during_ramp"] = during_ramp
             hot = profile[0].summary() if profile else None
             top = ceiling(c, client, op_ns, n, workers, levels)
             # The controllers were restarted after the ceiling with this run's N Trainers and their
             # pods still there: what they hold once they have relisted everything and caught up.
-            operator["memory_mib_after_restart"] = memory_after_restart(c, n)
+            if details:
+                operator["memory_mib_after_restart"] = memory_after_restart(c, n)
         gone(c, op_ns)
     gone(c, probe_ns)
     out = {"operator": operator, "ceiling": top}
@@ -121,7 +125,7 @@ def same_qps(c: Cluster, client: Client, sizes: list[int], workers: int) -> dict
         for n in sizes:
             print(f"== same QPS as Kubeflow (20, burst 30): {n} Trainers", file=sys.stderr, flush=True)
             with scratch(c, f"bench-qps{n}") as ns:
-                out[str(n)] = operator_run(c, client, ns, n, workers)
+                out[str(n)] = operator_run(c, client, ns, n, workers, details=False)
             gone(c, ns)
     finally:
         localdev.stop()
@@ -156,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--leak-batch", type=int, default=500, help="Trainers per round of the leak check")
     p.add_argument("--webhook-rate", type=float, default=50, help="Trainer creates a second of the webhook burst")
     p.add_argument("--webhook-seconds", type=float, default=20, help="how long the webhook burst lasts")
+    p.add_argument(
+        "--repeat", type=int, default=3, help="runs of the headline figures (throughput, Kubeflow) at each N"
+    )
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--label", default="full")
@@ -166,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.trainers, args.failures, args.gang, args.gang_restarts, args.spot_losses = "5", 5, 4, 2, 1
         args.webhook_rate, args.webhook_seconds, args.leak_trainers, args.leak_batch = 10, 1, 10, 5
-        args.nodes, args.kubeflow, args.label = 16, False, "smoke"
+        args.nodes, args.kubeflow, args.label, args.repeat = 16, False, "smoke", 2
     sizes = [int(n) for n in args.trainers.split(",") if n]
     cluster_tool.FAKE_NODES = args.nodes
     args.out.mkdir(parents=True, exist_ok=True)
@@ -198,10 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         results["memory_idle_mib"] = resident_mib(c)
         results["throughput"] = {}
         levels = [int(x) for x in args.ceiling_concurrency.split(",") if x]
-        for n in sizes if "throughput" in phases else ():
-            profile = args.out / f"{args.label}-profile-{n}.txt" if args.profile and n == max(sizes) else None
-            results["throughput"][str(n)] = result = throughput(c, client, n, args.workers, profile, levels)
-            levels = [int(result["ceiling"]["concurrency"])]  # the sweep's best for the larger sizes
+        for rep, n in repeats.order(sizes, args.repeat) if "throughput" in phases else ():
+            first = rep == 0
+            profile = args.out / f"{args.label}-profile-{n}.txt" if first and args.profile and n == max(sizes) else None
+            print(f"== repetition {rep + 1} of {args.repeat}", file=sys.stderr, flush=True)
+            result = throughput(c, client, n, args.workers, profile, levels, details=first)
+            levels = [int(result["ceiling"]["concurrency"])]  # the sweep's best for the rest
+            repeats.record_throughput(results["throughput"].setdefault(str(n), result), result)
             save()
         if "same-qps" in phases:
             results["same_qps"] = same_qps(c, client, sizes, args.workers)
@@ -230,11 +240,16 @@ def main(argv: list[str] | None = None) -> int:
             localdev.stop()  # one operator at a time on the machine's 2 cores
             results["kubeflow"] = {}
             with kubeflow.training_operator(c) as pid:
-                for n in sizes:
-                    print(f"== kubeflow: {n} PyTorchJobs x {args.workers} pods", file=sys.stderr, flush=True)
+                for rep, n in repeats.order(sizes, args.repeat):
+                    print(
+                        f"== kubeflow: {n} PyTorchJobs x {args.workers} pods (repetition {rep + 1} of {args.repeat})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     with scratch(c, f"bench-kf{n}") as ns:
-                        results["kubeflow"][str(n)] = kubeflow.run(c, client, ns, pid, n, args.workers)
+                        run = kubeflow.run(c, client, ns, pid, n, args.workers)
                     gone(c, ns)
+                    repeats.record_kubeflow(results["kubeflow"].setdefault(str(n), run), run)
                     save()
     save()
     (args.out / f"{args.label}.md").write_text(markdown(results))

@@ -1,0 +1,73 @@
+"""The benchmark's repetitions: medians and ranges, the paired share of the ceiling, pooled ramp
+replacements, and the report's single-run fallback (bench/repeats.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.repeats import figure, order, record_kubeflow, record_throughput, spread_text
+
+
+def run(created: float, running: float, ceiling: tuple[float, float], ramp: list[float]) -> dict[str, Any]:
+    """One throughput repetition as the suite returns it."""
+    return {
+        "operator": {
+            "all_pods_created_seconds": created,
+            "all_pods_running_seconds": running,
+            "all_trainers_running_seconds": running + 1,
+            "memory_mib": {"trainer": 100.0},
+            "replacements_during_ramp": {"created_samples": ramp, "running_samples": [x + 1 for x in ramp]},
+        },
+        "ceiling": {"all_pods_created_seconds": ceiling[0], "all_pods_running_seconds": ceiling[1], "pods": 8},
+    }
+
+
+def test_three_repetitions_give_median_range_and_paired_shares() -> None:
+    first = run(100, 200, (20, 40), [0.1, 0.2])
+    record_throughput(first, first)
+    record_throughput(first, run(120, 180, (30, 60), [0.3]))
+    record_throughput(first, run(80, 220, (10, 44), []))
+
+    assert figure(first, "operator", "all_pods_created_seconds") == 100
+    assert spread_text(first, "operator", "all_pods_running_seconds") == "200 (180 to 220, 3 runs)"
+    # paired: 20/100, 30/120, 10/80 -> 0.2, 0.25, 0.125; the median of the pairs, not 20/100
+    assert first["median"]["of_ceiling"]["created"]["values"] == [0.2, 0.25, 0.125]
+    assert spread_text(first, "of_ceiling", "created") == "0.2 (0.125 to 0.25, 3 runs)"
+    ramp = first["operator"]["replacements_during_ramp"]
+    assert (ramp["failures"], ramp["ramps"], ramp["replacement_created_seconds"]["max"]) == (3, 3, 0.3)
+    # the first repetition's whole result stays: its memory is the one reported
+    assert first["operator"]["memory_mib"] == {"trainer": 100.0}
+
+
+@pytest.mark.parametrize(
+    ("path", "single"),
+    [
+        (("operator", "all_pods_created_seconds"), 100),
+        (("ceiling", "all_pods_running_seconds"), 40),
+    ],
+)
+def test_a_result_without_repetitions_reads_as_its_one_run(path: tuple[str, ...], single: float) -> None:
+    one = run(100, 200, (20, 40), [])
+    assert figure(one, *path) == single
+    assert spread_text(one, *path) == str(single)
+
+
+def test_one_repetition_shows_no_range() -> None:
+    one = run(100, 200, (20, 40), [])
+    record_throughput(one, one)
+    assert spread_text(one, "operator", "all_pods_created_seconds") == "100.0"
+
+
+def test_kubeflow_repetitions() -> None:
+    times = ("all_pods_created_seconds", "all_pods_running_seconds", "all_jobs_running_seconds")
+    first = dict(zip(times, (50.0, 90.0, 95.0), strict=True)) | {"memory_mib": 60.0}
+    record_kubeflow(first, first)
+    record_kubeflow(first, dict(zip(times, (70.0, 80.0, 85.0), strict=True)))
+    assert spread_text(first, "all_pods_created_seconds") == "60 (50 to 70, 2 runs)"
+    assert figure(first, "all_jobs_running_seconds") == 90
+
+
+def test_every_size_runs_once_before_any_is_repeated() -> None:
+    assert order([100, 1000], 2) == [(0, 100), (0, 1000), (1, 100), (1, 1000)]
