@@ -16,7 +16,8 @@ last pod of the gang's, in seconds after the kill:
   restored   every replacement logged that it resumed from the committed checkpoint
 
 Usage: ``sudo python bench/jax_resume.py [--kills 3]`` (brings up the local cluster and the real
-node unless KUBECONFIG is set, and takes them down again)."""
+node unless KUBECONFIG is set, and takes them down again); writes bench/results/jax-resume.json
+(--out)."""
 
 from __future__ import annotations
 
@@ -27,18 +28,22 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Pod
 
-from bench.measure import spread
+from bench.measure import machine, spread
 from bench.setup import operator_running
 from testbed import containerd, deploy, images, localdev, node
 from tests.e2e.test_training import RESUME_LINE, example, trainer
 from tests.harness import Cluster, eventually
 
+REPO = Path(__file__).resolve().parent.parent
 STEPS = ("detected", "deleted", "created", "scheduled", "started", "restored")
 
 
@@ -130,6 +135,9 @@ def one_kill(c: Cluster, client: Client, namespace: str, name: str) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--kills", type=int, default=3, help="runs, one kill each")
+    p.add_argument(
+        "--out", type=Path, default=REPO / "bench" / "results" / "jax-resume.json", help="where the figures are written"
+    )
     args = p.parse_args(argv)
     with operator_running() as c:
         if node.main(["up"]) != 0:
@@ -153,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             deploy.main(["down"])
             node.main(["down"])
     summary = {step: spread([r[step] for r in runs]) for step in STEPS}
-    print(json.dumps({"kills": runs, "summary": summary}, indent=1))
+    figures = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
+    text = json.dumps(figures | {"kills": runs, "summary": summary}, indent=1)
+    args.out.write_text(text + "\n")
+    print(text)
+    print(f"written: {args.out}", file=sys.stderr)
     return 0
 
 

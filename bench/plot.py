@@ -1,7 +1,8 @@
 """The growth plot of a suite run (issue 19): seconds per Trainer to all pods running, and each
 controller's memory, against N, for the operator, the plain client's ceiling and Kubeflow v1.
-Flat lines mean no super-linear term. Usage: ``python -m bench.plot RESULTS.json`` writes
-RESULTS.png next to it (the suite does this itself after each run)."""
+Flat lines mean no super-linear term. Usage: ``python -m bench.plot RESULTS.json [MORE.json ...]``
+writes RESULTS.png next to the first, with the sizes of all of them (the suite draws each run's
+own after it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import matplotlib
 
-from bench.repeats import figure
+from bench.repeats import figure, merged
 
 matplotlib.use("Agg")  # files only: no display on a CI machine
 import matplotlib.pyplot as plt
@@ -65,8 +66,9 @@ def plot(results: dict[str, Any], to: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    source = Path(argv[0])
-    print(plot(json.loads(source.read_text()), source.with_suffix(".png")))
+    """``RESULTS.json [MORE.json ...]``: the plot of them together, next to the first."""
+    sources = [Path(a) for a in argv]
+    print(plot(merged([json.loads(s.read_text()) for s in sources]), sources[0].with_suffix(".png")))
     return 0
 
 

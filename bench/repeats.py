@@ -108,3 +108,15 @@ def spread_text(result: dict[str, Any], *path: str) -> str:
     if repeated is not None and len(repeated["values"]) > 1:
         return f"{repeated['median']:g} ({repeated['min']:g} to {repeated['max']:g}, {len(repeated['values'])} runs)"
     return str(figure(result, *path))
+
+
+def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs as one: the first's description, each N's figures from the first run that
+    has them (a later run adds sizes, e.g. N = 3000 measured on its own)."""
+    out = {**runs[0], "throughput": {}, "kubeflow": {}}
+    for run in runs:
+        for phase in ("throughput", "kubeflow"):
+            for n, figures in (run.get(phase) or {}).items():
+                out[phase].setdefault(n, figures)
+    out["label"] = " + ".join(str(r.get("label", "")) for r in runs)
+    return out

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench.repeats import figure, order, record_kubeflow, record_throughput, spread_text
+from bench.repeats import figure, merged, order, record_kubeflow, record_throughput, spread_text
 
 
 def run(created: float, running: float, ceiling: tuple[float, float], ramp: list[float]) -> dict[str, Any]:
@@ -71,3 +71,12 @@ def test_kubeflow_repetitions() -> None:
 
 def test_every_size_runs_once_before_any_is_repeated() -> None:
     assert order([100, 1000], 2) == [(0, 100), (0, 1000), (1, 100), (1, 1000)]
+
+
+def test_runs_made_apart_are_plotted_together_each_size_from_the_first_run_that_has_it() -> None:
+    full = {"label": "full", "machine": {"cores": 2}, "throughput": {"100": "a", "1000": "b"}, "kubeflow": {"100": "k"}}
+    more = {"label": "growth", "machine": {"cores": 2}, "throughput": {"1000": "other", "3000": "c"}}
+    together = merged([full, more])
+    assert together["throughput"] == {"100": "a", "1000": "b", "3000": "c"}
+    assert together["kubeflow"] == {"100": "k"}
+    assert (together["label"], together["machine"]) == ("full + growth", {"cores": 2})
