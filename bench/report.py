@@ -46,7 +46,8 @@ def markdown(r: dict[str, Any]) -> str:
         _row(
             "N Trainers",
             "pods",
-            "operator: all pods created",
+            "operator: all Trainers created",
+            "all pods created",
             "all pods running",
             "all Trainers Running",
             "ceiling: all pods created",
@@ -54,13 +55,14 @@ def markdown(r: dict[str, Any]) -> str:
             "of the ceiling: created",
             "running",
         ),
-        _row(*["---"] * 9),
+        _row(*["---"] * 10),
     ]
     for n, t in r.get("throughput", {}).items():
         lines.append(
             _row(
                 n,
                 t["ceiling"]["pods"],
+                spread_text(t, "operator", "all_trainers_created_seconds"),
                 spread_text(t, "operator", "all_pods_created_seconds"),
                 spread_text(t, "operator", "all_pods_running_seconds"),
                 spread_text(t, "operator", "all_trainers_running_seconds"),

@@ -12,7 +12,7 @@ Writes <out>/<label>.json and <out>/<label>.md (default bench/results/full). Fig
 never asserted. Uses the cluster in $KUBECONFIG, else brings the local cluster up with --nodes
 kwok nodes (8 GPUs each) and takes it down again. The controllers run as local processes with
 --restart-backoff-seconds 0 (the recovery figures are their reaction, not the deliberate backoff)
-and the local resync of 60 s.
+and their default resync.
 """
 
 from __future__ import annotations
@@ -44,8 +44,12 @@ from trainerop_common.config import ControllerConfig
 REPO = Path(__file__).resolve().parent.parent
 DEFAULTS = ControllerConfig(controller="bench")  # the controllers' own flag defaults
 # The controllers' environment (--restart-backoff-seconds 0: the recovery figures are their
-# reaction, not the deliberate backoff; --qps/--burst when given).
-CONTROLLER_ENV = {"TRAINEROP_RESTART_BACKOFF_SECONDS": "0"}
+# reaction, not the deliberate backoff; --qps/--burst when given). Their resync is their default
+# (the local test bed's 60 s would reconcile every Trainer four times more often during a ramp).
+CONTROLLER_ENV = {
+    "TRAINEROP_RESTART_BACKOFF_SECONDS": "0",
+    "TRAINEROP_RESYNC_SECONDS": f"{DEFAULTS.resync_seconds:g}",
+}
 
 
 def scratch(c: Cluster, prefix: str) -> Any:
@@ -163,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--repeat", type=int, default=3, help="runs of the headline figures (throughput, Kubeflow) at each N"
     )
+    p.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=DEFAULTS.resync_seconds,
+        help="the controllers' resync (default: theirs); the no-op resync waits for one round",
+    )
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--label", default="full")
@@ -174,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         args.trainers, args.failures, args.gang, args.gang_restarts, args.spot_losses = "5", 5, 4, 2, 1
         args.webhook_rate, args.webhook_seconds, args.leak_trainers, args.leak_batch = 10, 1, 10, 5
         args.nodes, args.kubeflow, args.label, args.repeat = 16, False, "smoke", 2
+        args.resync_seconds = 30  # the no-op resync round comes sooner
+    CONTROLLER_ENV["TRAINEROP_RESYNC_SECONDS"] = f"{args.resync_seconds:g}"
     sizes = [int(n) for n in args.trainers.split(",") if n]
     cluster_tool.FAKE_NODES = args.nodes
     args.out.mkdir(parents=True, exist_ok=True)
@@ -185,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "kwok_nodes": args.nodes if not os.environ.get("KUBECONFIG") else "the cluster's",
             "workers_per_trainer": args.workers,
             "concurrent_creates": CREATORS,
-            "resync_seconds": 60,
+            "resync_seconds": args.resync_seconds,
             "restart_backoff_seconds": 0,
             "controller_qps": args.qps or DEFAULTS.qps,
             "controller_burst": args.burst or (int(2 * args.qps) if args.qps else DEFAULTS.burst),

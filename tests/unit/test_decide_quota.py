@@ -695,3 +695,18 @@ def test_a_run_whose_policy_went_keeps_its_grant_without_placement() -> None:
     assert v.condition.reason == "NoQuotaPolicy"
     grant = _grant(v)
     assert (grant.id, grant.workers, grant.placement) == ("spot-0", 2, None)
+
+
+def test_a_decision_already_found_written_is_not_planned_again_on_the_same_state() -> None:
+    from trainerop_quota.controller import already_said
+
+    body: dict[str, Any] = {"metadata": {"uid": "u"}, "status": {}}
+    admitted = Decision({"capacityType": "spot"}, Desired.true("QuotaAdmitted", "Admitted", "on spot"))
+    cases = [
+        (None, body, admitted, False),  # nothing found written yet
+        ((body, admitted), body, admitted, True),  # the very state, an equal decision
+        ((body, admitted), dict(body), admitted, False),  # a new state of the Trainer (the cache's new dict)
+        ((body, admitted), body, Decision({}, Desired.false("QuotaAdmitted", "Pending", "waits")), False),
+    ]
+    for last, now_body, decision, expected in cases:
+        assert already_said(last, now_body, decision) is expected

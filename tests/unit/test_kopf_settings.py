@@ -1,6 +1,7 @@
 import logging
 
 import kopf
+import pytest
 
 from trainerop_common import kopf_settings
 from trainerop_common.config import ControllerConfig
@@ -41,3 +42,34 @@ def test_peering_is_opt_in_and_per_controller() -> None:
 def test_replicas_draw_different_priorities_unless_one_is_set() -> None:
     assert len({settings_for("audit", peering=True).peering.priority for _ in range(5)}) > 1
     assert settings_for("audit", peering=True, peering_priority=3).peering.priority == 3
+
+
+@pytest.mark.parametrize(
+    ("labels", "selector"),
+    [
+        (None, None),
+        ({}, None),
+        ({"trainer-name": kopf.PRESENT}, "trainer-name"),
+        ({"purpose": "verify", "a": kopf.ABSENT}, "!a,purpose=verify"),
+        ({"trainer-name": lambda value, **_: True}, None),  # a callable stays client-side
+    ],
+)
+def test_label_filters_as_server_side_selectors(labels: dict[str, object] | None, selector: str | None) -> None:
+    assert kopf_settings.label_selector(labels) == selector
+
+
+def handle(**_: object) -> None:
+    return None
+
+
+def test_a_resource_is_filtered_on_the_server_only_when_every_handler_filters_it_alike() -> None:
+    registry = kopf.OperatorRegistry()
+    kopf.on.event("v1", "pods", labels={"purpose": kopf.PRESENT}, registry=registry)(handle)
+    kopf.on.event("", "v1", "pods", labels={"purpose": kopf.PRESENT}, id="again", registry=registry)(handle)
+    kopf.on.event("v1", "persistentvolumeclaims", labels={"a": "1"}, registry=registry)(handle)
+    kopf.on.event("v1", "persistentvolumeclaims", id="all", registry=registry)(handle)  # needs every claim
+    kopf.on.event("v1", "nodes", labels={"a": "1"}, registry=registry)(handle)
+    kopf.on.event("v1", "nodes", labels={"b": "1"}, id="other", registry=registry)(handle)
+    settings = kopf.OperatorSettings()
+    assert kopf_settings.filter_on_server(settings, registry) == {"pods": "purpose"}
+    assert list(settings.watching.label_selectors.values()) == ["purpose"]

@@ -350,6 +350,33 @@ async def test_pokes_before_a_run_starts_coalesce_into_one_run() -> None:
     assert runs == [0]
 
 
+async def test_with_rest_the_next_run_waits_its_share_and_the_pokes_meanwhile_make_one_run() -> None:
+    loop = asyncio.get_running_loop()
+    runs: list[tuple[float, float]] = []  # (started, ended), loop time
+    first, second = asyncio.Event(), asyncio.Event()
+
+    async def job() -> float | None:
+        started = loop.time()
+        await asyncio.sleep(0.02)
+        runs.append((started, loop.time()))
+        (first if len(runs) == 1 else second).set()
+        return None
+
+    rt, _ = runtime_with(FailingController(None))
+    trigger = rt.trigger(job, "planning", rest=5.0)
+    trigger.poke()
+    await asyncio.wait_for(first.wait(), 5)
+    for _ in range(5):  # all within the rest that follows the first run
+        trigger.poke()
+        await asyncio.sleep(0)
+    await asyncio.wait_for(second.wait(), 5)
+    await asyncio.sleep(0.05)
+    (first_start, first_end), (second_start, _) = runs
+    assert len(runs) == 2  # five pokes, one run
+    # a lower bound: a slow machine only makes the gap longer
+    assert second_start - first_end >= 5.0 * (first_end - first_start) - 0.001
+
+
 async def test_a_failed_run_is_tried_again_after_a_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     from trainerop_common import workqueue
 

@@ -140,3 +140,25 @@ async def test_a_service_of_the_trainers_name_that_is_not_its_own_is_reported(
     assert carried.refused is refused
     warnings = [e for e in kube.events if e[0] == "Warning"]
     assert [reason for _, reason, _ in warnings] == (["CreateRefused"] if refused else [])
+
+
+async def test_a_namespace_being_deleted_is_left_alone_until_a_create_there_is_tried_again() -> None:
+    act, kube, clock = actions()
+    going = ApiError(status=Status(code=403, message='pods "t-worker-0" is forbidden: ns is being terminated'))
+    calls: list[str] = []
+
+    async def refused(body: dict[str, Any]) -> bool:
+        calls.append(body["metadata"]["name"])
+        raise going
+
+    kube.create_core = refused  # type: ignore[method-assign]
+    pods = Decision(status={}, conditions=(), create_pods=PODS)
+    carried = await act.carry_out(BODY, OWNER, pods, ())
+    assert (carried.refused, carried.pods_created, act.namespace_going("ns")) == (False, False, True)
+    assert kube.events == []  # not a refusal to report: the Trainer goes with its namespace
+    tried = len(calls)
+    await act.carry_out(BODY, OWNER, pods, ())
+    assert len(calls) == tried  # no request while it goes
+    assert not act.namespace_going("other")
+    clock.advance(31)
+    assert not act.namespace_going("ns")  # one create is tried again (a namespace of that name may be new)

@@ -11,3 +11,8 @@ class QuotaConfig:
     node_lost_seconds: float = flag(
         NODE_LOST_SECONDS, "renegotiate a run on a node not Ready this long (a deleted node: at once)"
     )
+    plan_rest: float = flag(
+        3.0,
+        "after a plan, wait this many times its duration before the next (events meanwhile coalesce): "
+        "planning, which reads every Trainer and pod, takes at most 1/(1+this) of the time",
+    )

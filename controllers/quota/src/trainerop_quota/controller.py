@@ -25,6 +25,7 @@ from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.kube import Kube
 from trainerop_common.outcome import Outcome, StatusSection
+from trainerop_common.parallel import bounded
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
 from trainerop_common.status_writer import StatusWriter
@@ -75,6 +76,12 @@ def as_written(body: Mapping[str, Any], written: Written, now: str) -> TrainerIn
     return trainer_info(body, QuotaStatus.model_validate(quota), [condition])
 
 
+def already_said(last: tuple[Body, Decision] | None, body: Body, decision: Decision) -> bool:
+    """Whether ``decision`` on ``body`` is what the last write that changed nothing was given: the
+    very state (a cache puts a new dict for every change) and an equal decision."""
+    return last is not None and last[0] is body and last[1] == decision
+
+
 class QuotaController:
     name = "quota"
     section = SECTION
@@ -92,7 +99,7 @@ class QuotaController:
         # its capacity away.
         self.trainers = ObjectCache.for_kind(kube, "Trainer")
         self.policy_writer = StatusWriter(kube, kind_info("QuotaPolicy"), self.name, POLICY_SECTION)
-        self.planning = runtime.trigger(self.plan_once, "planning")
+        self.planning = runtime.trigger(self.plan_once, "planning", rest=config.plan_rest)
         self.written: dict[str, Written] = {}  # uid -> what this process last wrote
         self._seen: dict[str, str] = {}  # uid -> fingerprint of what the plan reads of it
         self._last_plan = 0.0
@@ -100,6 +107,9 @@ class QuotaController:
         # Each plan reads every pod and Trainer: only those that changed are parsed again.
         self.pod_infos = Derived(pod_info)
         self.trainer_infos = Derived(trainer_info)
+        # uid -> (the body, the decision) of the last write that found nothing to change: the same
+        # decision on the same state (the cache's very dict) is not planned as a write again.
+        self._unchanged: dict[str, tuple[Body, Decision]] = {}
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # A plan reads only some fields of each object: events that change none of them (node
@@ -191,10 +201,12 @@ class QuotaController:
             nodes.append(node)
             if wait is not None:
                 waits.append(wait)
-        pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None]
+        policies = policy_infos(await self.policies.values())
+        # Pods hold capacity only in the budgets and nodes of runs a policy governs: with no policy,
+        # the plan reads none of them.
+        pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None] if policies else []
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         trainers, bodies = await self._trainers(rfc3339(now))
-        policies = policy_infos(await self.policies.values())
         return Observed(now, trainers, policies, labels, nodes, pods), bodies, min(waits, default=None)
 
     async def plan_once(self) -> float | None:
@@ -205,31 +217,38 @@ class QuotaController:
         started = time.perf_counter()
         result = plan(obs)
         PLAN_SECONDS.observe(time.perf_counter() - started)
-        again = [d for d in (node_wait,) if d is not None]
-        for body in bodies:
-            decision = result.decisions.get(body["metadata"]["uid"])
-            if decision is not None:
-                again += await self._write(body, decision, obs)
+        decided = [(body, d) for body in bodies if (d := result.decisions.get(body["metadata"]["uid"])) is not None]
+        again = [d for d in (node_wait, *(d.requeue_after for _, d in decided)) if d is not None]
+        again += await self._write_changed(decided, obs)
         live = {b["metadata"]["uid"] for b in await self.trainers.values()}
         self.written = {uid: w for uid, w in self.written.items() if uid in live}
         self._last_info = {uid: i for uid, i in self._last_info.items() if uid in live}
+        self._unchanged = {uid: u for uid, u in self._unchanged.items() if uid in live}
         await self.write_policies(result, rfc3339(obs.now))
         export(obs, result)
         return min(again, default=None)
 
+    async def _write_changed(self, decided: list[tuple[Body, Decision]], obs: Observed) -> list[float]:
+        """Write the decisions that may change a Trainer (not one already found written on the same
+        state); each write is its own, so they are issued together (bounded): a plan that admits a
+        burst of new Trainers does not wait one round trip per Trainer on a busy API server."""
+        changed = [(b, d) for b, d in decided if not already_said(self._unchanged.get(b["metadata"]["uid"]), b, d)]
+        return [delay for delays in await bounded(self._write(b, d, obs) for b, d in changed) for delay in delays]
+
     async def _write(self, body: Body, decision: Decision, obs: Observed) -> list[float]:
-        """Apply one Trainer's decision; when to plan again for it."""
-        again = [decision.requeue_after] if decision.requeue_after is not None else []
+        """Apply one Trainer's decision; when to plan again for it (a write to retry)."""
+        uid = body["metadata"]["uid"]
         outcome = Outcome(
             status={"quota": decision.quota or None}, conditions=(decision.condition,), on_change=decision.events
         )
         try:
             if not await self.rt.conclude(body, outcome):
-                return again
+                self._unchanged[uid] = (body, decision)
+                return []
         except ApiError as err:  # one Trainer's refusal (or a conflict) must not stop the others
             log.warning("writing status.quota of %s/%s failed: %s", *ObjectCache.key(body), err)
-            return [*again, RETRY_SECONDS]
-        self.written[body["metadata"]["uid"]] = (
+            return [RETRY_SECONDS]
+        self.written[uid] = (
             decision.quota,
             decision.condition,
             int(body["metadata"].get("generation") or 0),
@@ -237,7 +256,7 @@ class QuotaController:
         if decision.renegotiation_seconds is not None:
             RENEGOTIATION_SECONDS.observe(decision.renegotiation_seconds)
             record_renegotiation(body, decision, obs.now)
-        return again
+        return []
 
     async def write_policies(self, result: Plan, stamp: str) -> None:
         for body in await self.policies.values():

@@ -5,6 +5,7 @@ waiting runs, :mod:`renegotiate` for admitted ones)."""
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from trainerop_common.api import Contribution, Grant
@@ -38,14 +39,9 @@ class Held:
 class Planner:
     def __init__(self, obs: Observed) -> None:
         self.obs = obs
-        self.ledger = Ledger(obs)
         self.now = rfc3339(obs.now)
         self.decisions: dict[str, Decision] = {}
         self.summaries: dict[str, dict[str, Any]] = {}
-        self.pods: dict[str, list[PodInfo]] = {}
-        for pod in obs.pods:
-            if pod.trainer_uid:
-                self.pods.setdefault(pod.trainer_uid, []).append(pod)
         self.nodes = {n.name: n for n in obs.nodes}
         self.requests: dict[tuple[str, str, int], Resources] = {}  # (uid, role, index) -> its pod's requests
         self.lost = {n.name: n.lost for n in obs.nodes if n.lost}
@@ -53,6 +49,21 @@ class Planner:
         for pod in obs.pods:
             if pod.node and pod.node not in self.nodes:
                 self.lost[pod.node] = gone_reason(pod.node)
+
+    # The free capacity and each run's pods are read only for runs a QuotaPolicy governs: a plan
+    # with none (most of a cluster's Trainers, or all) never builds them.
+    @cached_property
+    def ledger(self) -> Ledger:
+        return Ledger(self.obs)
+
+    @cached_property
+    def pods(self) -> dict[str, list[PodInfo]]:
+        """Each run's pods, by Trainer uid."""
+        out: dict[str, list[PodInfo]] = {}
+        for pod in self.obs.pods:
+            if pod.trainer_uid:
+                out.setdefault(pod.trainer_uid, []).append(pod)
+        return out
 
     # -- helpers ------------------------------------------------------------------------------
     def summary(self, policy: PolicyInfo) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from lightkube import ApiError
 from prometheus_client import Counter
 
 from trainerop_common.contracts import REPLICA_TYPE_LABEL
+from trainerop_common.kube import is_namespace_terminating
 from trainerop_common.parallel import bounded, first_error, settled
 from trainerop_common.runtime import Body, Runtime
 
@@ -23,6 +24,9 @@ PODS_CREATED = Counter("trainer_pods_created_total", "Training pods created.", [
 # How long a created pod the watch has not delivered counts as existing (a watch delivers it in
 # well under a second; past this the next reconcile trusts the cache again).
 EXPECTATION_TIMEOUT = timedelta(seconds=30)
+# How long a namespace the API server said is being deleted is left alone before one create is
+# tried there again (a namespace of that name may be made anew once the old one is gone).
+TERMINATING_RECHECK = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,24 @@ class Actions:
         self.expected: dict[tuple[str, str], Expected] = {}
         self._runners: dict[str, datetime] = {}  # namespace -> when this process applied its runner identity
         self._runner_locks: dict[str, asyncio.Lock] = {}
+        self._terminating: dict[str, datetime] = {}  # namespace -> when a create there was refused as it goes
+
+    def namespace_going(self, namespace: str) -> bool:
+        """The API server refused a create in ``namespace`` lately because it is being deleted: its
+        Trainers go with it, so nothing is created there and no status is written (deleting a
+        namespace of 1000 Trainers would otherwise re-create every pod the namespace controller
+        deletes, each refused, and rewrite every Trainer's status as its pods go)."""
+        since = self._terminating.get(namespace)
+        if since is not None and self.rt.clock.now() - since >= TERMINATING_RECHECK:
+            del self._terminating[namespace]
+            return False
+        return since is not None
+
+    def _refused_as_going(self, namespace: str, err: ApiError) -> bool:
+        if is_namespace_terminating(err):
+            self._terminating[namespace] = self.rt.clock.now()
+            return True
+        return False
 
     async def carry_out(self, body: Body, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> Carried:
         """Create and delete what the decision says: whether the API server refused something (an
@@ -87,7 +109,7 @@ class Actions:
         """The Trainer's headless Service; one of that name that is not this Trainer's (a user's)
         would leave its pods' names unresolved: refused, with an Event that says what to do."""
         made = await self._create(body, service)
-        if made is not False:
+        if made is not False or self.namespace_going(owner.namespace):
             return made
         name = service["metadata"]["name"]
         existing = await self.rt.kube.get_core("Service", owner.namespace, name)
@@ -109,9 +131,14 @@ class Actions:
         if not runner or not self._runner_due(namespace):
             return
         async with self._runner_locks.setdefault(namespace, asyncio.Lock()):
-            if self._runner_due(namespace):
-                for obj in runner:
-                    await self.rt.kube.apply_core(obj)
+            if self._runner_due(namespace) and not self.namespace_going(namespace):
+                try:
+                    for obj in runner:
+                        await self.rt.kube.apply_core(obj)
+                except ApiError as err:
+                    if not self._refused_as_going(namespace, err):
+                        raise
+                    return
                 self._runners[namespace] = self.rt.clock.now()
 
     def _runner_due(self, namespace: str) -> bool:
@@ -122,12 +149,15 @@ class Actions:
         """Create one object: whether it was created (False: it exists, or its namespace is going
         and the Trainer with it), None when the API server refused it (quota, admission, an
         invalid override): an Event says why, and the reconcile is retried with backoff."""
+        namespace = obj["metadata"].get("namespace", "")
+        if self.namespace_going(namespace):
+            return False
         try:
             return await self.rt.kube.create_core(obj)
         except ApiError as err:
             if err.status.code is not None and err.status.code >= 500:
                 raise
-            if "is being terminated" in (err.status.message or ""):
+            if self._refused_as_going(namespace, err):
                 return False
             kind, name = obj["kind"], obj["metadata"]["name"]
             self.rt.event(body, "Warning", "CreateRefused", f"{kind} {name} was refused: {err.status.message}")

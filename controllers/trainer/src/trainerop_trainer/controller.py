@@ -168,13 +168,16 @@ class TrainerController:
 
     async def reconcile(self, body: Body) -> Outcome:
         assert self.rt.writer is not None
-        if self.rt.writer.is_stale(body):
+        if self.rt.writer.is_stale(body) or self.actions.namespace_going(body["metadata"]["namespace"]):
             # Older than our own last write: acting on its status could count a restart the
-            # write guard then drops. The event of our write follows.
+            # write guard then drops. The event of our write follows. (Or its namespace is
+            # being deleted, and the Trainer with it: nothing to do.)
             return Outcome()
         obs, loss = await self._observe(body, Trainer.model_validate(body))
         decision = decide(obs)
         carried = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
+        if self.actions.namespace_going(obs.owner.namespace):
+            return Outcome()
         # Pods it created are expected until the watch delivers them: look again when that ends.
         expecting = EXPECTATION_TIMEOUT.total_seconds() if decision.create_pods else None
         if carried.pods_created:  # every pod it asked for exists: the status says so in this write

@@ -2,7 +2,7 @@
 
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -66,3 +66,45 @@ def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     settings.watching.chunk_size = LIST_PAGE  # kopf's first list of each kind, a page at a time
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
+
+
+def label_selector(labels: Mapping[str, Any] | None) -> str | None:
+    """A handler's label filter as a Kubernetes label selector; None where it cannot be one (no
+    filter, or a callable)."""
+    if not labels:
+        return None
+    terms = []
+    for key, value in sorted(labels.items()):
+        if value is kopf.PRESENT:
+            terms.append(key)
+        elif value is kopf.ABSENT:
+            terms.append(f"!{key}")
+        elif isinstance(value, str):
+            terms.append(f"{key}={value}")
+        else:
+            return None
+    return ",".join(terms)
+
+
+def resource_name(selector: Any) -> str:
+    return str(selector.plural or selector.kind or selector.any_name or selector)
+
+
+def filter_on_server(settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry) -> dict[str, str]:
+    """Have the API server send only what a watch's handlers would keep: a resource whose every
+    handler filters by the same labels is watched with that label selector, so the events a
+    controller would drop (the checkpoint controller's watch of its storage pods among every pod of
+    the cluster) are neither sent nor decoded. Returns the selectors set, by resource."""
+    by_name: dict[str, list[Any]] = {}
+    for handler in registry._watching.get_all_handlers():  # kopf keeps no public list of them
+        if handler.selector is not None:
+            by_name.setdefault(resource_name(handler.selector), []).append(handler)
+    chosen = {}
+    for name, handlers in by_name.items():
+        selectors = {label_selector(h.labels) for h in handlers}
+        only = selectors.pop() if len(selectors) == 1 else None
+        if only is not None:
+            for h in handlers:
+                settings.watching.label_selectors[h.selector] = only
+            chosen[name] = only
+    return chosen

@@ -72,6 +72,9 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
     registry = runtime.registry_for(make(runtime))
     settings = kopf.OperatorSettings()
     kopf_settings.apply(settings, config)
+    selectors = kopf_settings.filter_on_server(settings, registry)
+    if selectors:
+        log.info("watching with label selectors", extra={"selectors": selectors})
     if config.webhook.webhook_port and config.webhook.webhook_tls == "self-signed":
         await _webhook_tls(runtime)
     if runtime.serves_webhooks:

@@ -242,9 +242,9 @@ class Runtime:
         error backoff keeps waiting."""
         self.queue.soon(keys, within)
 
-    def trigger(self, job: Callable[[], Awaitable[float | None]], what: str) -> Trigger:
+    def trigger(self, job: Callable[[], Awaitable[float | None]], what: str, rest: float = 0.0) -> Trigger:
         """A job over all Trainers run on demand (see :class:`Trigger`)."""
-        return Trigger(self.tasks, job, what)
+        return Trigger(self.tasks, job, what, rest)
 
     def every(self, seconds: float, job: Callable[[], Awaitable[Any]], what: str, first: float | None = None) -> None:
         """Run ``job`` every ``seconds`` while the controller runs (the first time after ``first``)."""

@@ -156,12 +156,16 @@ MAX_RETRY_SECONDS = 300.0
 class Trigger:
     """A job over every object, run on demand: the pokes that come before it starts coalesce into
     one run; the job returns when it wants to run again (None: only when poked); a failed run is
-    retried after 5 s doubling to 5 min."""
+    retried after 5 s doubling to 5 min. With ``rest``, a run starts no sooner than ``rest`` times
+    the last run's duration after it ended: a job whose cost grows with the objects (the quota plan)
+    takes at most 1 / (1 + rest) of the time, however fast the pokes come."""
 
-    def __init__(self, tasks: Tasks, job: Callable[[], Awaitable[float | None]], what: str) -> None:
+    def __init__(self, tasks: Tasks, job: Callable[[], Awaitable[float | None]], what: str, rest: float = 0.0) -> None:
         self._tasks = tasks
         self._job = job
         self._what = what
+        self._rest = rest
+        self._rest_until = 0.0  # loop time before which no run starts
         self._lock = asyncio.Lock()
         self._dirty = False  # poked since the last run started
         self._queued = False  # a run is spawned and has not started yet
@@ -189,11 +193,15 @@ class Trigger:
         self.poke()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         async with self._lock:
+            if (wait := self._rest_until - loop.time()) > 0:
+                await asyncio.sleep(wait)  # pokes meanwhile are this run's
             self._queued = False
             if not self._dirty:
                 return
             self._dirty = False
+            started = loop.time()
             try:
                 again = await self._job()
             except Exception:
@@ -201,6 +209,8 @@ class Trigger:
                 log.exception("%s failed; trying again in %.0fs", self._what, delay)
                 self.poke(after=delay)
                 return
+            finally:
+                self._rest_until = loop.time() + self._rest * (loop.time() - started)
         self._backoff.reset(self._what)
         if again is not None:
             self.poke(after=max(again, 0.5))
