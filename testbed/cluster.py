@@ -715,6 +715,34 @@ def stop_processes(run: Path, names: list[str]) -> list[str]:
     return list(pids)
 
 
+def restart(name: str) -> None:
+    """Stop one component of the running local cluster and start it again (fault tests: an API
+    server restart drops every watch)."""
+    known = components(RUN_DIR, bin_dir())
+    comp = next((c for c in known if c.name == name), None)
+    if comp is None:
+        raise ClusterError(f"no component {name!r}; the cluster has {[c.name for c in known]}")
+    stop_processes(RUN_DIR, [name])
+    start(RUN_DIR, comp)
+
+
+def compact_etcd() -> int:
+    """Compact etcd's history up to now (what its periodic compaction does): a watch resuming from
+    an older version gets 410 Gone and must list again. Returns the revision compacted to."""
+
+    def call(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{PORTS.etcd_client}{path}", json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
+
+    revision = int(call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])  # any key: the header says
+    call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+    return revision
+
+
 def down(args: argparse.Namespace) -> int:
     run = RUN_DIR
     if not run.is_dir():

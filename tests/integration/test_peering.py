@@ -3,9 +3,11 @@ and the other takes over when it dies."""
 
 import json
 import os
+import signal
 import ssl
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,12 @@ class Replicas:
     def stop(self, *names: str) -> None:
         cluster_tool.stop_processes(self.run, list(names))
 
+    def kill_9(self, name: str) -> None:
+        """SIGKILL, as the kernel's OOM killer or a node failure ends a process: no cleanup."""
+        pid = cluster_tool.running_pid(self.run, name)
+        assert pid is not None, f"{name} is not running"
+        os.kill(pid, signal.SIGKILL)
+
 
 def admission_review(port: int) -> dict[str, Any] | None:
     """An AdmissionReview of a Trainer with a priority class sent to a quota replica's webhook."""
@@ -91,7 +99,10 @@ def replicas(cluster: Cluster, tmp_path: Path) -> Iterator[Replicas]:
     r.stop("leader", "standby")
 
 
-def test_only_the_leader_works_and_the_standby_takes_over(cluster: Cluster, namespace: str, replicas: Replicas) -> None:
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGKILL"])
+def test_only_the_leader_works_and_the_standby_takes_over(
+    cluster: Cluster, namespace: str, replicas: Replicas, ending: str, record_property: Callable[[str, object], None]
+) -> None:
     leader_port, standby_port = cluster_tool.PORT_BASE + 30, cluster_tool.PORT_BASE + 31
     replicas.start("leader", priority=200, port=leader_port)
     replicas.start("standby", priority=100, port=standby_port, webhook_port=cluster_tool.PORT_BASE + 39)
@@ -108,7 +119,16 @@ def test_only_the_leader_works_and_the_standby_takes_over(cluster: Cluster, name
     peering = cluster.get("clusterkopfpeering", "trainer-operator-quota")
     assert sorted(p["priority"] for p in peering["status"].values()) == [100, 200]
 
-    replicas.stop("leader")
+    ended = time.monotonic()
+    if ending == "SIGTERM":
+        replicas.stop("leader")
+    else:
+        replicas.kill_9("leader")
     eventually(lambda: "Resuming operations" in replicas.log("standby"), timeout=90, what="the standby to resume")
+    # Reported, not asserted (docs/failure-modes.md): a killed leader's peering record must expire
+    # (lifetime 5 s here) before the standby resumes; a stopped one withdraws it.
+    takeover = round(time.monotonic() - ended, 1)
+    record_property("takeover_seconds", takeover)
+    print(f"takeover after {ending}: {takeover} s")
     cluster.kubectl("label", "trainer", SEED_TRAINER["metadata"]["name"], "-n", namespace, "failover=1")
     eventually(lambda: read_metric(standby_port, RECONCILES, OK) > 0, what="the standby to reconcile")

@@ -520,6 +520,40 @@ def test_restart_backoff_delays_repeated_replacements_and_requeues() -> None:
     assert created_names(observe(s, pods, status=first)) == ["t-worker-3"]
 
 
+@pytest.mark.parametrize(
+    ("counted", "failed_pod", "restarts", "counted_after", "event"),
+    [
+        # A new failure: counted once, its pod's uid kept while the pod is there.
+        ((), pod("worker", 3, "Failed", 137), 3, ["u-worker-3"], True),
+        # Counted by a write the controller made before it was killed, the pod not yet deleted:
+        # deleted now, not counted again.
+        (("u-worker-3",), pod("worker", 3, "Failed", 137), 2, ["u-worker-3"], False),
+        # A later pod of the same replica failed: a new failure (another uid).
+        (("u-worker-3-before",), pod("worker", 3, "Failed", 137), 3, ["u-worker-3"], True),
+        # The counted pod is going: forgotten, nothing counted.
+        (("u-worker-3",), pod("worker", 3, "Failed", 137, deleting=True), 2, None, False),
+    ],
+)
+def test_each_failure_is_counted_exactly_once_even_across_a_controller_restart(
+    counted: tuple[str, ...], failed_pod: PodView, restarts: int, counted_after: list[str] | None, event: bool
+) -> None:
+    s = spec()
+    status = {"topology": {"replicas": {"worker": {"restarts": 2, "countedFailures": list(counted) or None}}}}
+    d = observe(s, [*running(s)[:-2], failed_pod, pod("ps", 0)], status=status)
+    worker = d.status["topology"]["replicas"]["worker"]
+    assert (worker["restarts"], worker.get("countedFailures")) == (restarts, counted_after)
+    assert any(e[1] == "RestartingPod" for e in d.events) is event
+    assert d.restarted == (() if failed_pod.deleting else ("t-worker-3",))  # its deletion waits for this write
+
+
+def test_a_failure_counted_before_a_restart_does_not_count_against_the_backoff_limit_again() -> None:
+    s = spec(runPolicy={"backoffLimit": 2})
+    status = {"topology": {"replicas": {"worker": {"restarts": 2, "countedFailures": ["u-worker-0"]}}}}
+    d = observe(s, [*running(s)[1:], pod("worker", 0, "Failed", 1)], status=status)
+    assert d.status["phase"] == "Restarting"
+    assert d.restarted == ("t-worker-0",)
+
+
 def test_a_failure_records_its_time_for_the_backoff() -> None:
     s = spec()
     d = observe(s, [*running(s)[:-2], pod("worker", 3, "Failed", 137), pod("ps", 0)])

@@ -319,6 +319,8 @@ async def test_a_trainer_deleted_before_its_status_is_written_is_not_retried() -
     await rt.reconcile(BODY)
     assert not rt.has_pending_retry(("ns", "t"))
     assert posted == [("Normal", "Always", "posted")]  # nothing was written: no Event about a change
+    # Gone: forgotten, not resynced again and again (its DELETED event may never come).
+    assert ("ns", "t") not in rt.trainers
 
 
 async def test_an_outcome_with_refused_work_is_retried_with_backoff_and_a_requeue_is_kept() -> None:

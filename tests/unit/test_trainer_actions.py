@@ -162,3 +162,17 @@ async def test_a_namespace_being_deleted_is_left_alone_until_a_create_there_is_t
     assert not act.namespace_going("other")
     clock.advance(31)
     assert not act.namespace_going("ns")  # one create is tried again (a namespace of that name may be new)
+
+
+async def test_a_replaced_failed_pod_is_deleted_only_after_the_status_counting_it_is_written() -> None:
+    act, kube, _ = actions()
+    restart = Decision(
+        status={},
+        conditions=(),
+        delete_pods=("t-worker-0", "t-worker-1"),  # worker-1 is surplus (a scale-down), worker-0 failed
+        restarted=("t-worker-0",),
+    )
+    await act.carry_out(BODY, OWNER, restart, ())
+    assert kube.deleted == ["t-worker-1"]  # the failed one waits for the status write
+    await act.replace_failed(OWNER, restart, ())
+    assert kube.deleted == ["t-worker-1", "t-worker-0"]

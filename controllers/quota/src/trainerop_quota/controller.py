@@ -102,7 +102,6 @@ class QuotaController:
         self.planning = runtime.trigger(self.plan_once, "planning", rest=config.plan_rest)
         self.written: dict[str, Written] = {}  # uid -> what this process last wrote
         self._seen: dict[str, str] = {}  # uid -> fingerprint of what the plan reads of it
-        self._last_plan = 0.0
         self._last_info: dict[str, TrainerInfo] = {}  # uid -> last valid view (kept if one turns invalid)
         # Each plan reads every pod and Trainer: only those that changed are parsed again.
         self.pod_infos = Derived(pod_info)
@@ -120,6 +119,7 @@ class QuotaController:
         self.pods.register(registry, self._on_change(pod_fingerprint))
         self.trainers.register(registry, self._on_change(trainer_fingerprint))
         runtime.admit(registry, "validate-scheduling", self.admit)
+        runtime.every(runtime.config.resync_seconds, self._resync, "planning every resync period")
 
     async def admit(self, request: Request) -> Verdict:
         """The validating webhook: judged on the cached policies and namespace labels, and a
@@ -163,10 +163,11 @@ class QuotaController:
 
     async def reconcile(self, body: Body) -> Outcome:
         """The runtime's per-Trainer reconcile (its watch and resync): Trainer changes reach the
-        plan through the fingerprinted watch above; a resync plans once for all."""
-        if time.monotonic() - self._last_plan >= self.rt.config.resync_seconds:
-            self.planning.poke()
+        plan through the fingerprinted watch above; the resync plans once for all (register)."""
         return Outcome()
+
+    async def _resync(self) -> None:
+        self.planning.poke()
 
     async def _trainers(self, now: str) -> tuple[list[TrainerInfo], list[Body]]:
         """Every Trainer as the plan sees it (one this controller wrote lately, as it wrote it), and
@@ -212,7 +213,6 @@ class QuotaController:
     async def plan_once(self) -> float | None:
         """One plan for every Trainer, written; when to plan again (a node's grace period, a
         reclaim's checkpoint wait, a write to retry)."""
-        self._last_plan = time.monotonic()
         obs, bodies, node_wait = await self.observe()
         started = time.perf_counter()
         result = plan(obs)
@@ -233,6 +233,8 @@ class QuotaController:
         state); each write is its own, so they are issued together (bounded): a plan that admits a
         burst of new Trainers does not wait one round trip per Trainer on a busy API server."""
         changed = [(b, d) for b, d in decided if not already_said(self._unchanged.get(b["metadata"]["uid"]), b, d)]
+        assert self.rt.writer is not None
+        self.rt.writer.skipped(len(decided) - len(changed))  # found unchanged: the metric says so
         return [delay for delays in await bounded(self._write(b, d, obs) for b, d in changed) for delay in delays]
 
     async def _write(self, body: Body, decision: Decision, obs: Observed) -> list[float]:

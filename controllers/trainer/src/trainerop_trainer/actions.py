@@ -76,16 +76,31 @@ class Actions:
         return False
 
     async def carry_out(self, body: Body, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> Carried:
-        """Create and delete what the decision says: whether the API server refused something (an
-        Event said what; the rest was carried out), and whether every pod asked for was created."""
+        """Create and delete what the decision says, except the failed pods it replaces (and their
+        gang): those go in :meth:`replace_failed`, once the status that counts their failure is
+        written. Whether the API server refused something (an Event said what; the rest was
+        carried out), and whether every pod asked for was created."""
         await self._runner(owner.namespace, decision.runner)
         made = await bounded(
             [*(self._create(body, obj) for obj in decision.create_claims)]
             + [self._create_service(body, owner, obj) for obj in decision.create_services]
         )
         pods_made = await self._create_pods(body, owner, decision.create_pods)
-        await self._delete(owner, decision, {p.name: p for p in pods})
+        force = set(decision.force_delete)
+        now = sorted((set(decision.delete_pods) | force) - set(decision.restarted))
+        await self._delete_pods(owner, now, force, {p.name: p for p in pods})
+        await self._delete_others(owner, decision)
         return Carried(refused=None in (*made, *pods_made), pods_created=all(pods_made))
+
+    async def replace_failed(self, owner: Owner, decision: Decision, pods: Sequence[PodView]) -> None:
+        """Delete the pods a restart replaces, after the status write that counts the failure: a
+        controller killed in between finds the failure counted (``countedFailures``) and the pod
+        still there, and deletes it without counting it again; killed before the write, it finds
+        the failure uncounted and counts it. Either way it is counted exactly once."""
+        force = set(decision.force_delete)
+        await self._delete_pods(owner, sorted(decision.restarted), force, {p.name: p for p in pods})
+        for name in decision.restarted:
+            RESTARTS.labels(next((p.role for p in pods if p.name == name), "unknown")).inc()
 
     async def _create_pods(self, body: Body, owner: Owner, pods: Sequence[dict[str, Any]]) -> list[bool | None]:
         """Create the pods together (for each: created, existed already, or refused). Each one
@@ -163,17 +178,18 @@ class Actions:
             self.rt.event(body, "Warning", "CreateRefused", f"{kind} {name} was refused: {err.status.message}")
             return None
 
-    async def _delete(self, owner: Owner, decision: Decision, pods: Mapping[str, PodView]) -> None:
-        kube, ns = self.rt.kube, owner.namespace
-        force = set(decision.force_delete)
-        doomed = sorted(set(decision.delete_pods) | force)
-        await bounded(kube.delete_core("Pod", ns, name, force=name in force) for name in doomed)
+    async def _delete_pods(
+        self, owner: Owner, names: Sequence[str], force: Set[str], pods: Mapping[str, PodView]
+    ) -> None:
+        """Delete the pods ``names``, those in ``force`` without waiting for their lost node."""
+        await bounded(self.rt.kube.delete_core("Pod", owner.namespace, n, force=n in force) for n in names)
         # gone already (404) counts as deleted too: never count it twice
-        self.deleted |= {pods[name].uid for name in decision.delete_pods if name in pods and pods[name].uid}
-        for name in doomed:  # a pod deleted before the watch delivered it is no longer expected
-            self.expected.pop((ns, name), None)
-        for name in decision.restarted:
-            RESTARTS.labels(pods[name].role if name in pods else "unknown").inc()
+        self.deleted |= {pods[n].uid for n in names if n in pods and pods[n].uid}
+        for name in names:  # a pod deleted before the watch delivered it is no longer expected
+            self.expected.pop((owner.namespace, name), None)
+
+    async def _delete_others(self, owner: Owner, decision: Decision) -> None:
+        kube, ns = self.rt.kube, owner.namespace
         others = [("Service", name) for name in decision.delete_services] + [
             ("Lease", name) for name in decision.delete_leases
         ]

@@ -189,12 +189,17 @@ class TrainerController:
             self.rt.event(body, "Normal", "TTLExpired", "spec.runPolicy.ttlSecondsAfterFinished has passed; deleting")
             await self.rt.kube.delete("Trainer", obs.owner.name, obs.owner.namespace)
             return Outcome(events=decision.events)
+
+        async def replace_failed() -> None:  # once the status counts the failures
+            await self.actions.replace_failed(obs.owner, decision, obs.pods)
+
         return Outcome(
             status=decision.status,
             conditions=decision.conditions,
             events=decision.events,
             requeue_after=soonest(decision.requeue_after, loss.next_check, expecting),
             retry=carried.refused,
+            after=replace_failed if decision.restarted else None,
         )
 
     @staticmethod

@@ -161,7 +161,7 @@ def failed(run: Run) -> Decision | None:
             + (" (exit codes 1-127 are permanent)" if policy.restart_policy == "ExitCode" else "")
             + "; fix the cause and create the Trainer again"
         )
-    elif failures and restarts + len(failures) > limit:
+    elif failures and restarts + len(run.uncounted(failures)) > limit:
         reason = "BackoffLimitExceeded"
         message = f"{describe_failure(failures[0])} after {restarts} restarts; {run.limit_from} is {limit}"
     else:

@@ -35,6 +35,7 @@ def counts(spec: TrainerSpec, pods: Sequence[PodView], history: History) -> dict
             restarts=past.restarts,
             last_failure_time=past.last_failure,
             recent_failures=past.recent,
+            counted_failures=sorted(past.counted) or None,
         )
     return out
 

@@ -84,6 +84,11 @@ class Run:
     def live(self) -> list[PodView]:
         return [p for p in self.pods if not p.deleting]
 
+    def uncounted(self, failed: Sequence[PodView]) -> list[PodView]:
+        """Of ``failed``, the pods not in their role's restarts yet (an earlier write counted the
+        others, and the controller stopped before it deleted them)."""
+        return [p for p in failed if p.uid not in self.history.get(p.role, RoleHistory()).counted]
+
     def clean(self, candidates: Sequence[PodView]) -> tuple[str, ...]:
         """The pods cleanPodPolicy deletes when the run ends. It looks at what the pods really are:
         a stalled or stranded pod still holds its GPUs."""
@@ -150,7 +155,14 @@ def assess(obs: Observed) -> Run:
     stalled = stalled_pods(obs, pods)
     pods = [replace(p, phase="Failed", exit_code=None, reason="Stalled") if p.name in stalled else p for p in pods]
     replicas = obs.status.topology.replicas if obs.status.topology and obs.status.topology.replicas else {}
-    history = {r: RoleHistory(c.restarts, c.last_failure_time, c.recent_failures) for r, c in replicas.items()}
+    # A failed pod stays counted while it is there; once it is gone (or going) it is forgotten.
+    failed_now = {p.uid for p in pods if p.phase == "Failed" and not p.deleting and p.uid}
+    history = {
+        r: RoleHistory(
+            c.restarts, c.last_failure_time, c.recent_failures, frozenset(c.counted_failures or ()) & failed_now
+        )
+        for r, c in replicas.items()
+    }
     was = find(obs.conditions, "Suspended")
     resumed = was is not None and (was.status == "True" or was.reason == "Resumed")
     not_suspended = (

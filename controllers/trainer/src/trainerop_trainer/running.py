@@ -43,11 +43,11 @@ def restarts(run: Run) -> Restarts:
             break
         out.restart.append(pod)
     backoff = run.obs.backoff
-    for pod in failed:
+    for pod in run.uncounted(failed):  # each failure is counted once, in the write before its deletion
         past = out.history.get(pod.role, RoleHistory())
         quiet = run.due(past.last_failure, backoff.reset_after)
         recent = 1 if quiet is None or quiet <= 0 else past.recent + 1
-        out.history[pod.role] = RoleHistory(past.restarts + 1, run.now, recent)
+        out.history[pod.role] = RoleHistory(past.restarts + 1, run.now, recent, past.counted | {pod.uid})
         out.events.append(("Warning", "RestartingPod", f"{describe_failure(pod)}; replacing it (same name and DNS)"))
     if len(out.restart) > len(failed):
         out.events.append(("Normal", "GangRestart", f"restartScope is Gang: restarting {len(out.restart)} pods"))

@@ -76,6 +76,7 @@ class RoleHistory:
     restarts: int = 0
     last_failure: str | None = None
     recent: int = 0  # failures in a row, each within reset_after of the previous
+    counted: frozenset[str] = frozenset()  # failed pods (uids) already in restarts, not yet gone
 
 
 History = Mapping[str, RoleHistory]

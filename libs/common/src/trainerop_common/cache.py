@@ -15,6 +15,64 @@ if TYPE_CHECKING:
 
 Key = tuple[str, str]
 T = TypeVar("T")
+# kopf lists a resource again when its watch expired (410 Gone: etcd compacted the version it
+# resumed from, the API server restarted): it reports what exists, never what was deleted in the
+# gap. Once that relist has been quiet this long, the cache lists for itself and drops the rest.
+RELIST_SETTLE_SECONDS = 2.0
+# Events without a type this long after the first ones are a relist, not kopf's initial list.
+INITIAL_LIST_SECONDS = 30.0
+
+
+class Relists:
+    """Convergence after a relist: which known objects are gone. ``list_keys`` reads what exists
+    now; ``known`` is what the holder has; ``gone(key)`` is told of each that no longer exists.
+    An object an event touched while the list was read is left to the events."""
+
+    def __init__(
+        self,
+        list_keys: Callable[[], Awaitable[set[Key]]],
+        known: Callable[[], Iterable[Key]],
+        gone: Callable[[Key], None],
+    ) -> None:
+        self._list_keys, self._known, self._gone = list_keys, known, gone
+        self._first: float | None = None  # loop time of the first untyped event
+        self._typed = False  # a watch event (not a listed object) was seen
+        self._touched: set[Key] | None = None  # keys events touched while a convergence lists
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[list[Key]]] = set()
+
+    def seen(self, key: Key, event_type: str | None) -> None:
+        """An event of ``key`` (``event_type`` None: a listed object)."""
+        if self._touched is not None:
+            self._touched.add(key)
+        loop = asyncio.get_running_loop()
+        if event_type is not None:
+            self._typed = True
+            return
+        if self._first is None:
+            self._first = loop.time()
+        if self._typed or loop.time() - self._first > INITIAL_LIST_SECONDS:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_later(RELIST_SETTLE_SECONDS, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
+        task = asyncio.get_running_loop().create_task(self.converge())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def converge(self) -> list[Key]:
+        """List, and tell ``gone`` of every known object that is not there (nor touched meanwhile)."""
+        self._touched = set()
+        try:
+            present = await self._list_keys()
+            missing = [k for k in list(self._known()) if k not in present and k not in self._touched]
+        finally:
+            self._touched = None
+        for key in missing:
+            self._gone(key)
+        return missing
 
 
 class ObjectCache:
@@ -43,6 +101,20 @@ class ObjectCache:
         self._listed = False
         self._lock = asyncio.Lock()
         self._gone: set[tuple[Key, str]] = set()  # deleted by the watch before the first list ended
+        self._on_change: Callable[[Key, dict[str, Any], bool], None] | None = None
+        self.relists = Relists(self._list_keys, lambda: self.items.keys(), self._vanished)
+
+    async def _list_keys(self) -> set[Key]:
+        return {self.key(o) for o in await self._lister(lambda o: {"metadata": o.get("metadata", {})})}
+
+    def _vanished(self, key: Key) -> None:
+        """Gone in a watch's gap (see :class:`Relists`): dropped as if its deletion had been seen."""
+        last = self.items.get(key)
+        if last is None:
+            return
+        self._drop(key)
+        if self._on_change is not None:
+            self._on_change(key, last, True)
 
     @classmethod
     def for_kind(
@@ -63,11 +135,13 @@ class ObjectCache:
         (for a deletion, ``body`` is the object's last state)."""
         group, version, plural = self._resource
         resource = (group, version, plural) if group else (version, plural)
+        self._on_change = on_change
 
         @kopf.on.event(*resource, labels=self._labels, registry=registry)
         async def watch(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
             key = self.key(body)
             deleted = event.get("type") == "DELETED"
+            self.relists.seen(key, event.get("type"))
             if deleted:
                 current = self.items.get(key)
                 if current is None or current["metadata"].get("uid") == body["metadata"].get("uid"):

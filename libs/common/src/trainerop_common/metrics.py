@@ -31,6 +31,11 @@ QUEUE_DEPTH = Gauge(
     "object) and reconciles waiting for another reconcile of the same object to finish.",
     ["controller"],
 )
+WATCHED = Gauge(
+    "operator_watched_objects",
+    "Objects of a kind the controller knows from its watch (a relist drops those deleted in a watch's gap).",
+    ["controller", "kind"],
+)
 RECONCILES_IN_FLIGHT = Gauge("operator_reconciles_in_flight", "Reconciles running now.", ["controller"])
 EVENTS_POSTED = Counter(
     "operator_events_total", "Kubernetes Events posted, by type and reason.", ["controller", "type", "reason"]

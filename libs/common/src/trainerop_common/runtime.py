@@ -22,10 +22,11 @@ from pydantic import ValidationError
 
 from . import admission
 from .api import GROUP, VERSION, kind_info
+from .cache import Relists
 from .clock import Clock, SystemClock, rfc3339
 from .config import ControllerConfig
 from .kube import Kube, is_not_found
-from .metrics import EVENTS_POSTED, QUEUE_DEPTH, RECONCILE_DURATION, RECONCILES_IN_FLIGHT
+from .metrics import EVENTS_POSTED, QUEUE_DEPTH, RECONCILE_DURATION, RECONCILES_IN_FLIGHT, WATCHED
 from .names import component
 from .outcome import Outcome, StatusSection, soonest
 from .redaction import redact_text
@@ -99,7 +100,10 @@ class Runtime:
         self.admission_kube = kube
         # Jobs started with kopf and stopped with it (resync, retention, certificate upkeep).
         self.jobs: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        # Trainers deleted while the watch was away (kopf relists, and reports only what exists).
+        self.relists = Relists(self._trainer_keys, lambda: self.queue.objects.keys(), self._vanished)
         QUEUE_DEPTH.labels(config.controller).set_function(lambda: self.queue.depth)
+        WATCHED.labels(config.controller, "Trainer").set_function(lambda: len(self.queue.objects))
 
     @property
     def trainers(self) -> Mapping[Key, Body]:
@@ -203,6 +207,7 @@ class Runtime:
             except ApiError as err:
                 if not is_not_found(err):
                     raise
+                self._gone(body)  # deleted: its DELETED event may never come (a watch's gap)
                 return False
         for type_, reason, message in outcome.on_change if written else ():
             self.event(body, type_, reason, message)
@@ -211,6 +216,18 @@ class Runtime:
         if due is not None:
             self.requeue_after(key_of(body), due)
         return written
+
+    def _gone(self, body: Body) -> None:
+        if self.queue.forget(body):
+            self._reported.pop(key_of(body), None)
+
+    def _vanished(self, key: Key) -> None:
+        """A Trainer deleted in a watch's gap, found by the relist's convergence."""
+        self.queue.drop(key)
+        self._reported.pop(key, None)
+
+    async def _trainer_keys(self) -> set[Key]:
+        return {key_of(t) for t in await self.kube.list_all("Trainer", lambda o: {"metadata": o.get("metadata", {})})}
 
     def _report(self, body: Body, err: PermanentError | ValidationError) -> None:
         if isinstance(err, ValidationError):
@@ -299,9 +316,9 @@ class Runtime:
 
         @kopf.on.event(GROUP, VERSION, "trainers", registry=registry)
         async def on_trainer(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+            self.relists.seen(key_of(body), event.get("type"))
             if event.get("type") == "DELETED":
-                if self.queue.forget(body):
-                    self._reported.pop(key_of(body), None)
+                self._gone(body)
                 return
             await self.reconcile(self.queue.seen(dict(body)))
 

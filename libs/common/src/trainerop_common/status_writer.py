@@ -112,6 +112,11 @@ class StatusWriter:
         version, written = resource_version(obj), self._written.get((meta.get("namespace"), meta.get("name", "")))
         return version is not None and written is not None and version < written
 
+    def skipped(self, count: int = 1) -> None:
+        """Count writes a caller knew to be unneeded without planning them (as :meth:`write` counts
+        those it plans and finds unneeded)."""
+        STATUS_WRITES.labels(self.controller, self._info.kind, "skipped").inc(count)
+
     async def write(
         self,
         obj: Mapping[str, Any],
@@ -122,7 +127,7 @@ class StatusWriter:
         """Apply the plan; returns whether a request was made."""
         patch = self.plan(obj, owned, conditions, now)
         if patch is None:
-            STATUS_WRITES.labels(self.controller, self._info.kind, "skipped").inc()
+            self.skipped()
             return False
         STATUS_WRITES.labels(self.controller, self._info.kind, "written").inc()
         version = await self._applier.apply_status(

@@ -87,12 +87,16 @@ class WorkQueue:
         current = self.objects.get(key)
         if current is not None and current["metadata"].get("uid") != body["metadata"].get("uid"):
             return False  # an older object of the same name; the new one stays
+        self.drop(key)
+        return True
+
+    def drop(self, key: Key) -> None:
+        """Forget ``key`` whatever it holds (found gone by a relist)."""
         self.objects.pop(key, None)
         self.backoff.reset(key)
         timer = self._timers.pop(key, None)
         if timer is not None:  # nothing left to reconcile; the queue depth no longer counts it
             timer.cancel()
-        return True
 
     async def process(self, key: Key) -> None:
         """Run the work on the latest state of ``key``. While a reconcile of it runs, any number of

@@ -267,6 +267,12 @@ class ReplicaStatus(K8sModel):
     recent_failures: int = Field(
         default=0, ge=0, description="Failures in a row, each soon after the last: sets the backoff."
     )
+    counted_failures: list[str] | None = Field(
+        default=None,
+        json_schema_extra={"maxItems": 4096, "items": {"type": "string", "maxLength": 64}},
+        description="UIDs of failed pods already counted in restarts and not yet gone: one the controller "
+        "did not get to delete before it stopped is not counted again.",
+    )
 
 
 class TopologyStatus(K8sModel):
