@@ -202,12 +202,12 @@ SERVER_NAMES = (
 )
 
 
-def make_pki(pki: Path) -> None:
-    """One CA that signs the API server's serving cert and every client cert, plus the SA key."""
+def make_ca(pki: Path, name: str, cn: str) -> None:
+    """A self-signed CA: ``<name>.crt`` and ``<name>.key``."""
     pki.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     ca_key = _key()
-    ca_name = _name("trainer-operator-local-ca")
+    ca_name = _name(cn)
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -220,8 +220,54 @@ def make_pki(pki: Path) -> None:
         .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    _write_key(pki / "ca.key", ca_key)
+    (pki / f"{name}.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki / f"{name}.key", ca_key)
+
+
+# The API server authenticates itself to the admission webhooks with a client certificate of a CA
+# of its own (not the cluster's, which signs every component's and user's certificate): the
+# controllers believe an observed review only from its holder (--webhook-client-ca-file).
+WEBHOOK_CLIENT_CA = "webhook-client-ca"
+
+
+def make_webhook_client_pki(pki: Path) -> None:
+    make_ca(pki, WEBHOOK_CLIENT_CA, "trainer-operator-local-webhook-client-ca")
+    issue_certificate(pki, "apiserver-webhook-client", "kube-apiserver-webhook-client", None, ca=WEBHOOK_CLIENT_CA)
+
+
+def admission_config(run: Path) -> Path:
+    """The API server's AdmissionConfiguration: its client certificate for every webhook ('*')."""
+    pki = run / "pki"
+    kubeconfig = pki / "webhook-client.kubeconfig"
+    user = {
+        "client-certificate": str(pki / "apiserver-webhook-client.crt"),
+        "client-key": str(pki / "apiserver-webhook-client.key"),
+    }
+    kubeconfig.write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "users": [{"name": "*", "user": user}]})
+    )
+    webhook = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    plugins = [
+        {"name": name, "configuration": webhook} for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+    ]
+    path = run / "admission.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration", "plugins": plugins}
+        )
+    )
+    return path
+
+
+def make_pki(pki: Path) -> None:
+    """One CA that signs the API server's serving cert and every client cert, plus the SA key, and
+    the webhook client CA (:data:`WEBHOOK_CLIENT_CA`)."""
+    make_ca(pki, "ca", "trainer-operator-local-ca")
+    make_webhook_client_pki(pki)
     issue_certificate(pki, "apiserver", "kube-apiserver", None, SERVER_NAMES)
     issue_certificate(pki, "admin", "trainer-operator-admin", "system:masters")
     issue_certificate(pki, "controller-manager", "system:kube-controller-manager", None)
@@ -231,11 +277,13 @@ def make_pki(pki: Path) -> None:
     _write_key(pki / "sa.key", _key())
 
 
-def issue_certificate(pki: Path, name: str, cn: str, org: str | None, server_names: Sequence[str] = ()) -> Path:
-    """``<name>.crt``/``.key`` signed by the CA in ``pki``: a serving certificate for
+def issue_certificate(
+    pki: Path, name: str, cn: str, org: str | None, server_names: Sequence[str] = (), ca: str = "ca"
+) -> Path:
+    """``<name>.crt``/``.key`` signed by the CA ``ca`` in ``pki``: a serving certificate for
     ``server_names`` (DNS names or IP addresses), else a client certificate; returns the .crt."""
-    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
-    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / f"{ca}.key").read_bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate((pki / f"{ca}.crt").read_bytes())
     assert isinstance(ca_key, rsa.RSAPrivateKey)
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     key = _key()
@@ -243,7 +291,7 @@ def issue_certificate(pki: Path, name: str, cn: str, org: str | None, server_nam
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(cn, org))
-        .issuer_name(ca.subject)
+        .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now)
@@ -456,6 +504,7 @@ def components(run: Path, bins: Path) -> list[Component]:
                 "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,"
                 "DefaultTolerationSeconds,Priority,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
                 "ResourceQuota,NodeRestriction,PodTolerationRestriction",
+                f"--admission-control-config-file={admission_config(run)}",
                 "--storage-media-type=application/vnd.kubernetes.protobuf",
                 "--profiling=false",
                 "--v=1",
@@ -639,6 +688,8 @@ def up(args: argparse.Namespace) -> int:
     if not (run / "pki" / "ca.crt").is_file():
         say("creating certificates and service-account keys")
         make_pki(run / "pki")
+    if not (run / "pki" / f"{WEBHOOK_CLIENT_CA}.crt").is_file():  # a cluster made by an earlier version
+        make_webhook_client_pki(run / "pki")
     for user in ("admin", "controller-manager", "scheduler", "kwok"):
         kubeconfig(run, user)
     for comp in components(run, bins):

@@ -182,6 +182,10 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
             env.setdefault("TRAINEROP_WEBHOOK_PORT", str(WEBHOOK_PORTS[controller]))
             env.setdefault("TRAINEROP_WEBHOOK_CERT_FILE", str(cert))
             env.setdefault("TRAINEROP_WEBHOOK_KEY_FILE", str(key))
+            # Only the API server's reviews are believed (its client certificate: testbed/cluster.py).
+            env.setdefault(
+                "TRAINEROP_WEBHOOK_CLIENT_CA_FILE", str(cluster.RUN_DIR / "pki" / f"{cluster.WEBHOOK_CLIENT_CA}.crt")
+            )
         comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready_check(port), timeout=60)
         cluster.start(run, comp, env=env)
     return ports

@@ -188,6 +188,10 @@ def main() -> int:
                 heartbeat.send(epoch=epoch + 1, step=step)
             except Exception as err:  # progress reporting must not stop training
                 log(f"heartbeat failed: {err}")
+            except SystemExit as fenced:  # this pod was replaced (trainerop_sdk.heartbeat.Fenced): stop now
+                log(str(fenced))
+                sys.stderr.flush()
+                os._exit(int(fenced.code or 0))  # not JAX's exit handler: it would wait for peers
         time.sleep(max(0.0, min_epoch_seconds - (time.monotonic() - started)))
 
     final = float(loss_fn(jax.device_get(state), jnp.asarray(points), jnp.asarray(labels)))

@@ -3,12 +3,16 @@ actions with the acting controller's identity, records nobody can change and onl
 delete, one JSON line per record on stdout, and retention that records itself."""
 
 import json
+import ssl
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.factories import trainer_manifest
 from tests.harness import Cluster, KubectlError, eventually
@@ -278,3 +282,65 @@ def test_retention_keeps_the_newest_records_and_records_what_it_deleted(
 
     eventually(counted, what="the Trainer's audit summary to count what retention left")
     assert not deleted & {r["metadata"]["name"] for r in records(cluster, namespace)}
+
+
+def forged_review(namespace: str, name: str) -> bytes:
+    """What a pod could send the audit webhook pretending to be the API server: a create by someone
+    else, of a Trainer that does not exist."""
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "kind": "Trainer"},
+            "resource": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "resource": "trainers"},
+            "operation": "CREATE",
+            "namespace": namespace,
+            "name": name,
+            "userInfo": {"username": "someone-else"},
+            "object": {**trainer_manifest(name), "metadata": {"name": name, "namespace": namespace, "uid": "u"}},
+        },
+    }
+    return json.dumps(review).encode()
+
+
+def post_to_audit_webhook(body: bytes, cert: tuple[str, str] | None = None) -> dict[str, Any]:
+    context = ssl.create_default_context(cafile=str(cluster_tool.RUN_DIR / "pki" / "ca.crt"))
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{localdev.AUDIT_WEBHOOK_PORT}/audit",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def test_a_forged_review_sent_straight_to_the_audit_webhook_writes_nothing(cluster: Cluster, namespace: str) -> None:
+    """Only the API server, which presents its client certificate (testbed/cluster.py's
+    AdmissionConfiguration; the controllers' --webhook-client-ca-file), causes a record."""
+    ignored = {"webhook": "audit"}
+    before = cluster.metric("audit", "operator_admission_unauthenticated_total", ignored)
+    answer = post_to_audit_webhook(forged_review(namespace, "forged"))
+    assert answer["response"]["allowed"] is True  # an observer never denies
+    eventually(
+        lambda: cluster.metric("audit", "operator_admission_unauthenticated_total", ignored) == before + 1,
+        what="the forged review to be ignored",
+    )
+    # A certificate the cluster's CA signed (here the admin's) is not the API server's: refused at TLS.
+    pki = cluster_tool.RUN_DIR / "pki"
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        post_to_audit_webhook(
+            forged_review(namespace, "forged-with-a-cert"), (str(pki / "admin.crt"), str(pki / "admin.key"))
+        )
+    # The real API server's reviews are still recorded.
+    cluster.apply(trainer_manifest("genuine", topology={"workers": 1}), namespace)
+    eventually(
+        lambda: any(r["spec"]["objectRef"].get("name") == "genuine" for r in records(cluster, namespace)),
+        what="the genuine record",
+    )
+    assert not [
+        r for r in records(cluster, namespace) if str(r["spec"]["objectRef"].get("name", "")).startswith("forged")
+    ]

@@ -1,5 +1,8 @@
 """deploy/: every overlay builds with kubectl kustomize and is accepted by the API server."""
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,3 +119,55 @@ def test_every_webhook_calls_a_service_of_the_overlay_on_the_webhook_port(cluste
         assert env["TRAINEROP_WEBHOOK_PORT"] == "9443"
         assert env["TRAINEROP_WEBHOOK_TLS"] == "self-signed"
         assert config == target  # a controller injects its CA into its own configurations only
+
+
+def test_production_runs_two_peered_replicas_of_each_on_different_nodes_with_a_disruption_budget(
+    cluster: Cluster,
+) -> None:
+    objects = build(cluster, "production")
+    deployments = by_kind(objects, "Deployment")
+    budgets = by_kind(objects, "PodDisruptionBudget")
+    assert set(deployments) == set(budgets) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
+    for name, deployment in deployments.items():
+        pod = deployment["spec"]["template"]
+        assert deployment["spec"]["replicas"] == 2
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["TRAINEROP_PEERING"] == "true"  # only one replica reconciles; both answer webhooks
+        (spread,) = pod["spec"]["topologySpreadConstraints"]
+        assert (spread["topologyKey"], spread["labelSelector"]["matchLabels"]) == (
+            "kubernetes.io/hostname",
+            {"app.kubernetes.io/name": name},
+        )
+        assert budgets[name]["spec"]["minAvailable"] == 1
+        assert budgets[name]["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    # The API server accepts them (cert-manager's kinds are left out: its CRDs are not installed here).
+    accepted = [o for o in objects if o["kind"] in ("Deployment", "PodDisruptionBudget")]
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--force-conflicts",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": accepted}),
+    )
+
+
+def test_webhook_client_auth_gives_every_webhook_server_the_api_servers_client_ca(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    production = os.path.relpath(REPO / "deploy" / "overlays" / "production", overlay)
+    component = os.path.relpath(REPO / "deploy" / "components" / "webhook-client-auth", overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [production], "components": [component]}))
+    objects = [doc for doc in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay))) if doc]
+    for name, deployment in by_kind(objects, "Deployment").items():
+        pod = deployment["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        serves = "TRAINEROP_WEBHOOK_PORT" in env
+        assert ("TRAINEROP_WEBHOOK_CLIENT_CA_FILE" in env) is serves, name
+        if serves:
+            assert env["TRAINEROP_WEBHOOK_CLIENT_CA_FILE"] == "/etc/trainer-operator/webhook-client/ca.crt"
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            assert volumes["webhook-client-ca"]["configMap"]["name"] == "trainer-operator-webhook-client-ca"

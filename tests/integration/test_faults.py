@@ -7,7 +7,7 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,6 +41,12 @@ def kill_9(controller: str) -> float:
     return killed
 
 
+def report(record: Callable[[str, object], None], what: str, seconds: float) -> None:
+    """A figure for docs/failure-modes.md: reported (JUnit property and stdout), never asserted."""
+    record(what, round(seconds, 1))
+    print(f"{what}: {seconds:.1f} s")
+
+
 def live_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     items = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
     return [p for p in items if not p["metadata"].get("deletionTimestamp")]
@@ -66,7 +72,7 @@ def all_running(cluster: Cluster, namespace: str, count: int) -> list[dict[str, 
 
 @pytest.mark.parametrize("controller", localdev.CONTROLLERS)
 def test_a_controller_killed_in_a_burst_of_100_trainers_leaves_each_with_its_pods_once(
-    cluster: Cluster, namespace: str, controller: str
+    cluster: Cluster, namespace: str, controller: str, record_property: Callable[[str, object], None]
 ) -> None:
     count = 100
     burst = [
@@ -75,8 +81,9 @@ def test_a_controller_killed_in_a_burst_of_100_trainers_leaves_each_with_its_pod
     ]
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": burst}))
     eventually(lambda: len(live_pods(cluster, namespace)) >= 10, timeout=120, what="the burst's first pods")
-    kill_9(controller)
+    killed = kill_9(controller)
     found = eventually(lambda: all_running(cluster, namespace, count), timeout=300, what="all 100 Trainers Running")
+    report(record_property, f"kill -9 of {controller} in a burst: all Running", time.monotonic() - killed)
     pods = live_pods(cluster, namespace)
     assert len(pods) == count  # no Trainer without its pod, none with two
     assert max(ranks(pods).values()) == 1
@@ -180,7 +187,9 @@ def test_a_failed_pod_stays_until_the_status_counting_its_failure_is_written(clu
     assert obj["status"]["topology"]["replicas"]["worker"]["restarts"] == 1
 
 
-def test_the_trainer_killed_during_gang_restarts_counts_each_failure_once(cluster: Cluster, namespace: str) -> None:
+def test_the_trainer_killed_during_gang_restarts_counts_each_failure_once(
+    cluster: Cluster, namespace: str, record_property: Callable[[str, object], None]
+) -> None:
     workers = 8
     cluster.apply(
         trainer_manifest(
@@ -202,7 +211,7 @@ def test_the_trainer_killed_during_gang_restarts_counts_each_failure_once(cluste
 
         eventually(failed, timeout=30, what="the failure")
         time.sleep(delay)  # kill at different moments of the trainer's reaction
-        kill_9("trainer")
+        killed = kill_9("trainer")
 
         def recovered() -> list[dict[str, Any]] | None:
             pods = live_pods(cluster, namespace)
@@ -210,12 +219,17 @@ def test_the_trainer_killed_during_gang_restarts_counts_each_failure_once(cluste
             return pods if done and all_running(cluster, namespace, 1) else None
 
         pods = eventually(recovered, timeout=120, what=f"the gang back after round {round_}")
+        report(
+            record_property, f"trainer killed {delay} s into a gang restart: gang Running", time.monotonic() - killed
+        )
         assert max(ranks(pods).values()) == 1
         restarts = trainers(cluster, namespace)[0]["status"]["topology"]["replicas"]["worker"]["restarts"]
         assert restarts == round_, f"after {round_} failures the status counts {restarts}"
 
 
-def test_what_is_deleted_while_a_watch_is_away_is_not_kept_after_the_relist(cluster: Cluster, namespace: str) -> None:
+def test_what_is_deleted_while_a_watch_is_away_is_not_kept_after_the_relist(
+    cluster: Cluster, namespace: str, record_property: Callable[[str, object], None]
+) -> None:
     """The trainer controller frozen (SIGSTOP) while the API server restarts, a pod and a Trainer are
     deleted and etcd is compacted: its watches resume from compacted versions (410 Gone) and kopf
     lists again, reporting only what exists. Its cache must drop the deleted pod (else the replica counts
@@ -238,15 +252,36 @@ def test_what_is_deleted_while_a_watch_is_away_is_not_kept_after_the_relist(clus
         cluster_tool.compact_etcd()
     finally:
         os.kill(pid, signal.SIGCONT)
+        resumed = time.monotonic()
 
     def replaced() -> bool:
         pods = {p["metadata"]["name"]: p for p in live_pods(cluster, namespace)}
         return "w-worker-1" in pods and pods["w-worker-1"]["metadata"]["uid"] != old
 
     eventually(replaced, timeout=60, what="the pod deleted in the watch's gap to be created again")
+    report(record_property, "watch gap (410 Gone): the pod deleted meanwhile replaced", time.monotonic() - resumed)
 
     def known() -> bool:
         watched = cluster.metric("trainer", "operator_watched_objects", {"controller": "trainer", "kind": "Trainer"})
         return watched == len(json.loads(cluster.kubectl("get", "trainers", "-A", "-o", "json"))["items"])
 
     eventually(known, timeout=60, what="the trainer controller to forget the Trainer deleted in the gap")
+
+
+def test_with_a_webhook_down_a_create_is_refused_naming_it_and_nothing_is_created(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The trainer controller's webhook (failurePolicy Fail) unreachable: the API server refuses the
+    create with a message naming the webhook, and no Trainer exists; the production overlay's second
+    replica and PodDisruptionBudget are what keep this from happening (docs/failure-modes.md)."""
+    cluster_tool.stop_processes(localdev.state_dir(), ["controller-trainer"])
+    try:
+        with pytest.raises(KubectlError) as refused:
+            cluster.apply(trainer_manifest("unserved", epochs=1, image="bench:latest"), namespace)
+        message = str(refused.value)
+        assert 'failed calling webhook "validate-trainer.trainer.operator.kubeflow.org"' in message
+        assert "connection refused" in message
+        assert "unserved" not in cluster.names("trainers", namespace)
+    finally:
+        localdev.start()
+    cluster.apply(trainer_manifest("unserved", epochs=1, image="bench:latest"), namespace)  # served again

@@ -1,11 +1,14 @@
 """Hardening of what deploy/ installs, on the real API server: every controller's pod meets the
 Pod Security Standard "restricted" (the API server's own PodSecurity admission judges it), the
-NetworkPolicies let in exactly the webhook and metrics ports, and each ServiceAccount's
-permissions match a reviewed snapshot (kubectl auth can-i --list), so RBAC cannot widen unnoticed.
+NetworkPolicies let in exactly the webhook and metrics ports, each ServiceAccount's permissions
+match a reviewed snapshot (kubectl auth can-i --list), so RBAC cannot widen unnoticed, and the
+trainer controller's identity creates only what it makes (the admission policy
+trainer-operator-trainer-creations).
 
 Snapshots: tests/integration/rbac/<controller>.txt. After a deliberate RBAC change, rewrite them
 with TRAINEROP_UPDATE_SNAPSHOTS=1 and review the diff like any other change."""
 
+import json
 import os
 import re
 from pathlib import Path
@@ -15,7 +18,9 @@ import pytest
 import yaml
 
 from testbed import localdev
-from tests.harness import REPO, Cluster, dry_run_pod
+from tests.factories import trainer_manifest
+from tests.harness import REPO, Cluster, KubectlError, dry_run_pod, eventually
+from trainerop_trainer.pods import runner_manifests
 
 SNAPSHOTS = Path(__file__).parent / "rbac"
 SYSTEM = localdev.NAMESPACE
@@ -26,7 +31,7 @@ def build(cluster: Cluster, overlay: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
-@pytest.mark.parametrize("overlay", ["dev", "cert-manager"])
+@pytest.mark.parametrize("overlay", ["dev", "cert-manager", "production"])
 def test_every_controller_pod_meets_the_restricted_pod_security_standard(cluster: Cluster, overlay: str) -> None:
     namespace = cluster.get("namespace", SYSTEM)
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -105,3 +110,118 @@ def test_each_service_account_can_do_exactly_what_its_snapshot_says(cluster: Clu
         f"the permissions of {account} changed; if that is meant, run with TRAINEROP_UPDATE_SNAPSHOTS=1 "
         "and review the diff of the snapshot"
     )
+
+
+def as_trainer_controller(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> str:
+    """A server-side dry run of ``obj`` created with the trainer controller's own credentials: ""
+    when the API server accepts it, else its refusal."""
+    try:
+        cluster.kubectl(
+            "create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(obj), as_controller="trainer"
+        )
+    except KubectlError as err:
+        return str(err)
+    return ""
+
+
+def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
+    owner = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "name": "t",
+        "uid": trainer_uid,
+        "controller": True,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "t-worker-0", "ownerReferences": [owner]},
+        "spec": {
+            "serviceAccountName": "trainer-operator-runner",
+            "containers": [{"name": "trainer", "image": "busybox:1.36"}],
+            **spec,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({}, ""),  # what the controller makes
+        ({"hostNetwork": True}, "host's network, process or IPC namespace"),
+        ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, "may not mount a host path"),
+        ({"serviceAccountName": "default"}, "run as trainer-operator-runner, not default"),
+        ({"nodeName": "kwok-gpu-0"}, "never by nodeName"),
+        (
+            {"containers": [{"name": "t", "image": "i", "securityContext": {"privileged": True}}]},
+            "privileged container",
+        ),
+        ({"containers": [{"name": "t", "image": "i", "ports": [{"containerPort": 80, "hostPort": 80}]}]}, "host port"),
+    ],
+)
+def test_the_trainer_controllers_identity_creates_only_the_pods_it_makes(
+    cluster: Cluster, namespace: str, change: dict[str, Any], refusal: str
+) -> None:
+    trainer = cluster.get("namespace", namespace)["metadata"]["uid"]  # any uid: dry runs check no owner
+    said = as_trainer_controller(cluster, namespace, training_pod(trainer, **change))
+    assert (refusal in said) if refusal else said == "", said
+
+
+def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pods(
+    cluster: Cluster, namespace: str
+) -> None:
+    unowned = training_pod("u")
+    unowned["metadata"].pop("ownerReferences")
+    assert "only pods a Trainer controls" in as_trainer_controller(cluster, namespace, unowned)
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "admin"}}
+    assert "only the serviceaccounts trainer-operator-runner" in as_trainer_controller(cluster, namespace, account)
+    _, role, _ = runner_manifests(namespace)
+    cluster.apply(role, namespace)  # RBAC's own escalation check needs the Role to exist
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "trainer-operator-runner"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer-operator-runner"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+    }
+    assert "to that ServiceAccount of its namespace only" in as_trainer_controller(cluster, namespace, binding)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "t", "ownerReferences": training_pod("u")["metadata"]["ownerReferences"]},
+        "spec": {"ports": [{"port": 80}], "externalIPs": ["1.2.3.4"]},
+    }
+    assert "headless Services without external IPs" in as_trainer_controller(cluster, namespace, service)
+
+
+def test_training_pods_pass_a_restricted_namespace_unless_a_profile_lets_them_run_as_root(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    cluster.apply(trainer_manifest("strict", topology={"workers": 2}), namespace)
+
+    def pods_of(trainer: str) -> list[str]:
+        listed = json.loads(
+            cluster.kubectl("get", "pods", "-n", namespace, "-l", f"trainer-name={trainer}", "-o", "json")
+        )
+        return [p["metadata"]["name"] for p in listed["items"]]
+
+    assert eventually(lambda: len(pods_of("strict")) == 2 or None, what="the restricted pods to be admitted")
+    relaxed = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "TrainingProfile",
+        "metadata": {"name": "root-ok"},
+        "spec": {"securityContext": {"runAsNonRoot": False}},
+    }
+    cluster.apply(relaxed, namespace)
+    cluster.apply(trainer_manifest("rooted", profile="root-ok", topology={"workers": 1}), namespace)
+
+    def refused() -> bool:
+        events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+        return any(
+            e["reason"] == "CreateRefused" and e["involvedObject"]["name"] == "rooted" and "PodSecurity" in e["message"]
+            for e in events
+        )
+
+    eventually(refused, what="the namespace's Pod Security to refuse the relaxed pods, said in an Event")
+    assert pods_of("rooted") == []

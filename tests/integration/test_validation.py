@@ -1,6 +1,7 @@
 """Bad input is rejected by the API server itself, with a message that says what to fix."""
 
 import copy
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -255,3 +256,36 @@ def test_a_valid_edit_of_the_seed_is_accepted(cluster: Cluster, namespace: str) 
     asked = SEED_TRAINER["spec"]["checkpoint"]
     assert {k: stored["spec"]["checkpoint"][k] for k in asked} == asked
     assert cluster.get("trainingprofile", SEED_PROFILE["metadata"]["name"], namespace)["spec"] == SEED_PROFILE["spec"]
+
+
+def test_a_misspelt_field_is_refused_by_kubectl_and_warned_about_to_a_lenient_client(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A typo outside the free-form overrides: kubectl (strict field validation, its default)
+    refuses it; a client that asks for no validation gets the API server's warning, never a
+    silent drop; one inside podTemplateOverrides is refused by the trainer's webhook (only
+    known fields are allowed there)."""
+    typo = edit(SEED_TRAINER, set_path("spec.epochz", 3))
+    with pytest.raises(KubectlError, match=r'unknown field "spec.epochz"'):
+        cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(typo))
+    lenient = subprocess.run(
+        [
+            str(cluster.kubectl_bin),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "create",
+            "--validate=warn",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+        ],
+        input=yaml.safe_dump(typo),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert 'unknown field "spec.epochz"' in lenient.stderr
+    inside = edit(SEED_TRAINER, set_path("spec.podTemplateOverrides.worker.spec.nodeSelecter", {"gpu": "a100"}))
+    inside["metadata"]["name"] = "typo-inside"
+    with pytest.raises(KubectlError, match=r"spec.podTemplateOverrides.worker.spec.nodeSelecter: not allowed"):
+        cluster.apply(inside, namespace)

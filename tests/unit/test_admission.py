@@ -73,6 +73,20 @@ def test_an_override_of_a_role_the_run_does_not_have_is_a_warning(
         assert warnings[0].startswith(f"spec.podTemplateOverrides.{override} is unused: this {framework} run has no")
 
 
+def test_an_override_restricted_forbids_is_refused_when_it_is_set_or_changed_not_when_untouched() -> None:
+    hostile = {"worker": {"spec": {"hostNetwork": True, "volumes": [{"name": "r", "hostPath": {"path": "/"}}]}}}
+    verdict = trainer.validate(create(podTemplateOverrides=hostile), trainer_spec(podTemplateOverrides=hostile), None)
+    assert not verdict.allowed
+    assert [p.split(":")[0] for p in verdict.problems] == [
+        "spec.podTemplateOverrides.worker.spec.hostNetwork",
+        "spec.podTemplateOverrides.worker.spec.volumes[0].hostPath",
+    ]
+    # An update that leaves them as they were (stored before the rule) is not refused for them:
+    # the controller says so in the Trainer's condition instead.
+    same = update({"podTemplateOverrides": hostile}, podTemplateOverrides=hostile, epochs=2)
+    assert trainer.validate(same, trainer_spec(podTemplateOverrides=hostile, epochs=2), None).allowed
+
+
 # -- trainer: node fit -----------------------------------------------------------------------------
 
 

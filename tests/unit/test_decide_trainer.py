@@ -75,6 +75,8 @@ def observed(
     services: Sequence[str] | None = None,
     lost_nodes: dict[str, str] | None = None,
     contributions: dict[str, Any] | None = None,
+    deleted_nodes: frozenset[str] = frozenset(),
+    force_unreachable: bool = False,
 ) -> Observed:
     names = ({"t"} if pods else set()) if services is None else set(services)  # the Trainer's Service
     return Observed(
@@ -87,6 +89,8 @@ def observed(
         pods=pods,
         services=frozenset(names),
         lost_nodes=lost_nodes or {},
+        deleted_nodes=deleted_nodes,
+        force_unreachable=force_unreachable,
         contributions={k: Contribution.model_validate(v) for k, v in (contributions or {}).items()},
     )
 
@@ -604,19 +608,37 @@ def test_resuming_says_so() -> None:
     assert len(d.create_pods) == 5
 
 
-def test_a_pod_on_a_lost_node_is_force_deleted_and_replaced_as_a_restart() -> None:
+@pytest.mark.parametrize(
+    ("deleted", "force_unreachable", "forced"),
+    [
+        (True, False, True),  # the node is gone from the API: someone said the machine is gone
+        (False, False, False),  # silent: it may be partitioned with the rank still running
+        (False, True, True),  # silent, and --force-delete-unreachable: silent nodes are known stopped
+    ],
+)
+def test_a_pod_on_a_lost_node_is_replaced_as_a_restart_forced_only_when_the_node_cannot_still_run_it(
+    deleted: bool, force_unreachable: bool, forced: bool
+) -> None:
     s = spec()
     pods = [PodView(**{**p.__dict__, "node": "n2" if p.name == "t-worker-1" else "n1"}) for p in running(s)]
-    d = observe(s, pods, lost_nodes={"n2": "node n2 no longer exists"})
+    loss = {"lost_nodes": {"n2": "node n2 is gone"}, "force_unreachable": force_unreachable}
+    loss["deleted_nodes"] = frozenset({"n2"}) if deleted else frozenset()
+    d = observe(s, pods, **loss)
     assert d.restarted == ("t-worker-1",)
-    assert d.force_delete == ("t-worker-1",)
+    assert d.force_delete == (("t-worker-1",) if forced else ())
     assert d.status["topology"]["replicas"]["worker"]["restarts"] == 1
     assert "pod t-worker-1 was lost with its node n2" in d.events[0][2]
-    # Once it is being deleted it is only forced away, not counted again.
+    # Once it is being deleted it is not counted again, and not replaced while it may still run.
     going = [PodView(**{**p.__dict__, "deleting": p.name == "t-worker-1"}) for p in pods]
-    again = observe(s, going, services=[p.name for p in pods], lost_nodes={"n2": "gone"})
+    again = observe(s, going, services=[p.name for p in pods], **loss)
     assert again.restarted == ()
-    assert again.force_delete == ("t-worker-1",)
+    assert again.create_pods == ()
+    assert again.force_delete == (("t-worker-1",) if forced else ())
+    why = by_type(again)["Restarting"]
+    if not forced:
+        assert why.reason == "WaitingForLostNode"
+        assert "t-worker-1 may still run on n2" in why.message
+        assert "kubectl delete node n2" in why.message
 
 
 def test_suspension_clears_the_start_time_so_a_deadline_restarts_on_resume() -> None:
@@ -667,9 +689,11 @@ def test_a_replica_whose_pod_is_terminating_is_still_restarting() -> None:
 def test_lost_nodes_are_forced_away_when_the_run_fails() -> None:
     s = spec(topology={"workers": 2}, runPolicy={"restartPolicy": "Never"})
     pods = [PodView(**{**pod("worker", i).__dict__, "node": f"n{i}"}) for i in range(2)]
-    d = observe(s, pods, services=[], lost_nodes={"n1": "gone"})
+    d = observe(s, pods, services=[], lost_nodes={"n1": "gone"}, deleted_nodes=frozenset({"n1"}))
     assert d.status["phase"] == "Failed"
     assert d.force_delete == ("t-worker-1",)
+    silent = observe(s, pods, services=[], lost_nodes={"n1": "NotReady since ..."})
+    assert (silent.status["phase"], silent.force_delete) == ("Failed", ())  # deleted, its kubelet confirms
 
 
 def test_failures_far_apart_start_the_backoff_over() -> None:

@@ -2,15 +2,18 @@
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import get_args
 
+import pytest
 import yaml
 
 from tests.factories import trainer_spec
 from tests.harness import REPO
 from trainerop_common.api.trainer import TrainerStatus
 from trainerop_common.topology import Role
-from trainerop_sdk.heartbeat import Heartbeat, ReplicaIdentity, micro_time
+from trainerop_sdk.heartbeat import Fenced, Heartbeat, HeartbeatError, ReplicaIdentity, micro_time
+from trainerop_sdk.kubeapi import ApiClient, ApiError
 from trainerop_trainer.decide import LeaseView, Observed, PodView, decide
 from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests
 from trainerop_trainer.topology import Replica
@@ -138,3 +141,33 @@ def test_the_runner_policy_knows_every_role() -> None:
     found = re.search(r"\^\(([a-z|]+)\)-\[0-9\]\+\$", rules)
     assert found is not None
     assert set(found.group(1).split("|")) == set(get_args(Role))
+
+
+def test_a_heartbeat_whose_token_is_refused_fences_the_pod_unless_a_rotated_token_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accepted = {"fresh"}
+    sent: list[str] = []
+
+    def beat(self: Heartbeat, api: ApiClient, epoch: int, step: int, timeout: float) -> None:
+        sent.append(api.token)
+        if api.token == "forbidden":
+            raise ApiError("PATCH refused: 403", 403)
+        if api.token not in accepted:
+            raise ApiError("PATCH refused: 401 Unauthorized", 401)
+
+    monkeypatch.setattr(Heartbeat, "_beat", beat)
+    token = tmp_path / "token"
+    token.write_text("fresh\n")
+    # The kubelet rotated the token: the fresh one is read and accepted.
+    Heartbeat("https://k8s", "old", "ns", "t-worker-0", token_file=str(token)).send(1)
+    assert sent == ["old", "fresh"]
+    # Refused as freshly read: the pod object is gone and a replacement holds the rank.
+    token.write_text("old\n")
+    with pytest.raises(Fenced) as fenced:
+        Heartbeat("https://k8s", "old", "ns", "t-worker-0", token_file=str(token)).send(1)
+    assert isinstance(fenced.value, SystemExit)  # `except Exception` cannot keep the rank training
+    assert fenced.value.code == 143
+    assert "pod t-worker-0 was deleted" in str(fenced.value)
+    with pytest.raises(HeartbeatError):  # any other refusal: training goes on, the beat is retried later
+        Heartbeat("https://k8s", "forbidden", "ns", "t-worker-0").send(1)

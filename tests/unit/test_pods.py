@@ -308,3 +308,32 @@ def test_the_rendezvous_wait_asks_for_the_name_the_pods_resolver_would(
     done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=10)
     assert done.returncode == 0, done.stderr
     assert "waiting" not in done.stdout  # the first answer was the one it waits for
+
+
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize(
+    ("profile", "pod_security"),
+    [
+        # The operator's default: Pod Security "restricted", the image's own (non-root) user.
+        (None, {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}),
+        # A profile names the user (still restricted).
+        (
+            {"runAsUser": 1000, "fsGroup": 1000},
+            {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": 1000, "fsGroup": 1000},
+        ),
+        # A profile lets a root image run (its pods no longer pass a restricted namespace).
+        ({"runAsNonRoot": False}, {"runAsNonRoot": False, "seccompProfile": {"type": "RuntimeDefault"}}),
+    ],
+)
+def test_training_pods_are_restricted_unless_a_profile_relaxes_who_they_run_as(
+    profile: dict[str, Any] | None, pod_security: dict[str, Any]
+) -> None:
+    contributions = {"profile": contribution(securityContext=profile)} if profile else {}
+    pod = pod_manifest(OWNER, SPEC, Replica("worker", 1), contributions, PodSettings())
+    assert pod["spec"]["securityContext"] == pod_security
+    (container,) = pod["spec"]["containers"]
+    assert container["securityContext"] == RESTRICTED_CONTAINER
+    (wait,) = pod["spec"]["initContainers"]  # busybox would run as root: it gets a user of its own
+    assert wait["securityContext"] == {**RESTRICTED_CONTAINER, "runAsUser": 65532, "runAsNonRoot": True}

@@ -89,6 +89,7 @@ def contribution(spec: TrainingProfileSpec, generation: int) -> Contribution:
         node_selector=dict(spec.node_selector) if spec.node_selector else None,
         tolerations=list(spec.tolerations) if spec.tolerations else None,
         resources=spec.resources,
+        security_context=spec.security_context,
     )
     if spec.runtime_config is not None:
         pod.volumes = [{"name": SECRET_VOLUME, "secret": {"secretName": spec.runtime_config.secret}}]

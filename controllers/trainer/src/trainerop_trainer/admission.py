@@ -1,8 +1,9 @@
 """What the trainer controller's validating webhook refuses (pure; the adapter is in controller.py).
 
 Beyond the CRD's schema and CEL rules (which hold the topology's rules for the framework, so that
-`kubectl scale` is judged too): one pod must fit some node, and per-role overrides of a role the
-run does not have are pointed out.
+`kubectl scale` is judged too): one pod must fit some node, podTemplateOverrides may set only
+what :mod:`trainerop_trainer.overrides` allows, and per-role overrides of a role the run does not
+have are pointed out.
 """
 
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,8 @@ from trainerop_common.admission import Request, Verdict
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.topology import override_name, role_counts, role_override
+
+from .overrides import override_problems
 
 SHOWN_NODES = 3
 
@@ -81,4 +84,5 @@ def validate(request: Request, spec: TrainerSpec, nodes: Sequence[Mapping[str, A
     """The verdict on a Trainer; ``nodes`` None: do not judge node fit (turned off, or unchanged)."""
     unfit = check_node_fit(pod_requests(spec), nodes) if nodes is not None else None
     warnings = unused_overrides(spec) if request.changed("podTemplateOverrides") or request.changed("topology") else []
-    return Verdict(problems=(unfit,) if unfit else (), warnings=tuple(warnings))
+    refused = override_problems(spec) if request.changed("podTemplateOverrides") else []
+    return Verdict(problems=(*refused, *((unfit,) if unfit else ())), warnings=tuple(warnings))

@@ -35,6 +35,12 @@ class TrainerConfig:
     node_lost_seconds: float = flag(
         NODE_LOST_SECONDS, "replace pods of a node not Ready this long (a deleted node: at once)"
     )
+    force_delete_unreachable: bool = flag(
+        False,
+        "force-delete the pods of a node not Ready for --node-lost-seconds and replace them at once; only where "
+        "such a node is known to be stopped (fenced): off, each is deleted and replaced once its node confirms "
+        "it stopped or the node is deleted, so no rank runs twice",
+    )
     progress_coalesce_seconds: float = flag(
         0.5,
         "wait this long before writing counts after a pod only progressed (scheduled, started, ready), "

@@ -17,6 +17,7 @@ from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event, soonest
 
+from .overrides import override_problems
 from .policy import backoff_limit, describe_failure, effective_run_policy, gate_wait, outdated, retryable, succeeded
 from .report import kept
 from .run import CONDITIONS, SECTION, Decision, Observed, Run, assess, next_due
@@ -65,6 +66,7 @@ def _decide(obs: Observed) -> Decision:
     return (
         finished(run)
         or suspended(run)
+        or refused(run)
         or held_at_gates(run, waiting)
         or failed(run)
         or succeeded_now(run)
@@ -103,6 +105,20 @@ def suspended(run: Run) -> Decision | None:
         delete_pods=tuple(p.name for p in live),
         force_delete=tuple(sorted(run.stranded | run.stuck)),
         events=(("Normal", "Suspended", note),) if live else (),
+    )
+
+
+def refused(run: Run) -> Decision | None:
+    """Overrides that set what they may not (stored before the rule, or with the webhook away): no
+    pod is created from them; pods already running go on."""
+    problems = override_problems(run.obs.spec)
+    if not problems:
+        return None
+    message = "; ".join(problems) + "; remove or change those fields"
+    return Decision(
+        status=run.status("Pending" if not run.live else run.obs.status.phase or "Pending", run.live, run.start, None),
+        conditions=(Desired.false("Created", "OverrideNotAllowed", message), run.not_suspended),
+        on_change=(("Warning", "OverrideNotAllowed", message),),
     )
 
 

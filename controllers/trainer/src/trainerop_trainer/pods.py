@@ -85,6 +85,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
     extra_labels: dict[str, str] = {}
     affinity: dict[str, Any] | None = None
     service_account: str | None = None
+    security: dict[str, Any] = {}
     for c in contributions:
         env |= _by_name(e.to_k8s() for e in c.env or ())
         volumes |= _by_name(c.volumes or ())
@@ -100,6 +101,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
         extra_labels |= c.labels or {}
         affinity = {**(affinity or {}), **c.affinity} if c.affinity else affinity  # by kind of affinity
         service_account = c.service_account_name or service_account
+        security |= c.security_context.to_k8s() if c.security_context else {}
     return PodContribution.model_validate(
         {
             "env": list(env.values()) or None,
@@ -112,6 +114,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
             "resources": {"requests": requests or None, "limits": limits or None} if requests or limits else None,
             "annotations": annotations or None,
             "labels": extra_labels or None,
+            "securityContext": security or None,
         }
     )
 
@@ -228,6 +231,7 @@ def training_container(
         mounts.append({"name": "replica-data", "mountPath": spec.storage.mount_path})
     if mounts:
         container["volumeMounts"] = mounts
+    container["securityContext"] = dict(CONTAINER_SECURITY)
     return container
 
 
@@ -255,7 +259,21 @@ def pod_spec(
     out |= {k: v for k, v in placement.items() if v}
     # A concern may pick another identity; it then needs the runner's Lease permissions to beat.
     out["serviceAccountName"] = merged.service_account_name or RUNNER_SERVICE_ACCOUNT
+    out["securityContext"] = pod_security(merged)
     return out
+
+
+# Pod Security "restricted" by default (docs/trainer.md): no privilege escalation, every capability
+# dropped, the runtime's seccomp profile, and a non-root user — the image's own, unless a profile
+# names one (PodSecurity) or lets it be root (runAsNonRoot false: then no longer "restricted").
+CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+INIT_USER = 65532  # the rendezvous wait needs no identity; busybox would otherwise run as root
+
+
+def pod_security(merged: PodContribution) -> dict[str, Any]:
+    """The pod's securityContext: restricted's, with what the concerns contributed over it."""
+    contributed = merged.security_context.to_k8s() if merged.security_context else {}
+    return {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}, **contributed}
 
 
 def pod_manifest(
@@ -364,6 +382,7 @@ def wait_for(address: str, settings: PodSettings) -> dict[str, Any]:
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["sh", "-c", wait],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "32Mi"}},
+        "securityContext": {**CONTAINER_SECURITY, "runAsUser": INIT_USER, "runAsNonRoot": True},
     }
 
 

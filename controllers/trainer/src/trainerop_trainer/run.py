@@ -38,6 +38,10 @@ class Observed:
     settings: PodSettings = field(default_factory=PodSettings)
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     lost_nodes: Mapping[str, str] = field(default_factory=dict)  # node name -> why it counts as lost
+    deleted_nodes: Set[str] = frozenset()  # of the lost nodes, those gone from the API
+    # --force-delete-unreachable: a node that stops answering is known to be stopped (fenced by the
+    # infrastructure), so its pods may be force-deleted and replaced at once.
+    force_unreachable: bool = False
     leases: Mapping[str, LeaseView] = field(default_factory=dict)  # by pod name
     claims: Set[str] = frozenset()  # names of the replicas' PersistentVolumeClaims
 
@@ -52,6 +56,7 @@ class Decision:
     delete_services: tuple[str, ...] = ()
     restarted: tuple[str, ...] = ()  # pods deleted to be replaced after a retryable failure
     events: tuple[Event, ...] = ()
+    on_change: tuple[Event, ...] = ()  # said only when the status this decision writes changes
     requeue_after: float | None = None  # seconds until something is due (backoff, deadline, TTL)
     delete_trainer: bool = False  # ttlSecondsAfterFinished has passed
     force_delete: tuple[str, ...] = ()  # pods on lost nodes: no kubelet will confirm their deletion
@@ -98,9 +103,22 @@ class Run:
             sorted(p.name for p in candidates if policy == "All" or (policy == "Running" and p.name not in finished))
         )
 
+    @property
+    def forceable(self) -> frozenset[str]:
+        """Pods on lost nodes that may be deleted without their kubelet's word: those of deleted
+        nodes (someone said the machine is gone), and of silent ones only with
+        --force-delete-unreachable. A silent node may be partitioned with its containers running:
+        replacing its pod under the same name at once could run the rank twice."""
+        obs = self.obs
+        return frozenset(
+            p.name
+            for p in obs.pods
+            if p.node in obs.lost_nodes and (obs.force_unreachable or p.node in obs.deleted_nodes)
+        )
+
     def forced(self, doomed: Sequence[str]) -> tuple[str, ...]:
         """Of the pods deleted, those to delete without waiting for their lost node."""
-        return tuple(sorted((self.stranded | self.stuck) & set(doomed) | self.stuck))
+        return tuple(sorted(((self.stranded | self.stuck) & set(doomed) | self.stuck) & self.forceable))
 
     def status(
         self, phase: Phase, pods: Sequence[PodView], start: str | None, end: str | None, history: History | None = None

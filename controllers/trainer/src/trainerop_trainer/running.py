@@ -121,6 +121,15 @@ def restarting(run: Run, r: Restarts, plan: Replacements, terminating: Sequence[
     if plan.gang_wait:
         old = ", ".join(terminating) or "the old pods"
         return Desired.true("Restarting", "Replacing", f"restartScope is Gang: waiting for {old} to terminate")
+    held = sorted(p for p in run.stuck - run.forceable if any(q.name == p and q.deleting for q in run.obs.pods))
+    if held:
+        nodes = ", ".join(sorted({p.node for p in run.obs.pods if p.name in held}))
+        return Desired.true(
+            "Restarting",
+            "WaitingForLostNode",
+            f"{', '.join(held)} may still run on {nodes}, which stopped answering: replaced once the node confirms "
+            f"it stopped or the node is deleted (kubectl delete node {nodes}, if the machine is gone)",
+        )
     if terminating:
         return Desired.true(
             "Restarting", "Replacing", f"waiting for {', '.join(terminating)} to terminate before replacing it"
@@ -209,7 +218,7 @@ def running(run: Run, waiting: Sequence[str]) -> Decision:
         # resolve the old names), gone with a scale-down.
         delete_services=tuple(sorted(s for s in run.obs.services if s not in {owner.name, *names})),
         restarted=tuple(sorted(r.names)),
-        force_delete=tuple(sorted((run.stranded & r.names) | run.stuck)),
+        force_delete=tuple(sorted(((run.stranded & r.names) | run.stuck) & run.forceable)),
         events=tuple(r.events + scaled_down(run, surplus)),
         requeue_after=next_due(
             *plan.backoff_wait,

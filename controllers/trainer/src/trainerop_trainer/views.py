@@ -86,6 +86,7 @@ History = Mapping[str, RoleHistory]
 class NodeLoss:
     lost: dict[str, str]  # node -> why it counts as lost
     next_check: float | None  # seconds until a not-ready node's grace period ends
+    deleted: frozenset[str] = frozenset()  # of the lost, those gone from the API (not just silent)
 
 
 def lost_nodes(nodes: Sequence[NodeReadiness], pod_nodes: Set[str], now: datetime, grace: float) -> NodeLoss:
@@ -99,7 +100,7 @@ def lost_nodes(nodes: Sequence[NodeReadiness], pod_nodes: Set[str], now: datetim
             found[name] = why
         elif left is not None:
             pending.append(left)
-    return NodeLoss(found, min(pending) if pending else None)
+    return NodeLoss(found, min(pending) if pending else None, frozenset(pod_nodes - known.keys()))
 
 
 def pod_view(body: dict[str, Any], container: str) -> PodView | None:

@@ -54,6 +54,12 @@ class WebhookConfig:
         "this controller's webhook configurations",
         choices=WEBHOOK_TLS,
     )
+    webhook_client_ca_file: str = flag(
+        "",
+        "CA of the client certificate the API server presents to webhooks (its AdmissionConfiguration's "
+        "kubeConfigFile): a review whose caller holds none of it has no side effect (the audit webhook records "
+        "nothing from it); empty: any caller that reaches the port is believed",
+    )
     webhook_service: str = flag(
         "", "the webhooks' Service, named in self-signed certificates (default: trainer-operator-<controller>-webhook)"
     )

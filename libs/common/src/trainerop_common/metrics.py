@@ -46,6 +46,12 @@ ADMISSION_REVIEWS = Counter(
     "Admission reviews of Trainers answered, by webhook and outcome (allowed, mutated, refused, error).",
     ["controller", "webhook", "outcome"],
 )
+UNAUTHENTICATED = Counter(
+    "operator_admission_unauthenticated_total",
+    "Reviews an observing webhook ignored: the caller presented no client certificate of the API server's "
+    "(--webhook-client-ca-file).",
+    ["webhook"],
+)
 ADMISSION_DURATION = Histogram(
     "operator_admission_duration_seconds",
     "Time one admission review took (the API server waits at most the webhook's timeoutSeconds).",

@@ -4,6 +4,7 @@ server, and an orderly stop (kopf handles SIGINT/SIGTERM)."""
 import asyncio
 import contextlib
 import logging
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -56,6 +57,7 @@ def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None
         )
     config = runtime.config
     runtime.admission_kube = Kube.from_environment(config.controller, config.qps, config.burst)
+    client_ca = webhook.webhook_client_ca_file or None
     settings.admission.server = ReviewServer(
         addr=webhook.webhook_address,
         port=webhook.webhook_port,
@@ -63,6 +65,10 @@ def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None
         pkeyfile=webhook.webhook_key_file,
         observers=frozenset(runtime.observers),
         wait_for_files=not runtime.admission_checks,
+        # A caller may come without a certificate (its reviews then cause nothing: register_observer);
+        # one with a certificate must hold the API server's.
+        verify_cafile=client_ca,
+        verify_mode=ssl.CERT_OPTIONAL if client_ca else None,
     )
 
 

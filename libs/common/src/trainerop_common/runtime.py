@@ -297,7 +297,8 @@ class Runtime:
         """Serve a webhook at ``/<webhook>`` that sees every review of ``resources`` and never denies
         (only with --webhook-port; see webhooks.register_observer)."""
         if self.config.webhook.webhook_port:
-            register_observer(registry, webhook, resources, observer)
+            authenticated = bool(self.config.webhook.webhook_client_ca_file)
+            register_observer(registry, webhook, resources, observer, authenticated)
             self.observers.add(webhook)
 
     @property

@@ -20,7 +20,7 @@ from .api import GROUP, VERSION
 from .clock import Clock
 from .config import ControllerConfig
 from .kube import Kube
-from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS
+from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS, UNAUTHENTICATED
 from .names import component
 from .webhook_tls import SelfSignedTLS, serving_names
 
@@ -86,17 +86,29 @@ def self_signed(config: ControllerConfig, kube: Kube, clock: Clock) -> SelfSigne
 
 
 def register_observer(
-    registry: kopf.OperatorRegistry, webhook: str, resources: Sequence[tuple[str, str | None]], observer: Observer
+    registry: kopf.OperatorRegistry,
+    webhook: str,
+    resources: Sequence[tuple[str, str | None]],
+    observer: Observer,
+    authenticated: bool = False,
 ) -> None:
     """Serve ``observer`` at ``/<webhook>`` for the operator's ``resources`` ((plural, subresource:
     None for the object itself, "*" for it and every subresource)). It sees the raw review
     (:data:`REVIEW`), may take seconds, and never denies: the server answers allowed whatever it
-    does or raises (see :class:`ReviewServer`)."""
+    does or raises (see :class:`ReviewServer`). With ``authenticated`` (--webhook-client-ca-file),
+    only a review from a caller that presented the API server's client certificate is observed:
+    anyone else reaching the port could forge one."""
 
-    async def observed(**_: Any) -> None:
+    async def observed(**kwargs: Any) -> None:
         review = REVIEW.get()
         if review is None:
             log.error("webhook %s: no review in context; not served by ReviewServer", webhook)
+            return
+        if authenticated and not kwargs.get("sslpeer"):
+            UNAUTHENTICATED.labels(webhook).inc()
+            log.warning(
+                "webhook %s: a review from a caller without the API server's client certificate: ignored", webhook
+            )
             return
         try:
             await observer(review)

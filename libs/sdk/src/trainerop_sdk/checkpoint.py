@@ -19,6 +19,7 @@ Only the standard library is used, so any training image can carry it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -235,11 +236,14 @@ class Checkpointer:
                 data, step, epoch = state()
                 self.save(data, step, epoch)
             except Exception as err:
-                print(f"checkpoint on SIGTERM failed: {err}", file=sys.stderr, flush=True)
+                # Unbuffered: the signal may have come while the main thread was inside a write to
+                # sys.stderr, where a buffered print would raise (a reentrant call) and lose the exit.
+                os.write(2, f"checkpoint on SIGTERM failed: {err}\n".encode(errors="replace"))
             finally:
                 if hard_exit:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
+                    for stream in (sys.stdout, sys.stderr):
+                        with contextlib.suppress(Exception):  # the same reentrancy: flushed if it can be
+                            stream.flush()
                     os._exit(128 + signum)
                 raise SystemExit(128 + signum)
 

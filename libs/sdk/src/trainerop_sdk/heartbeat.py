@@ -22,8 +22,9 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
-from .kubeapi import MERGE, ApiClient, ApiError
+from .kubeapi import MERGE, SA_DIR, ApiClient, ApiError
 from .names import (
     API_VERSION,
     EPOCH_ANNOTATION,
@@ -37,6 +38,25 @@ from .names import (
 
 class HeartbeatError(Exception):
     """The API server refused or could not be reached; training may go on and retry later."""
+
+
+FENCED_EXIT = 143  # as if stopped by SIGTERM: the operator ended this pod
+
+
+class Fenced(SystemExit):
+    """This pod no longer exists in the API: the token it is bound to was refused (401), so its
+    pod object was deleted — the operator replaced it (a node that stopped answering, then came
+    back). Another pod may now hold this rank: this one must stop training at once. A SystemExit,
+    so a generic ``except Exception`` around the heartbeat cannot keep a fenced rank running."""
+
+    def __init__(self, lease: str) -> None:
+        super().__init__(FENCED_EXIT)
+        self.message = (
+            f"pod {lease} was deleted (its token is refused): its rank belongs to a replacement now; stopping"
+        )
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def micro_time(moment: datetime) -> str:
@@ -68,6 +88,7 @@ class Heartbeat:
     ca_file: str | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     replica: ReplicaIdentity | None = None  # to create the Lease on the first beat (None: it must exist)
+    token_file: str | None = None  # read again when the token is refused (the kubelet rotates it)
 
     @classmethod
     def in_cluster(cls) -> Heartbeat:
@@ -78,7 +99,9 @@ class Heartbeat:
             raise HeartbeatError(str(err)) from err
         lease = os.environ.get("POD_NAME") or os.environ["HOSTNAME"]
         replica = ReplicaIdentity.from_env(os.environ)
-        return cls(api.server, api.token, api.namespace, lease, api.ca_file, replica=replica)
+        return cls(
+            api.server, api.token, api.namespace, lease, api.ca_file, replica=replica, token_file=str(SA_DIR / "token")
+        )
 
     def annotations(self, epoch: int, step: int) -> dict[str, str]:
         return {EPOCH_ANNOTATION: str(epoch), STEP_ANNOTATION: str(step)}
@@ -107,12 +130,27 @@ class Heartbeat:
         }
 
     def send(self, epoch: int, step: int = 0, timeout: float = 5.0) -> None:
-        """Renew the pod's Lease with the epoch and step; the first beat creates it."""
-        api = ApiClient(self.server, self.token, self.namespace, self.ca_file)
+        """Renew the pod's Lease with the epoch and step; the first beat creates it. Raises
+        :class:`Fenced` when the pod's own token is refused even as freshly read: the pod was
+        deleted and its rank given to a replacement."""
+        tokens = [self.token] + ([t] if (t := self._fresh_token()) and t != self.token else [])
+        for attempt, token in enumerate(tokens):
+            try:
+                self._beat(ApiClient(self.server, token, self.namespace, self.ca_file), epoch, step, timeout)
+                return
+            except ApiError as err:
+                if err.code == 401 and attempt == len(tokens) - 1:
+                    raise Fenced(self.lease) from err
+                if err.code != 401:
+                    raise HeartbeatError(f"heartbeat to lease {self.lease}: {err}") from err
+
+    def _fresh_token(self) -> str | None:
+        if self.token_file is None:
+            return None
         try:
-            self._beat(api, epoch, step, timeout)
-        except ApiError as err:
-            raise HeartbeatError(f"heartbeat to lease {self.lease}: {err}") from err
+            return Path(self.token_file).read_text().strip()
+        except OSError:
+            return None
 
     def _beat(self, api: ApiClient, epoch: int, step: int, timeout: float) -> None:
         leases = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"

@@ -13,6 +13,7 @@ from .base import (
     Grant,
     K8sModel,
     PodContribution,
+    PodSecurity,
     RunPolicyDefaults,
 )
 from .checkpoint import Checkpoint
@@ -35,6 +36,7 @@ __all__ = [
     "K8sModel",
     "KindInfo",
     "PodContribution",
+    "PodSecurity",
     "QuotaPolicy",
     "RunPolicyDefaults",
     "Trainer",

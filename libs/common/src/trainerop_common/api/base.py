@@ -138,6 +138,18 @@ class ResourceRequirements(K8sModel):
     limits: ResourceList | None = None
 
 
+class PodSecurity(K8sModel):
+    """Who the training pods run as (a profile sets or relaxes it; docs/profile.md). Unset fields keep
+    the operator's default: any non-root user the image names (Pod Security "restricted")."""
+
+    run_as_user: int | None = Field(default=None, ge=0, le=2147483647)
+    run_as_group: int | None = Field(default=None, ge=0, le=2147483647)
+    fs_group: int | None = Field(default=None, ge=0, le=2147483647)
+    run_as_non_root: bool | None = Field(
+        default=None, description="false lets an image run as root (the pods then fail a restricted namespace)."
+    )
+
+
 class PodContribution(K8sModel):
     """The restricted pod-spec fragment a concern may contribute to training pods (docs/design/contributions.md)."""
 
@@ -151,6 +163,7 @@ class PodContribution(K8sModel):
     resources: ResourceRequirements | None = None
     annotations: dict[str, str] | None = None
     labels: dict[str, str] | None = None
+    security_context: PodSecurity | None = None
 
 
 class RunPolicyDefaults(K8sModel):

@@ -3,7 +3,17 @@ infrastructure settings (the "where") that a Trainer (the "what") points to by n
 
 from pydantic import Field
 
-from .base import Conditions, EnvList, K8sModel, ObjectName, ResourceRequirements, RunPolicyDefaults, Toleration, cel
+from .base import (
+    Conditions,
+    EnvList,
+    K8sModel,
+    ObjectName,
+    PodSecurity,
+    ResourceRequirements,
+    RunPolicyDefaults,
+    Toleration,
+    cel,
+)
 
 # The rule for secret-looking variable names (docs/architecture.md), as RE2 for CEL (see trainerop_common.redaction).
 SECRET_NAME_RE2 = "(?i)(token|key|secret|password|passwd)"
@@ -41,6 +51,10 @@ class TrainingProfileSpec(K8sModel):
     )
     resources: ResourceRequirements | None = None
     retry_policy: RetryPolicy | None = None
+    security_context: PodSecurity | None = Field(
+        default=None,
+        description="The training pods' user and groups; runAsNonRoot false lets an image run as root.",
+    )
 
 
 class TrainingProfileStatus(K8sModel):
