@@ -143,8 +143,11 @@ WRITES = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 # Writes nobody's controller makes for a Trainer (group, resource, subresource): kwok's pod and
 # node status, the scheduler's bindings and events (events.k8s.io), the controller-manager's
 # endpoints and volume binding; and lease renewals (PUT: node heartbeats, leader election), while
-# lease creations count (the trainer controller's heartbeat Lease per replica).
+# lease creations count (the trainer controller's heartbeat Lease per replica); token requests
+# (the controller-manager's controllers renew their ServiceAccounts' tokens; no controller of the
+# operator asks for one).
 NOT_THE_OPERATORS = {
+    ("", "serviceaccounts", "token"),
     ("", "pods", "status"),
     ("", "pods", "binding"),
     ("", "nodes", ""),
