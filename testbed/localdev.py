@@ -176,6 +176,8 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
         }
         if controller == "trainer":
             env["TRAINEROP_GATES"] = ",".join(gates)
+        if controller == "audit":
+            env.setdefault("TRAINEROP_SEAL_SECONDS", "5")  # tests see their records sealed soon
         if controller in WEBHOOK_PORTS:
             cert, key = webhook_certificate()
             env.setdefault("TRAINEROP_WEBHOOK_ADDRESS", "127.0.0.1")

@@ -4,6 +4,8 @@ delete, one JSON line per record on stdout, and retention that records itself.""
 
 import json
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -344,3 +346,31 @@ def test_a_forged_review_sent_straight_to_the_audit_webhook_writes_nothing(clust
     assert not [
         r for r in records(cluster, namespace) if str(r["spec"]["objectRef"].get("name", "")).startswith("forged")
     ]
+
+
+def verify_trail(namespace: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainerop_audit.verify", "-n", namespace], capture_output=True, text=True, check=False
+    )
+
+
+def test_the_trail_is_sealed_and_a_record_deleted_behind_retentions_back_is_reported(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.apply(TRAINER, namespace)
+    record = first_record(cluster, namespace)
+
+    def sealed() -> bool:
+        seals = [r for r in records(cluster, namespace) if r["spec"]["action"] == "Sealed"]
+        return any(record in s["spec"]["seal"]["records"] for s in seals)
+
+    eventually(sealed, what="the first record sealed (--seal-seconds 5 here)")
+    intact = verify_trail(namespace)
+    assert intact.returncode == 0, intact.stdout + intact.stderr
+    assert f"{namespace}: intact:" in intact.stdout
+    # An audit admin (here the cluster admin) deletes a sealed record outside retention.
+    cluster.kubectl("delete", "auditlog", record, "-n", namespace)
+    broken = verify_trail(namespace)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert f"BROKEN: record {record}, sealed by audit-seal-" in broken.stdout
+    assert "is gone and was not pruned" in broken.stdout

@@ -14,6 +14,11 @@ class AuditConfig:
     retention_days: float = flag(0.0, "delete audit records older than this many days (0: keep)")
     retention_records: int = flag(0, "keep at most this many audit records per namespace (0: no limit)")
     retention_interval_seconds: float = flag(300.0, "how often retention runs")
+    seal_seconds: float = flag(
+        60.0,
+        "how often the records written since the last seal are sealed (their hashes in a chain of seals that "
+        "`python -m trainerop_audit.verify` checks); 0: never",
+    )
     notify_url_file: str = flag(
         "",
         "a file holding the URL of the webhook to notify of Trainer events (mount it from a Secret; re-read when "
@@ -38,6 +43,8 @@ class AuditConfig:
         out = []
         if self.retention_days < 0 or self.retention_records < 0:
             out.append("--retention-days and --retention-records must be 0 (no limit) or more")
+        if self.seal_seconds < 0:
+            out.append("--seal-seconds must be 0 (no seals) or more")
         if self.retention_interval_seconds <= 0:
             out.append("--retention-interval-seconds must be more than 0")
         unknown = sorted(set(self.notify_events) - set(ALL_EVENTS))

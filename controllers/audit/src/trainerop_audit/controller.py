@@ -16,7 +16,7 @@ from lightkube import ApiError
 from prometheus_client import Counter
 
 from trainerop_common.cache import Key, ObjectCache
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import rfc3339, rfc3339_micro
 from trainerop_common.conditions import parse
 from trainerop_common.kube import is_namespace_terminating
 from trainerop_common.names import OPERATOR_NAMESPACE
@@ -31,6 +31,7 @@ from .delivery import NOTIFICATIONS, Notifier
 from .notices import Notified, RoleFailures, Settings, due, retry_delay
 from .record import TRAINER_LABEL, subject_uid
 from .retention import Retention, expired, pruned_record
+from .seal import next_seal
 from .user_recorder import RESOURCES, WEBHOOK, UserRecorder
 
 log = logging.getLogger("trainerop.audit")
@@ -117,6 +118,8 @@ class AuditController:
         runtime.observe(registry, WEBHOOK, RESOURCES, self._observe_user)
         if self.retention.active:
             runtime.every(self.config.retention_interval_seconds, self._retention, "audit retention", first=0)
+        if self.config.seal_seconds:
+            runtime.every(self.config.seal_seconds, self.seal, "sealing the audit trail")
 
         @kopf.on.startup(registry=registry)
         async def start(**_: Any) -> None:
@@ -171,6 +174,26 @@ class AuditController:
                 continue
             log.info("audit retention deleted %d record(s)", len(names), extra={"namespace": namespace})
         return deleted
+
+    async def seal(self) -> int:
+        """Seal, in each namespace, the records no seal lists yet (trainerop_audit.seal); returns
+        the seals written. A seal another replica wrote first (same sequence) is left to it."""
+        records = await self.records.values()
+        now = rfc3339_micro(self.rt.clock.now())
+        written = 0
+        for namespace in sorted({str(r["metadata"].get("namespace", "")) for r in records}):
+            seal = next_seal(namespace, records, now)
+            if seal is None:
+                continue
+            try:
+                if await self.rt.kube.create("AuditLog", seal, namespace=namespace):
+                    RECORDS.labels("seal").inc()
+                    emit(seal)
+                    written += 1
+            except ApiError as err:  # a namespace being deleted takes its trail with it
+                if not is_namespace_terminating(err):
+                    raise
+        return written
 
     async def reconcile(self, body: Body) -> Outcome:
         assert self.rt.writer is not None

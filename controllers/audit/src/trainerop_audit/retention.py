@@ -67,7 +67,7 @@ def pruned_record(namespace: str, names: Sequence[str], rule: Retention, now: da
     if rule.max_records:
         limits.append(f"beyond {rule.max_records} records")
     listed = ", ".join(names)
-    return audit_record(
+    record = audit_record(
         name=f"retention-{short_hash(namespace, *names)}",
         namespace=namespace,
         audit_id=derived_audit_id("retention", namespace, *names),
@@ -88,3 +88,5 @@ def pruned_record(namespace: str, names: Sequence[str], rule: Retention, now: da
             "last": names[-1],
         },
     )
+    record["spec"]["deletedRecords"] = list(names)  # what the seals' verification accounts for
+    return record

@@ -2,6 +2,7 @@
 a reconcile never decides on a cache that has not seen the cluster yet."""
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -21,6 +22,8 @@ T = TypeVar("T")
 RELIST_SETTLE_SECONDS = 2.0
 # Events without a type this long after the first ones are a relist, not kopf's initial list.
 INITIAL_LIST_SECONDS = 30.0
+RELIST_RETRY_SECONDS = 10.0
+log = logging.getLogger("trainerop.cache")
 
 
 class Relists:
@@ -58,9 +61,17 @@ class Relists:
 
     def _start(self) -> None:
         self._timer = None
-        task = asyncio.get_running_loop().create_task(self.converge())
+        task = asyncio.get_running_loop().create_task(self._converge_or_retry())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _converge_or_retry(self) -> list[Key]:
+        try:
+            return await self.converge()
+        except Exception as err:  # the API server away: try again after a while
+            log.warning("listing after a relist failed, trying again in %.0fs: %s", RELIST_RETRY_SECONDS, err)
+            self._timer = asyncio.get_running_loop().call_later(RELIST_RETRY_SECONDS, self._start)
+            return []
 
     async def converge(self) -> list[Key]:
         """List, and tell ``gone`` of every known object that is not there (nor touched meanwhile)."""

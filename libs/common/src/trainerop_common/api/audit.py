@@ -27,8 +27,9 @@ AuditAction = Literal[
     "Checkpointed",
     "Succeeded",
     "Failed",
-    # the audit controller's own retention
+    # the audit controller's own: retention, and the seals that make tampering evident
     "Pruned",
+    "Sealed",
 ]
 AuditStage = Literal["RequestReceived", "ResponseComplete"]
 
@@ -53,6 +54,19 @@ class AuditObjectRef(K8sModel):
     subresource: str | None = Field(default=None, max_length=63, description="e.g. scale, status")
 
 
+class AuditSeal(K8sModel):
+    """What a seal covers: the hashes of the records written since the previous seal, and that
+    seal's name and hash, so the seals form a chain (trainerop_audit.seal; docs/audit.md)."""
+
+    sequence: int = Field(ge=1)
+    previous: str | None = Field(default=None, max_length=253)
+    previous_hash: str | None = Field(default=None, min_length=64, max_length=64)
+    records: dict[str, Annotated[str, Field(min_length=64, max_length=64)]] = Field(
+        json_schema_extra={"maxProperties": 5000},
+        description="Record name -> sha256 of its name, uid, creation time, spec.",
+    )
+
+
 class AuditLogSpec(K8sModel):
     level: Literal["Metadata"] = "Metadata"
     audit_id: str = Field(alias="auditID", min_length=1, max_length=64)
@@ -71,6 +85,10 @@ class AuditLogSpec(K8sModel):
     message: str = Field(default="", max_length=4096)
     generation: int = Field(default=0, ge=0)
     details: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(default=None, max_length=32)
+    seal: AuditSeal | None = Field(default=None, description="Set on a seal (action Sealed).")
+    deleted_records: list[Annotated[str, Field(max_length=253)]] | None = Field(
+        default=None, max_length=100000, description="The records a retention pass deleted (action Pruned)."
+    )
 
 
 class AuditLog(K8sModel):

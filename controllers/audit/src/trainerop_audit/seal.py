@@ -1,0 +1,166 @@
+"""Tamper evidence for the audit trail (pure; docs/audit.md): seals and their verification.
+
+Every ``--seal-seconds`` the audit controller writes, per namespace with records not yet sealed,
+a **seal**: an AuditLog (action ``Sealed``) listing each new record's hash — over its name, uid,
+creation time and spec, so a record deleted and written again under its name no longer matches —
+and the previous seal's name and hash, so the seals form a chain. Retention's own record lists
+what it deleted (``deletedRecords``). :func:`verify` reports the first broken link: a sealed
+record gone without retention saying so, one whose content no longer matches, a seal missing
+from the chain, or a record older than the newest seal that no seal lists (written in later).
+Records written since the newest seal are not yet covered; the log forwarder's copy covers them.
+"""
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from trainerop_common.api import GROUP, VERSION
+from trainerop_common.clock import parse_time
+
+from .record import audit_record, derived_audit_id, operator_user
+
+SEAL_RECORDS = 5000  # record hashes per seal (an AuditLog stays well below the API's object size limit)
+# A record this much older than a seal's reading of the trail must be in a seal: younger ones may
+# not have reached the controller's cache yet and go into the next.
+SEAL_GRACE = timedelta(seconds=60)
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    """sha256 of what identifies a record and what it says (its name, uid, creation time, spec)."""
+    meta = record.get("metadata") or {}
+    identity = {k: meta.get(k) for k in ("namespace", "name", "uid", "creationTimestamp")}
+    text = json.dumps({"metadata": identity, "spec": record.get("spec")}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_seal(record: Mapping[str, Any]) -> bool:
+    return (record.get("spec") or {}).get("action") == "Sealed"
+
+
+def seals_of(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The seals among ``records``, in chain order."""
+    return sorted((r for r in records if is_seal(r)), key=lambda r: int(r["spec"]["seal"]["sequence"]))
+
+
+def seal_name(sequence: int) -> str:
+    return f"audit-seal-{sequence:08d}"
+
+
+def next_seal(namespace: str, records: Sequence[Mapping[str, Any]], now: str) -> dict[str, Any] | None:
+    """The seal of the records of ``namespace`` that no seal lists yet (the oldest first, at most
+    SEAL_RECORDS), chained to the newest seal; None when every record is sealed."""
+    mine = [r for r in records if r["metadata"].get("namespace") == namespace]
+    chain = seals_of(mine)
+    sealed = {name for s in chain for name in s["spec"]["seal"]["records"]} | {s["metadata"]["name"] for s in chain}
+    new = sorted(
+        (r for r in mine if r["metadata"]["name"] not in sealed and r["metadata"].get("uid")),
+        key=lambda r: (str(r["metadata"].get("creationTimestamp", "")), r["metadata"]["name"]),
+    )[:SEAL_RECORDS]
+    if not new:
+        return None
+    last = chain[-1] if chain else None
+    sequence = int(last["spec"]["seal"]["sequence"]) + 1 if last else 1
+    record = audit_record(
+        name=seal_name(sequence),
+        namespace=namespace,
+        audit_id=derived_audit_id("seal", namespace, str(sequence)),
+        stage="ResponseComplete",
+        verb="create",
+        user=operator_user("audit"),
+        object_ref={"resource": "auditlogs", "namespace": namespace, "apiGroup": GROUP, "apiVersion": VERSION},
+        received=now,
+        stamp=now,
+        action="Sealed",
+        reason="Sealed",
+        message=f"seals {len(new)} audit record(s); verify the trail with `python -m trainerop_audit.verify`",
+    )
+    record["spec"]["seal"] = {
+        "sequence": sequence,
+        "previous": last["metadata"]["name"] if last else None,
+        "previousHash": record_hash(last) if last else None,
+        "records": {r["metadata"]["name"]: record_hash(r) for r in new},
+    }
+    record["spec"]["seal"] = {k: v for k, v in record["spec"]["seal"].items() if v is not None}
+    return record
+
+
+@dataclass(frozen=True)
+class Verdict:
+    namespace: str
+    records: int
+    seals: int
+    unsealed: int  # written since the newest seal: not covered yet
+    broken: str | None  # the first broken link, or None
+
+    def line(self) -> str:
+        where = self.namespace or "(cluster)"
+        if self.broken:
+            return f"{where}: BROKEN: {self.broken}"
+        return f"{where}: intact: {self.records} records, {self.seals} seals, {self.unsealed} not sealed yet"
+
+
+def _link_problem(before: Mapping[str, Any] | None, seal: Mapping[str, Any], pruned: set[str]) -> str | None:
+    """What is wrong with ``seal``'s link to the seal ``before`` it (None: the oldest left)."""
+    name, link = seal["metadata"]["name"], seal["spec"]["seal"]
+    previous = link.get("previous")
+    if before is None:
+        return (
+            f"seal {name} follows {previous}, which is gone and was not pruned"
+            if previous and previous not in pruned
+            else None
+        )
+    if previous != before["metadata"]["name"] or link.get("previousHash") != record_hash(before):
+        return f"seal {name} does not follow seal {before['metadata']['name']} (changed or replaced)"
+    return None
+
+
+def _sealed_problem(seal: Mapping[str, Any], by_name: Mapping[str, Mapping[str, Any]], pruned: set[str]) -> str | None:
+    """The first record ``seal`` lists that is gone (not pruned) or no longer what was sealed."""
+    for name, digest in sorted(seal["spec"]["seal"]["records"].items()):
+        found = by_name.get(name)
+        if found is None and name not in pruned:
+            return f"record {name}, sealed by {seal['metadata']['name']}, is gone and was not pruned"
+        if found is not None and record_hash(found) != digest:
+            return f"record {name} no longer matches its hash in {seal['metadata']['name']} (changed or recreated)"
+    return None
+
+
+def _late_problem(chain: Sequence[Mapping[str, Any]], late: Sequence[Mapping[str, Any]]) -> str | None:
+    """A record no seal lists though it is older than the newest seal's reading of the trail."""
+    newest = chain[-1]
+    read = parse_time(str(newest["spec"]["stageTimestamp"]))
+    for r in late:
+        created = r["metadata"].get("creationTimestamp")
+        if created and parse_time(str(created)) < read - SEAL_GRACE:
+            name = newest["metadata"]["name"]
+            return f"record {r['metadata']['name']} predates seal {name} but no seal lists it (written in later)"
+    return None
+
+
+def _first_problem(mine: Sequence[Mapping[str, Any]]) -> tuple[str | None, int]:
+    """(the first broken link, records no seal covers yet)."""
+    by_name = {r["metadata"]["name"]: r for r in mine}
+    pruned = {n for r in mine for n in (r.get("spec") or {}).get("deletedRecords") or ()}
+    chain = seals_of(mine)
+    for before, seal in zip([None, *chain], chain, strict=False):
+        problem = _link_problem(before, seal, pruned) or _sealed_problem(seal, by_name, pruned)
+        if problem:
+            return problem, 0
+    sealed = {n for s in chain for n in s["spec"]["seal"]["records"]} | {s["metadata"]["name"] for s in chain}
+    late = [r for r in mine if r["metadata"]["name"] not in sealed]
+    return (_late_problem(chain, late) if chain else None), len(late)
+
+
+def verify(records: Sequence[Mapping[str, Any]]) -> list[Verdict]:
+    """The verdict on each namespace's trail."""
+    by_namespace: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        by_namespace.setdefault(str(r["metadata"].get("namespace", "")), []).append(r)
+    out = []
+    for namespace, mine in sorted(by_namespace.items()):
+        broken, unsealed = _first_problem(mine)
+        out.append(Verdict(namespace, len(mine), len(seals_of(mine)), unsealed, broken))
+    return out

@@ -1,0 +1,115 @@
+"""Tamper evidence of the audit trail (issue 20): seals chain the records' hashes; verification
+reports the first broken link (trainerop_audit.seal)."""
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from trainerop_audit.retention import Retention, pruned_record
+from trainerop_audit.seal import next_seal, record_hash, verify
+from trainerop_common.clock import parse_time
+
+NS = "team-a"
+
+
+def record(name: str, second: int, action: str = "Created") -> dict[str, Any]:
+    stamp = f"2026-12-01T12:00:{second:02d}Z"
+    return {
+        "metadata": {"namespace": NS, "name": name, "uid": f"uid-{name}", "creationTimestamp": stamp},
+        "spec": {"action": action, "stageTimestamp": stamp, "message": f"{name} happened"},
+    }
+
+
+def stored(obj: dict[str, Any], second: int) -> dict[str, Any]:
+    """As the API server stores a record the controller created."""
+    out = copy.deepcopy(obj)
+    out["metadata"] |= {"uid": f"uid-{obj['metadata']['name']}", "creationTimestamp": f"2026-12-01T12:00:{second:02d}Z"}
+    return out
+
+
+def trail() -> list[dict[str, Any]]:
+    """Two records, a seal; a third record, a second seal; a fourth record, not sealed yet."""
+    records = [record("a", 1), record("b", 2)]
+    first = next_seal(NS, records, "2026-12-01T12:00:03.000000Z")
+    assert first is not None
+    records.append(stored(first, 3))
+    records.append(record("c", 4))
+    second = next_seal(NS, records, "2026-12-01T12:00:05.000000Z")
+    assert second is not None
+    records.append(stored(second, 5))
+    records.append(record("d", 6))
+    return records
+
+
+def test_an_untouched_trail_is_intact_and_says_what_is_not_sealed_yet() -> None:
+    records = trail()
+    first, second = [r for r in records if r["spec"]["action"] == "Sealed"]
+    assert sorted(first["spec"]["seal"]["records"]) == ["a", "b"]
+    assert sorted(second["spec"]["seal"]["records"]) == ["c"]  # a seal is covered by the chain itself
+    assert (second["spec"]["seal"]["previous"], second["spec"]["seal"]["previousHash"]) == (
+        "audit-seal-00000001",
+        record_hash(first),
+    )
+    (verdict,) = verify(records)
+    assert (verdict.broken, verdict.records, verdict.seals, verdict.unsealed) == (None, 6, 2, 1)
+    third = next_seal(NS, records, "2026-12-01T12:00:07.000000Z")
+    assert third is not None
+    assert sorted(third["spec"]["seal"]["records"]) == ["d"]
+    assert next_seal(NS, [*records, stored(third, 7)], "2026-12-01T12:00:08.000000Z") is None  # all sealed
+
+
+def drop(name: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    return lambda records: [r for r in records if r["metadata"]["name"] != name]
+
+
+def recreate(name: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Deleted and written again with other words (a new uid, as the API server gives it)."""
+
+    def change(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = [r for r in records if r["metadata"]["name"] != name]
+        forged = record(name, 4)
+        forged["metadata"]["uid"] = "uid-forged"
+        return [*out, forged]
+
+    return change
+
+
+def inject(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A record slipped in afterwards with an old creation time."""
+    late = record("late", 0)
+    late["metadata"]["creationTimestamp"] = "2026-12-01T11:00:00Z"
+    return [*records, late]
+
+
+def prune(name: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Retention deleted it, and said so."""
+
+    def change(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        said = pruned_record(NS, [name], Retention(max_records=5), parse_time("2026-12-01T12:00:08Z"))
+        return [*drop(name)(records), stored(said, 8)]
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("tamper", "broken"),
+    [
+        (drop("a"), "record a, sealed by audit-seal-00000001, is gone and was not pruned"),
+        (recreate("c"), "record c no longer matches its hash in audit-seal-00000002 (changed or recreated)"),
+        (drop("audit-seal-00000001"), "seal audit-seal-00000002 follows audit-seal-00000001, which is gone"),
+        (inject, "record late predates seal audit-seal-00000002 but no seal lists it"),
+        (prune("a"), None),  # retention's deletions are accounted for
+        (prune("audit-seal-00000001"), None),  # an oldest seal pruned: the chain starts at the next
+    ],
+)
+def test_tampering_is_reported_as_the_first_broken_link(
+    tamper: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], broken: str | None
+) -> None:
+    (verdict,) = verify(tamper(trail()))
+    if broken is None:
+        assert verdict.broken is None
+    else:
+        assert verdict.broken is not None
+        assert verdict.broken.startswith(broken)
