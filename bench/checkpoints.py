@@ -2,19 +2,28 @@
 """How fast checkpoints are written, verified and committed on the local S3 server (prints figures).
 
     python bench/checkpoints.py --checkpoints 10 --shards 4 --mb 8
+    python bench/checkpoints.py --file-gb 12     # one shard of 12 GB saved from a file (issue 20)
 
 One Trainer (replicationFactor 3); for each checkpoint every shard is saved with the SDK as the
 training pod's identity. Figures: the SDK's time to write a shard's 3 copies and report it
 (MB/s); the time from the last shard's report until the checkpoint is Committed (the controller
 reads each shard's copies back as it is reported, so this is mostly the last shard's); and the
 controller's read-and-hash rate, from its checkpoint_verify_seconds histogram.
+
+``--file-gb``: one checkpoint whose shard 0 is a file of that size, saved with ``save_file`` by a
+process of its own (multipart with boto3, trainerop-sdk[s3]): its write time and the writer's peak
+memory (it must not hold the shard), then the time until the controller has verified the 3 copies
+and committed. Needs about 4 times the size free on disk (the file and 3 copies in SeaweedFS).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -61,14 +70,56 @@ def run(c: Cluster, namespace: str, checkpoints: int, shards: int, mb: int) -> N
     print(f"verify_mb_per_second_mean {read * mb / seconds:.1f}")
 
 
+WRITER = """
+import json, resource, sys, time
+from trainerop_sdk.checkpoint import Checkpointer
+from trainerop_sdk.kubeapi import ApiClient
+server, token, namespace, ca, env, path = *sys.argv[1:5], json.loads(sys.argv[5]), sys.argv[6]
+t0 = time.monotonic()
+Checkpointer.in_cluster(ApiClient(server, token, namespace, ca), env).save_file(path, step=1, epoch=0, shard=0)
+print(time.monotonic() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def large(c: Cluster, namespace: str, gb: int, workdir: Path) -> None:
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    S3Client(Credentials.from_env(cluster_tool.s3_credentials()), name).create_bucket()
+    create_credentials(c, namespace)
+    ckpt = as_pod(c, namespace, start(c, namespace, f"s3://{name}/runs", maxRetention=3))
+    shard = workdir / "shard.bin"
+    print(f"writing a {gb} GB shard file ...", file=sys.stderr, flush=True)
+    with shard.open("wb") as f:
+        for _ in range(gb * 1024):
+            f.write(os.urandom(1 << 20))
+    api = ckpt.api
+    argv = [api.server, api.token, namespace, api.ca_file or "", json.dumps(dict(ckpt.env)), str(shard)]
+    print("saving it (3 copies) ...", file=sys.stderr, flush=True)
+    out = subprocess.run([sys.executable, "-c", WRITER, *argv], capture_output=True, text=True, check=True).stdout
+    seconds, peak_kib = out.split()
+    ckpt.save(b"shard 1", step=1, epoch=0, shard=1)
+    t0 = time.monotonic()
+    eventually(lambda: phase_is(c, namespace, "alpha-step-1", "Committed"), timeout=7200, what="the commit")
+    verified = time.monotonic() - t0
+    shard.unlink()
+    print(f"shard_gb {gb} copies {ckpt.replication}")
+    print(f"sdk_save_file_seconds {float(seconds):.1f} ({ckpt.replication * gb * 1024 / float(seconds):.0f} MB/s)")
+    print(f"writer_peak_rss_mib {int(peak_kib) / 1024:.0f}")
+    print(f"report_to_commit_seconds {verified:.1f} ({ckpt.replication * gb * 1024 / verified:.0f} MB/s verified)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--checkpoints", type=int, default=10)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--mb", type=int, default=8, help="size of one shard in MiB")
+    parser.add_argument("--file-gb", type=int, default=0, help="instead: one shard of this many GB from a file")
     args = parser.parse_args()
     with operator_running() as c, scratch_namespace(c) as namespace:
-        run(c, namespace, args.checkpoints, args.shards, args.mb)
+        if args.file_gb:
+            with tempfile.TemporaryDirectory(dir=str(Path.home())) as workdir:
+                large(c, namespace, args.file_gb, Path(workdir))
+        else:
+            run(c, namespace, args.checkpoints, args.shards, args.mb)
     return 0
 
 

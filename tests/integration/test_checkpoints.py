@@ -454,3 +454,69 @@ def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster
     # An administrator is not held to it.
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "admin"}, "spec": {"containers": [container]}}
     cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(plain))
+
+
+@pytest.mark.parametrize("multipart", [True, False], ids=["boto3 multipart", "one streamed PUT"])
+def test_a_shard_saved_from_a_file_is_streamed_to_s3_and_commits(
+    cluster: Cluster, namespace: str, bucket: str, tmp_path: Any, multipart: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """save_file never holds the shard in memory: with boto3 (trainerop-sdk[s3]) in parts of
+    16 MiB, without it in one PUT read from the file; either way the controller verifies every
+    copy against the reported sha256 and commits."""
+    from trainerop_sdk import s3_multipart
+
+    monkeypatch.setattr(s3_multipart, "available", lambda: multipart)
+    ckpt = pod_of(cluster, namespace, bucket)
+    shard = tmp_path / "shard.bin"
+    with shard.open("wb") as f:  # 40 MiB: three parts
+        for _ in range(40):
+            f.write(os.urandom(1 << 20))
+    ckpt.save_file(str(shard), step=300, epoch=3, shard=0)
+    ckpt.save(b"the other shard", step=300, epoch=3, shard=1)
+    committed = eventually(
+        lambda: phase_is(cluster, namespace, "alpha-step-300", "Committed"), timeout=180, what="a commit"
+    )
+    reported = next(s for s in committed["spec"]["shards"] if s["index"] == 0)
+    assert reported["size"] == 40 << 20
+    assert reported["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
+
+
+WRITER = """
+import sys, time
+from trainerop_sdk import storage
+original = storage.S3Location.put_file
+written = []
+def slow(self, key, path, sha, size):
+    if written:  # the first copy is written; killed before the second: the report is never made
+        print("uploading", key, flush=True)
+        time.sleep(30)
+    written.append(key)
+    original(self, key, path, sha, size)
+storage.S3Location.put_file = slow
+"""
+
+
+def test_a_save_killed_mid_write_leaves_nothing_that_looks_committed(
+    cluster: Cluster, namespace: str, bucket: str, tmp_path: Any
+) -> None:
+    ckpt = pod_of(cluster, namespace, bucket)
+    shard = tmp_path / "shard.bin"
+    shard.write_bytes(os.urandom(1 << 20))
+    script = WRITER + (
+        "from trainerop_sdk.checkpoint import Checkpointer\n"
+        "from trainerop_sdk.kubeapi import ApiClient\n"
+        f"api = ApiClient({ckpt.api.server!r}, {ckpt.api.token!r}, {namespace!r}, {ckpt.api.ca_file!r})\n"
+        f"Checkpointer.in_cluster(api, {dict(ckpt.env)!r}).save_file({str(shard)!r}, step=500, epoch=5, shard=0)\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None
+    assert writer.stdout.readline().startswith("uploading")
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    with pytest.raises(KubectlError):  # nothing reported: no Checkpoint of that step at all
+        checkpoint(cluster, namespace, "alpha-step-500")
+    assert "latest" not in cluster.get("trainer", "alpha", namespace)["status"].get("checkpoint", {})
+    # The replica's next save of the step (after its restart) writes and reports the shard whole.
+    ckpt.save_file(str(shard), step=500, epoch=5, shard=0)
+    ckpt.save(b"shard 1", step=500, epoch=5, shard=1)
+    eventually(lambda: phase_is(cluster, namespace, "alpha-step-500", "Committed"), what="the commit of the saved step")

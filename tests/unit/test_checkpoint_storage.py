@@ -1,5 +1,6 @@
 """Checkpoint layout and the PVC (directory) storage on a real filesystem."""
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,23 @@ def test_a_directory_location_writes_whole_copies_and_hashes_them(tmp_path: Path
 )
 def test_a_replica_writes_the_shard_of_its_rank(env: dict[str, str], shard: int) -> None:
     assert default_shard(env) == shard
+
+
+def test_a_directory_location_writes_a_copy_from_a_file_streamed(tmp_path: Path) -> None:
+    source = tmp_path / "shard.bin"
+    source.write_bytes(b"w" * (3 << 20))
+    location = open_location("/checkpoints/llama/step-0000000002", local_root=str(tmp_path / "pvc"))
+    location.put_file(copy_key(0, 0), str(source), "unused here", 3 << 20)
+    assert location.sha256(copy_key(0, 0)) == (hashlib.sha256(source.read_bytes()).hexdigest(), 3 << 20)
+    assert not list((tmp_path / "pvc").rglob("*.partial"))
+
+
+def test_a_shard_too_large_for_one_put_needs_the_multipart_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainerop_sdk import s3_multipart, storage
+    from trainerop_sdk.s3 import Credentials
+
+    monkeypatch.setattr(s3_multipart, "available", lambda: False)
+    creds = Credentials("id", "secret", "http://127.0.0.1:9")
+    location = storage.S3Location("s3://bucket/prefix", creds)
+    with pytest.raises(ValueError, match=r"install trainerop-sdk\[s3\]"):
+        location.put_file("shard-00000/copy-0", "/nonexistent", "0" * 64, 6 * 1024**3)

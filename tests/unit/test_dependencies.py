@@ -19,6 +19,7 @@ PROVIDED_BY = {
     "yaml": "pyyaml",
     "prometheus_client": "prometheus-client",
     "httpx2": "lightkube",  # lightkube's HTTP client, which Kube catches the errors of
+    "botocore": "boto3",  # boto3's own core (the SDK's multipart extra configures it)
 }
 OPENTELEMETRY = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}
 
@@ -26,7 +27,9 @@ OPENTELEMETRY = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-export
 def declared(distribution: Path) -> set[str]:
     """The distribution's dependencies, and theirs when they are this workspace's."""
     project = tomllib.loads((distribution / "pyproject.toml").read_text())["project"]
-    names = {re.split(r"[<>=\[ ]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
+    # An extra's modules count as declared: the code imports them only once it found them installed.
+    optional = [dep for deps in project.get("optional-dependencies", {}).values() for dep in deps]
+    names = {re.split(r"[<>=\[ ]", dep, maxsplit=1)[0].lower() for dep in [*project["dependencies"], *optional]}
     for workspace in [n for n in names if n.startswith("trainerop-")]:
         name = workspace.removeprefix("trainerop-")
         names |= declared(REPO / ("libs" if name in ("common", "sdk") else "controllers") / name)

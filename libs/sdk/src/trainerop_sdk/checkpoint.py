@@ -34,7 +34,7 @@ from typing import Any
 from .kubeapi import APPLY, ApiClient, ApiError
 from .layout import checkpoint_name, checkpoint_path, copy_key
 from .names import API_VERSION, TRAINER_NAME_LABEL
-from .storage import open_location
+from .storage import Location, open_location
 
 API = f"/apis/{API_VERSION}"
 
@@ -102,6 +102,32 @@ class Checkpointer:
         replica to report a step fixes its shard count; a shard already reported for the step is
         kept as it is (a replica that replays a step after a restart must not overwrite a
         checkpoint that may have committed)."""
+        digest = hashlib.sha256(data).hexdigest()
+        return self._write(step, epoch, shard, shards, digest, len(data), lambda loc, key: loc.put(key, data))
+
+    def save_file(self, path: str, step: int, epoch: int, shard: int | None = None, shards: int | None = None) -> str:
+        """As :meth:`save`, from a file the training code wrote (a shard of any size: read twice in
+        chunks — to hash it, then to write each copy, multipart on S3 — never held in memory)."""
+        digest, size = hashlib.sha256(), 0
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        sha = digest.hexdigest()
+        return self._write(step, epoch, shard, shards, sha, size, lambda loc, key: loc.put_file(key, path, sha, size))
+
+    def _write(
+        self,
+        step: int,
+        epoch: int,
+        shard: int | None,
+        shards: int | None,
+        sha256: str,
+        size: int,
+        put: Callable[[Location, str], None],
+    ) -> str:
+        """Every copy of the shard with ``put``, then the report (a reader never trusts a copy the
+        report does not vouch for: an interrupted write leaves nothing that looks committed)."""
         shard = self.shard if shard is None else shard
         shards = self.shards if shards is None else shards
         name = checkpoint_name(self.trainer, step)
@@ -119,15 +145,9 @@ class Checkpointer:
         keys = [copy_key(shard, r) for r in range(replication)]
         t0 = time.monotonic()
         for key in keys:
-            location.put(key, data)
+            put(location, key)
         seconds = time.monotonic() - t0
-        report = {
-            "index": shard,
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "size": len(data),
-            "copies": keys,
-            "writeSeconds": round(seconds, 3),
-        }
+        report = {"index": shard, "sha256": sha256, "size": size, "copies": keys, "writeSeconds": round(seconds, 3)}
         return self.report(step, epoch, path, shards, report, replication)
 
     def _existing(self, name: str) -> dict[str, Any] | None:

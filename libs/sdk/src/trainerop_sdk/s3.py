@@ -25,6 +25,7 @@ from .credentials import ENDPOINT_KEYS, REQUIRED_KEYS
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 CHUNK = 1 << 20
+SINGLE_PUT_LIMIT = 5 * 1024**3  # S3's largest single PUT
 
 
 class S3Error(Exception):
@@ -154,6 +155,29 @@ class S3Client:
         digest = hashlib.sha256(data).hexdigest()
         self._send(self._open("PUT", self._url(key), data, digest))
         return digest
+
+    def put_file(self, key: str, path: str, sha256: str, size: int) -> None:
+        """Write an object from a file, streamed (never held in memory), in one PUT: S3 takes at
+        most 5 GiB so; larger files need the multipart upload of trainerop-sdk[s3] (boto3)."""
+        if size > SINGLE_PUT_LIMIT:
+            raise S3Error(413, "<Code>EntityTooLarge</Code>")
+        for attempt in range(3):
+            headers = signature_headers(self.creds, "PUT", self._url(key), sha256, datetime.now(UTC))
+            try:
+                with open(path, "rb") as body:
+                    request = urllib.request.Request(
+                        self._url(key), data=body, method="PUT", headers={**headers, "Content-Length": str(size)}
+                    )
+                    with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                        response.read()
+                return
+            except urllib.error.HTTPError as err:
+                if err.code < 500 or attempt == 2:
+                    raise S3Error(err.code, err.read().decode(errors="replace")) from None
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if attempt == 2:
+                    raise
+            time.sleep(0.5 * 2**attempt)
 
     def get(self, key: str) -> bytes | None:
         try:

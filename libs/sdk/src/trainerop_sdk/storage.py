@@ -1,6 +1,7 @@
 """Checkpoint storage (a directory on the checkpoint PVC, or an S3 prefix), shared by the training
 pods (which write) and the checkpoint controller (which verifies and garbage-collects); where
-things go is in :mod:`trainerop_sdk.layout`. Standard library only."""
+things go is in :mod:`trainerop_sdk.layout`. Standard library only (boto3, when installed, for
+multipart uploads: :mod:`trainerop_sdk.s3_multipart`)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+from . import s3_multipart
 from .layout import MOUNT, S3_SCHEME, parse_s3_uri
-from .s3 import CHUNK, Credentials, S3Client
+from .s3 import CHUNK, SINGLE_PUT_LIMIT, Credentials, S3Client
 
 
 class Location(Protocol):
     """The objects of one checkpoint, addressed by keys relative to its path."""
 
     def put(self, key: str, data: bytes) -> None: ...
+
+    def put_file(self, key: str, path: str, sha256: str, size: int) -> None:
+        """Write the file at ``path`` (its ``sha256`` and ``size`` known), streamed."""
+        ...
 
     def get(self, key: str) -> bytes | None: ...
 
@@ -42,6 +48,16 @@ class LocalLocation:
             f.flush()
             os.fsync(f.fileno())
         partial.replace(target)  # a reader never sees half a copy
+
+    def put_file(self, key: str, path: str, sha256: str, size: int) -> None:
+        target = self.root / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        with open(path, "rb") as source, partial.open("wb") as f:
+            shutil.copyfileobj(source, f, CHUNK)
+            f.flush()
+            os.fsync(f.fileno())
+        partial.replace(target)
 
     def get(self, key: str) -> bytes | None:
         target = self.root / key
@@ -71,11 +87,24 @@ class S3Location:
 
     def __init__(self, uri: str, creds: Credentials) -> None:
         location = parse_s3_uri(uri)
+        self.creds, self.bucket = creds, location.bucket
         self.client = S3Client(creds, location.bucket)
         self.prefix = location.prefix + "/" if location.prefix else ""
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put(self.prefix + key, data)
+
+    def put_file(self, key: str, path: str, sha256: str, size: int) -> None:
+        """Multipart with boto3 when installed (any size); else one streamed PUT (up to 5 GiB)."""
+        if s3_multipart.available():
+            s3_multipart.upload_file(self.creds, self.bucket, self.prefix + key, path)
+        elif size > SINGLE_PUT_LIMIT:
+            raise ValueError(
+                f"a shard of {size} bytes is larger than one S3 PUT takes (5 GiB): install trainerop-sdk[s3] "
+                "(boto3) in the training image for multipart uploads"
+            )
+        else:
+            self.client.put_file(self.prefix + key, path, sha256, size)
 
     def get(self, key: str) -> bytes | None:
         return self.client.get(self.prefix + key)
