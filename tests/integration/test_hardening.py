@@ -124,6 +124,13 @@ def as_trainer_controller(cluster: Cluster, namespace: str, obj: dict[str, Any])
     return ""
 
 
+def with_runner_account(cluster: Cluster, namespace: str) -> None:
+    """The runner ServiceAccount the trainer applies before its first pod: without it the API
+    server's ServiceAccount admission refuses every pod before the policy under test is asked."""
+    account, _, _ = runner_manifests(namespace)
+    cluster.apply(account, namespace)
+
+
 def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
     owner = {
         "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
@@ -163,6 +170,7 @@ def test_the_trainer_controllers_identity_creates_only_the_pods_it_makes(
     cluster: Cluster, namespace: str, change: dict[str, Any], refusal: str
 ) -> None:
     trainer = cluster.get("namespace", namespace)["metadata"]["uid"]  # any uid: dry runs check no owner
+    with_runner_account(cluster, namespace)
     said = as_trainer_controller(cluster, namespace, training_pod(trainer, **change))
     assert (refusal in said) if refusal else said == "", said
 
@@ -170,6 +178,7 @@ def test_the_trainer_controllers_identity_creates_only_the_pods_it_makes(
 def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pods(
     cluster: Cluster, namespace: str
 ) -> None:
+    with_runner_account(cluster, namespace)
     unowned = training_pod("u")
     unowned["metadata"].pop("ownerReferences")
     assert "only pods a Trainer controls" in as_trainer_controller(cluster, namespace, unowned)

@@ -70,21 +70,25 @@ def test_invalid_quantities(value: int | str) -> None:
         ("1e3", Decimal(1000)),
         (8, Decimal(8)),
         ("100n", Decimal("1e-7")),
+        ("10Ei", Decimal(10 * 2**60)),  # a binary suffix that starts like an exponent
+        ("2E", Decimal(2 * 10**18)),
+        ("2E3", Decimal(2000)),
     ],
 )
 def test_parse_quantity(text: int | str, expected: Decimal) -> None:
     assert parse_quantity(text) == expected
 
 
-@given(st.integers(min_value=0, max_value=10**12), st.sampled_from(["", "k", "M", "Ki", "Mi", "Gi", "m"]))
+QUANTITY_FACTORS: dict[str, Decimal] = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("0.001"),
+    **{s: Decimal(1000) ** i for i, s in enumerate("kMGTPE", 1)},
+    **{f"{s}i": Decimal(1024) ** i for i, s in enumerate("KMGTPE", 1)},
+}
+
+
+@given(st.integers(min_value=0, max_value=10**12), st.sampled_from(sorted(QUANTITY_FACTORS)))
 def test_parse_quantity_scales_by_suffix(number: int, suffix: str) -> None:
-    factor: dict[str, Decimal] = {
-        "": Decimal(1),
-        "k": Decimal(1000),
-        "M": Decimal(10**6),
-        "Ki": Decimal(1024),
-        "Mi": Decimal(2**20),
-        "Gi": Decimal(2**30),
-        "m": Decimal("0.001"),
-    }
-    assert parse_quantity(f"{number}{suffix}") == number * factor[suffix]
+    assert parse_quantity(f"{number}{suffix}") == number * QUANTITY_FACTORS[suffix]

@@ -7,7 +7,7 @@ from decimal import Decimal
 _SUFFIX = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3")}
 _SUFFIX |= {s: Decimal(1000) ** i for i, s in enumerate("kMGTPE", 1)}
 _SUFFIX |= {f"{s}i": Decimal(1024) ** i for i, s in enumerate("KMGTPE", 1)}
-_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
+_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE]([+-]?[0-9]+)|([KMGTPE]i|[numkMGTPE]))?$")
 
 
 def parse_quantity(value: int | str) -> Decimal:
@@ -16,9 +16,9 @@ def parse_quantity(value: int | str) -> Decimal:
     m = _RE.match(value.strip())
     if not m:
         raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    number, suffix = m.group(1), m.group(2) or ""
-    if suffix[:1] in ("e", "E"):
-        return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
+    number, exponent, suffix = m.group(1), m.group(2), m.group(3) or ""
+    if exponent is not None:  # "1e3"; "1Ei" is a binary suffix, not an exponent
+        return Decimal(number) * (Decimal(10) ** int(exponent))
     return Decimal(number) * _SUFFIX[suffix]
 
 
