@@ -506,7 +506,7 @@ def components(run: Path, bins: Path) -> list[Component]:
                 "ResourceQuota,NodeRestriction,PodTolerationRestriction",
                 f"--admission-control-config-file={admission_config(run)}",
                 "--storage-media-type=application/vnd.kubernetes.protobuf",
-                "--profiling=false",
+                "--profiling=true",  # /debug/pprof for cluster-admin only: the benchmark profiles the API server
                 "--v=1",
             ],
             lambda: http_ok(f"{api}/readyz", admin, pki / "ca.crt"),

@@ -179,8 +179,10 @@ def test_a_failed_pod_stays_until_the_status_counting_its_failure_is_written(clu
         assert not pod["metadata"].get("deletionTimestamp")
 
     def replaced() -> dict[str, Any] | None:
-        obj = trainers(cluster, namespace)[0]
+        # The pod first: its replacement comes after the status that counts the failure, so a
+        # Trainer read after it says what that write said (read before, it may predate the write).
         new = cluster.get("pod", "g-worker-0", namespace)["metadata"]["uid"] != uid
+        obj = trainers(cluster, namespace)[0]
         return obj if new and obj["status"].get("phase") == "Running" else None
 
     obj = eventually(replaced, timeout=120, what="the failed pod replaced once the writes are allowed again")

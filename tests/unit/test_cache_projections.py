@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from trainerop_audit.decide import manager_of
 from trainerop_common.cache import Derived, ObjectCache
-from trainerop_common.objects import Keep, slim
+from trainerop_common.objects import Keep, managers_only, slim
 from trainerop_quota.views import pod_essentials as quota_keeps
 from trainerop_quota.views import pod_info
 from trainerop_trainer.views import owner_of, pod_view
@@ -56,8 +57,16 @@ def pod(**changes: Any) -> dict[str, Any]:
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}],
             "containerStatuses": [
-                {"name": "trainer", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+                {
+                    "name": "trainer",
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                    "image": "registry.example/trainer@sha256:" + "0" * 64,
+                    "imageID": "sha256:" + "1" * 64,
+                },
             ],
+            "hostIP": "10.0.0.7",
+            "podIPs": [{"ip": "10.244.0.7"}],
+            "qosClass": "Burstable",
         },
     }
     for path, value in changes.items():
@@ -100,6 +109,9 @@ def test_the_trainer_sees_the_same_pod(body: dict[str, Any]) -> None:
     assert kept["metadata"]["ownerReferences"] == body["metadata"]["ownerReferences"]  # which Trainer's it is
     assert "managedFields" not in kept["metadata"]
     assert "containers" not in kept["spec"]
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in (kept["metadata"].get("annotations") or {})
+    assert "hostIP" not in (kept["status"] or {})
+    assert len(repr(kept)) < len(repr(body)) / 4
 
 
 def test_slim_drops_the_field_managers_record_and_leaves_the_object_alone() -> None:
@@ -109,6 +121,20 @@ def test_slim_drops_the_field_managers_record_and_leaves_the_object_alone() -> N
     assert body["metadata"]["managedFields"] == MANAGED  # the watch's own object is not changed
     assert {k: v for k, v in body["metadata"].items() if k != "managedFields"} == slimmed["metadata"]
     assert slim({"metadata": {"name": "x"}}) == {"metadata": {"name": "x"}}
+
+
+def test_a_trainer_is_held_with_its_managers_named_but_not_their_fields() -> None:
+    managed: list[dict[str, Any]] = [
+        {"manager": "kubectl-client-side-apply", "operation": "Update", "time": "t", "fieldsV1": {"f:spec": {}}},
+        {"manager": "trainer-operator/trainer", "operation": "Apply", "subresource": "status", "fieldsV1": {}},
+    ]
+    body: dict[str, Any] = {"metadata": {"name": "t", "managedFields": managed}, "spec": {"epochs": 1}}
+    held = managers_only(body)
+    assert manager_of(held["metadata"]["managedFields"]) == manager_of(managed) == "kubectl-client-side-apply"
+    assert all("fieldsV1" not in e for e in held["metadata"]["managedFields"])
+    assert body["metadata"]["managedFields"] == managed  # the watch's own object is not changed
+    assert held["spec"] is body["spec"]
+    assert managers_only({"metadata": {"name": "x"}}) == {"metadata": {"name": "x"}}
 
 
 async def test_a_cache_holds_what_its_controller_keeps() -> None:

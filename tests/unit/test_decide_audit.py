@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from trainerop_audit.decide import UNOBSERVED_AFTER_SECONDS, Observed, Recorded, decide, manager_of
+from trainerop_audit.decide import UNOBSERVED_AFTER_SECONDS, Observed, Recorded, decide, manager_of, summary_hold
 from trainerop_common.api import AuditLog
 from trainerop_common.api.base import Condition
 
@@ -231,3 +231,28 @@ def test_which_condition_is_an_operator_action(cond: tuple[str, str, str], recor
         (r["spec"]["action"], r["spec"]["user"]["username"].removeprefix(SA)) for r in decide(facts, [], LATER).create
     ]
     assert got == ([recorded] if recorded else [])
+
+
+ONE = {"records": 1, "recorded": {"created": True, "restarts": 0}, "lastRecord": "t-created-1"}
+TWO = {"records": 2, "recorded": {"created": True, "restarts": 0}, "lastRecord": "t-started-1"}
+NOTIFIED = {**TWO, "notified": {"conditions": {"Failed": "2026-01-01T00:00:00Z"}}}
+
+
+# status.audit (the records' bookkeeping) may lag the records by the delay (10 s here); what the
+# notifier marked is written at once.
+@pytest.mark.parametrize(
+    ("current", "wanted", "held_for", "wait"),
+    [
+        (ONE, ONE, None, 0.0),  # says it already: nothing to write
+        ({}, ONE, None, 10.0),  # the first record: held for the delay
+        (ONE, TWO, 4.0, 6.0),  # held 4 s: 6 to go
+        (ONE, TWO, 12.0, 0.0),  # held long enough: written now
+        (TWO, NOTIFIED, None, 0.0),  # a notification marked: at once
+        ({**ONE, "notified": NOTIFIED["notified"]}, NOTIFIED, None, 10.0),  # the marks unchanged: may wait
+    ],
+)
+def test_the_summary_waits_for_the_delay_unless_a_notification_was_marked(
+    current: dict[str, object], wanted: dict[str, object], held_for: float | None, wait: float
+) -> None:
+    assert summary_hold(current, wanted, held_for, 10.0) == wait
+    assert summary_hold(current, wanted, held_for, 0.0) == 0.0  # --summary-delay-seconds 0: never held

@@ -77,6 +77,8 @@ def observed(
     contributions: dict[str, Any] | None = None,
     deleted_nodes: frozenset[str] = frozenset(),
     force_unreachable: bool = False,
+    age: float | None = None,
+    gates_grace: float = 0.0,
 ) -> Observed:
     names = ({"t"} if pods else set()) if services is None else set(services)  # the Trainer's Service
     return Observed(
@@ -92,6 +94,8 @@ def observed(
         deleted_nodes=deleted_nodes,
         force_unreachable=force_unreachable,
         contributions={k: Contribution.model_validate(v) for k, v in (contributions or {}).items()},
+        age=age,
+        gates_grace=gates_grace,
     )
 
 
@@ -255,6 +259,35 @@ def test_closed_gates_create_nothing_and_say_why(conditions: list[Condition], me
         opened = observe(spec(), conditions=[cond("ProfileResolved", "True")])
         assert by_type(opened)["Created"].message == created.message
     assert d.status["phase"] == "Pending"
+
+
+PENDING = {"phase": "Pending"}  # the trainer has written a status for this Trainer before
+SILENT = [cond("ProfileResolved", "True")]  # QuotaAdmitted has not answered
+REFUSED = [cond("ProfileResolved", "False", "ProfileNotFound", message="create it")]
+
+
+# A new Trainer whose gates have not answered yet: its first status may wait a moment (2 s of
+# grace here) for them, so that it is "pods created" rather than "waiting" and then that.
+@pytest.mark.parametrize(
+    ("conditions", "status", "age", "writes", "again_in"),
+    [
+        (SILENT, None, 0.5, False, 1.5),  # new, the gates silent: nothing yet, look again at the grace's end
+        ([], None, 1.0, False, 1.0),
+        (SILENT, None, 2.0, True, None),  # the grace is over: say that it waits
+        (SILENT, None, None, True, None),  # age unknown
+        (REFUSED, None, 0.5, True, None),  # a gate said no: say why at once
+        (SILENT, PENDING, 0.5, True, None),  # a status written already (a new generation): keep it true
+        (OPEN, None, 0.5, True, None),  # the gates open: the pods and their status
+    ],
+)
+def test_a_new_trainers_first_status_waits_briefly_for_silent_gates(
+    conditions: list[Condition], status: dict[str, Any] | None, age: float | None, writes: bool, again_in: float | None
+) -> None:
+    d = observe(spec(), conditions=conditions, status=status, age=age, gates_grace=2.0)
+    assert d.write_status is writes
+    if not writes:
+        assert (d.create_pods, d.requeue_after) == ((), again_in)
+    assert bool(d.create_pods) is (conditions is OPEN)
 
 
 def test_open_gates_create_every_pod_and_the_service() -> None:

@@ -1,6 +1,9 @@
+import json
 import logging
 
 import kopf
+import kopf._cogs.clients.api as kopf_api
+import orjson
 import pytest
 
 from trainerop_common import kopf_settings
@@ -73,3 +76,21 @@ def test_a_resource_is_filtered_on_the_server_only_when_every_handler_filters_it
     settings = kopf.OperatorSettings()
     assert kopf_settings.filter_on_server(settings, registry) == {"pods": "purpose"}
     assert list(settings.watching.label_selectors.values()) == ["purpose"]
+
+
+WATCH_LINE = (
+    '{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"t-worker-0",'
+    '"resourceVersion":"18446744","labels":{"trainer-name":"t"},"annotations":{"note":"caf\\u00e9 \\ud83d\\ude80"}},'
+    '"spec":{"priority":2147483647,"overhead":null,"activeDeadlineSeconds":0.5},"status":{"phase":"Running",'
+    '"conditions":[{"type":"Ready","status":"True"}],"containerStatuses":[]}}}'
+)
+
+
+def test_kopf_decodes_watch_streams_with_orjson_into_the_same_values() -> None:
+    settings_for("trainer")
+    decoder = getattr(kopf_api, "json")  # noqa: B009 (kopf exports no name for it)
+    assert decoder.loads is orjson.loads  # what kopf's stream() calls for every line
+    assert decoder.loads(WATCH_LINE) == json.loads(WATCH_LINE)
+    assert decoder.JSONDecodeError is json.JSONDecodeError  # the rest of the module is the standard one
+    settings_for("quota")  # applied twice: still one replacement
+    assert getattr(kopf_api, "json") is decoder  # noqa: B009

@@ -85,8 +85,23 @@ async def test_a_pod_the_watch_delivered_is_no_longer_expected_even_if_gone_agai
     its deletion), so the next reconcile creates it again rather than waiting 30 s."""
     act, _, _ = actions()
     await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
-    act.delivered(("ns", "t-worker-0"))
+    act.delivered(("ns", "t-worker-0"), "t")
     assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-1"]
+
+
+async def test_a_reconcile_reads_its_own_expectations_and_lapsed_ones_of_others_go() -> None:
+    """Expectations are kept per Trainer (a reconcile does not scan every Trainer's); those of a
+    Trainer never reconciled again (deleted) go once they lapse, at another's reconcile."""
+    act, _, clock = actions()
+    other = Owner("u", "ns", "uid-u", 1)
+    others = tuple(pod_manifest(other, SPEC, Replica("worker", i), {}, PodSettings()) for i in range(2))
+    await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    await act.carry_out(BODY, other, Decision(status={}, conditions=(), create_pods=others), ())
+    assert [p["metadata"]["name"] for p in act.expected_pods(other, set())] == ["u-worker-0", "u-worker-1"]
+    assert set(act.expected) == {("ns", "t"), ("ns", "u")}
+    clock.advance(31)
+    assert act.expected_pods(OWNER, set()) == []
+    assert act.expected == {}  # the other Trainer's lapsed ones went too
 
 
 async def test_a_pod_found_existing_or_deleted_is_not_expected() -> None:

@@ -19,6 +19,11 @@ class AuditConfig:
         "how often the records written since the last seal are sealed (their hashes in a chain of seals that "
         "`python -m trainerop_audit.verify` checks); 0: never",
     )
+    summary_delay_seconds: float = flag(
+        30.0,
+        "how long status.audit (the records' count and the latest) may lag the records, so that the actions of a "
+        "few seconds cost one status write; notification marks are never held; 0: written with each record",
+    )
     notify_url_file: str = flag(
         "",
         "a file holding the URL of the webhook to notify of Trainer events (mount it from a Secret; re-read when "
@@ -43,6 +48,8 @@ class AuditConfig:
         out = []
         if self.retention_days < 0 or self.retention_records < 0:
             out.append("--retention-days and --retention-records must be 0 (no limit) or more")
+        if self.summary_delay_seconds < 0:
+            out.append("--summary-delay-seconds must be 0 (no delay) or more")
         if self.seal_seconds < 0:
             out.append("--seal-seconds must be 0 (no seals) or more")
         if self.retention_interval_seconds <= 0:

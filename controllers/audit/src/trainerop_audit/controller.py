@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,10 @@ from trainerop_common.names import OPERATOR_NAMESPACE
 from trainerop_common.outcome import Event, Outcome, soonest
 from trainerop_common.process import run_entrypoint
 from trainerop_common.redaction import redact
-from trainerop_common.runtime import Body, Runtime
+from trainerop_common.runtime import Body, Runtime, key_of
 
 from .config import AuditConfig
-from .decide import SECTION, Observed, Recorded, created_name, decide, manager_of
+from .decide import SECTION, Observed, Recorded, created_name, decide, manager_of, summary_hold
 from .delivery import NOTIFICATIONS, Notifier
 from .notices import Notified, RoleFailures, Settings, due, retry_delay
 from .record import TRAINER_LABEL, subject_uid
@@ -93,6 +94,8 @@ class AuditController:
             timedelta(seconds=config.notify_max_age_seconds),
         )
         self._attempts: dict[str, dict[tuple[str, str], int]] = {}  # uid -> (event, time) -> failed attempts
+        # Trainers whose status.audit waits (summary_wait): the uid, since when, and what it will say
+        self._held: dict[Key, tuple[str, float, dict[str, Any]]] = {}
 
     async def write(self, record: dict[str, Any], source: str, print_existing: bool = False) -> bool:
         """Create one record (idempotent by name) and print it; False if it existed already (then
@@ -197,7 +200,7 @@ class AuditController:
 
     async def reconcile(self, body: Body) -> Outcome:
         assert self.rt.writer is not None
-        facts = observed(body, self.rt.clock.now())
+        facts = self.with_held(body, observed(body, self.rt.clock.now()))
         pending = self.users.pending(created_name(facts.name, facts.uid))
         decision = decide(facts, await self.records.grouped(facts.uid), self.rt.clock.now(), creation_pending=pending)
         for record in decision.create:
@@ -209,7 +212,33 @@ class AuditController:
             notified, events, retry = await self.notify(body)
             status = {"audit": {**status["audit"], "notified": notified.to_k8s()}}
             requeue = soonest(requeue, retry)
+        hold = self.summary_wait(body, status["audit"])
+        if hold > 0:  # the records exist; their summary is written with the next ones
+            return Outcome(events=events, requeue_after=soonest(requeue, hold))
         return Outcome(status=status, events=events, requeue_after=requeue)
+
+    def with_held(self, body: Body, facts: Observed) -> Observed:
+        """What is recorded for this Trainer: a summary not written yet knows more than its status."""
+        held = self._held.get(key_of(body))
+        if held is None or held[0] != facts.uid:
+            return facts
+        return replace(facts, recorded=Recorded.parse(held[2].get("recorded")))
+
+    def summary_wait(self, body: Body, wanted: dict[str, Any]) -> float:
+        """Seconds this Trainer's ``status.audit`` waits yet (decide.summary_hold)."""
+        key, uid, now = key_of(body), body["metadata"]["uid"], self.rt.clock.now().timestamp()
+        held = self._held.get(key)
+        since = held[1] if held is not None and held[0] == uid else None
+        current = (body.get("status") or {}).get("audit") or {}
+        wait = summary_hold(current, wanted, None if since is None else now - since, self.config.summary_delay_seconds)
+        if wait <= 0:
+            self._held.pop(key, None)
+            return 0.0
+        self._held[key] = (uid, now if since is None else since, wanted)
+        if len(self._held) > len(self.rt.trainers):  # some were deleted while held
+            for gone in [k for k in self._held if k not in self.rt.trainers]:
+                del self._held[gone]
+        return wait
 
     async def notify(self, body: Body) -> tuple[Notified, tuple[Event, ...], float | None]:
         """Send the notifications this Trainer is due, one attempt each; returns what is notified

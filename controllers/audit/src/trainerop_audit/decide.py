@@ -232,3 +232,15 @@ def decide(
     if latest:
         summary["lastRecord"] = latest["metadata"]["name"]
     return Decision(create=create, status={"audit": summary}, recheck_after=recheck)
+
+
+def summary_hold(current: Mapping[str, Any], wanted: Mapping[str, Any], held_for: float | None, delay: float) -> float:
+    """Seconds ``status.audit`` may still wait before it says ``wanted`` (0: write now, or nothing
+    to write). Records are created at once and idempotently by name, so a summary that lags them
+    loses nothing: a restarted controller finds them and writes it. Only the records' bookkeeping
+    waits, for ``delay`` seconds from when it first differed (``held_for``: seconds it has been
+    held, None if it was not); notification marks are written at once (a mark lost in a crash
+    would send a notice twice)."""
+    if current == wanted or current.get("notified") != wanted.get("notified") or delay <= 0:
+        return 0.0
+    return max(delay - (held_for or 0.0), 0.0)

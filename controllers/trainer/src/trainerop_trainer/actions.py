@@ -51,9 +51,11 @@ class Actions:
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self.deleted: set[str] = set()
-        # Pods this process created that the watch has not delivered yet, by (namespace, name):
-        # counted as existing, so a reconcile in between creates none twice.
-        self.expected: dict[tuple[str, str], Expected] = {}
+        # Pods this process created that the watch has not delivered yet, by their Trainer
+        # (namespace, name) and name: counted as existing, so a reconcile in between creates none
+        # twice. Grouped, so a reconcile reads its own, not every Trainer's.
+        self.expected: dict[tuple[str, str], dict[str, Expected]] = {}
+        self._swept = self.rt.clock.now()  # when expectations of every Trainer were last checked
         self._runners: dict[str, datetime] = {}  # namespace -> when this process applied its runner identity
         self._runner_locks: dict[str, asyncio.Lock] = {}
         self._terminating: dict[str, datetime] = {}  # namespace -> when a create there was refused as it goes
@@ -110,7 +112,9 @@ class Actions:
         until = self.rt.clock.now() + EXPECTATION_TIMEOUT
         created = [pod for pod, outcome in zip(pods, outcomes, strict=True) if outcome is True]
         for pod in created:
-            self.expected[(owner.namespace, pod["metadata"]["name"])] = Expected(owner.uid, pod, until)
+            self.expected.setdefault((owner.namespace, owner.name), {})[pod["metadata"]["name"]] = Expected(
+                owner.uid, pod, until
+            )
             PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
         if created:
             self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in created))
@@ -186,7 +190,7 @@ class Actions:
         # gone already (404) counts as deleted too: never count it twice
         self.deleted |= {pods[n].uid for n in names if n in pods and pods[n].uid}
         for name in names:  # a pod deleted before the watch delivered it is no longer expected
-            self.expected.pop((owner.namespace, name), None)
+            self.delivered((owner.namespace, name), owner.name)
 
     async def _delete_others(self, owner: Owner, decision: Decision) -> None:
         kube, ns = self.rt.kube, owner.namespace
@@ -195,24 +199,37 @@ class Actions:
         ]
         await bounded(kube.delete_core(kind, ns, name) for kind, name in others)
 
-    def delivered(self, key: tuple[str, str]) -> None:
-        """The watch delivered an event of the pod ``key`` (namespace, name): it is no longer
-        expected, even if it is gone again before the next reconcile looks (deleted by someone
-        else right after its creation: that reconcile must create it again, not wait it out)."""
-        self.expected.pop(key, None)
+    def delivered(self, key: tuple[str, str], trainer: str) -> None:
+        """The watch delivered an event of the pod ``key`` (namespace, name) of the Trainer
+        ``trainer``: it is no longer expected, even if it is gone again before the next reconcile
+        looks (deleted by someone else right after its creation: that reconcile must create it
+        again, not wait it out)."""
+        group = self.expected.get((key[0], trainer))
+        if group is not None:
+            group.pop(key[1], None)
+            if not group:
+                del self.expected[(key[0], trainer)]
 
     def expected_pods(self, owner: Owner, cached: Set[str]) -> list[dict[str, Any]]:
         """The manifests of ``owner``'s pods created but not among the ``cached`` names yet;
-        expectations met (the pod is cached) or past EXPECTATION_TIMEOUT are forgotten."""
+        expectations met (the pod is cached) or past EXPECTATION_TIMEOUT are forgotten (those of
+        every Trainer once per EXPECTATION_TIMEOUT, for Trainers never reconciled again)."""
         now = self.rt.clock.now()
+        if now - self._swept > EXPECTATION_TIMEOUT:
+            self._swept = now
+            for trainer in list(self.expected):
+                self._forget(trainer, now, frozenset())
+        group = self._forget((owner.namespace, owner.name), now, cached)
+        return [e.pod for e in group.values() if e.owner_uid == owner.uid]
 
-        def ours(key: tuple[str, str], expected: Expected) -> bool:
-            return key[0] == owner.namespace and expected.owner_uid == owner.uid
-
-        for key, expected in list(self.expected.items()):
-            if expected.until < now or (ours(key, expected) and key[1] in cached):
-                del self.expected[key]
-        return [e.pod for key, e in self.expected.items() if ours(key, e)]
+    def _forget(self, trainer: tuple[str, str], now: datetime, cached: Set[str]) -> dict[str, Expected]:
+        """The Trainer's expectations still open: those met (``cached``) or lapsed are dropped."""
+        group = self.expected.get(trainer, {})
+        for name in [n for n, e in group.items() if e.until < now or n in cached]:
+            del group[name]
+        if not group:
+            self.expected.pop(trainer, None)
+        return group
 
     def forget_gone(self, existing: set[str]) -> None:
         """Forget deletions whose pods are gone (``existing``: the UIDs of the pods that exist)."""

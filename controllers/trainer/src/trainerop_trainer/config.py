@@ -46,6 +46,11 @@ class TrainerConfig:
         "wait this long before writing counts after a pod only progressed (scheduled, started, ready), "
         "so one status write carries its siblings' progress too; failures and deletions act at once",
     )
+    gates_grace_seconds: float = flag(
+        5.0,
+        "a new Trainer whose gates have not answered yet gets its first status after this long at most, so that "
+        "it usually says its pods were created rather than first that it waits for the gates (0: at once)",
+    )
     admission_node_fit: bool = flag(
         True,
         "refuse a Trainer whose pods fit no node of the cluster (turn off where an autoscaler adds nodes on demand)",

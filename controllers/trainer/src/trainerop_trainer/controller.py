@@ -14,6 +14,7 @@ from trainerop_common.admission import Request, Verdict
 from trainerop_common.api import Contribution, Trainer
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
+from trainerop_common.clock import age_seconds
 from trainerop_common.conditions import parse
 from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL
 from trainerop_common.nodes import readiness
@@ -109,7 +110,7 @@ class TrainerController:
         self.rt.requeue([k for k in owners if k in self.rt.trainers])
 
     def _pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
-        self.actions.delivered(key)
+        self.actions.delivered(key, owner_of(body)[1])
         if deleted:
             self.spawns.forget(body.get("metadata", {}).get("uid", ""))
             return self._child_changed(key, body, deleted)
@@ -160,6 +161,8 @@ class TrainerController:
             force_unreachable=self.config.force_delete_unreachable,
             leases={v.name: v for v in map(lease_view, await self._children(self.leases, owner))},
             claims=frozenset(c["metadata"]["name"] for c in await self._children(self.claims, owner)),
+            age=age_seconds(body, now),
+            gates_grace=self.config.gates_grace_seconds,
             pods=pods,
             services=services,
             contributions=contributions_of(status),
@@ -196,7 +199,7 @@ class TrainerController:
             await self.actions.replace_failed(obs.owner, decision, obs.pods)
 
         return Outcome(
-            status=decision.status,
+            status=decision.status if decision.write_status else None,
             conditions=decision.conditions,
             events=decision.events,
             on_change=decision.on_change,

@@ -18,7 +18,16 @@ from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event, soonest
 
 from .overrides import override_problems
-from .policy import backoff_limit, describe_failure, effective_run_policy, gate_wait, outdated, retryable, succeeded
+from .policy import (
+    backoff_limit,
+    describe_failure,
+    effective_run_policy,
+    gate_wait,
+    outdated,
+    retryable,
+    succeeded,
+    unanswered_grace,
+)
 from .report import kept
 from .run import CONDITIONS, SECTION, Decision, Observed, Run, assess, next_due
 from .running import running
@@ -123,9 +132,16 @@ def refused(run: Run) -> Decision | None:
 
 
 def held_at_gates(run: Run, waiting: Sequence[str]) -> Decision | None:
-    """Closed gates hold a run that has no pods yet (a run with pods goes on; no new pod starts)."""
+    """Closed gates hold a run that has no pods yet (a run with pods goes on; no new pod starts).
+    A new Trainer whose gates have not answered yet gets no status for a moment: most often its
+    first status is then the pods created (policy.unanswered_grace)."""
     if not waiting or run.live:
         return None
+    obs = run.obs
+    first = obs.status.phase is None  # the trainer has written nothing for it yet
+    grace = unanswered_grace(obs.conditions, obs.gates, obs.owner.generation, obs.age, obs.gates_grace)
+    if first and grace is not None:
+        return Decision(status={}, conditions=(), write_status=False, requeue_after=grace)
     return Decision(
         status=run.status("Pending", run.live, run.start, None),
         conditions=(

@@ -16,10 +16,9 @@ from .views import PodView
 DEFAULT_BACKOFF_LIMIT = 6  # as batch/v1 Job
 
 
-def gate_wait(conditions: Sequence[Condition], gates: Sequence[str], generation: int) -> list[str]:
-    """One line per gate that answered no, saying why, and one for those that have not answered
-    this generation yet. That line names every gate, not the ones still silent: it stays the same
-    while the answers come in, so the trainer does not rewrite its status as each gate opens."""
+def gate_answers(conditions: Sequence[Condition], gates: Sequence[str], generation: int) -> tuple[list[str], bool]:
+    """One line per gate that answered no this generation, saying why; and whether some gate has
+    not answered this generation yet."""
     refused, silent = [], False
     for gate in gates:
         cond = find(conditions, gate)
@@ -27,9 +26,31 @@ def gate_wait(conditions: Sequence[Condition], gates: Sequence[str], generation:
             silent = True
         elif cond.status != "True":
             refused.append(f"{gate} ({cond.reason}: {cond.message})" if cond.message else f"{gate} ({cond.reason})")
+    return refused, silent
+
+
+def gate_wait(conditions: Sequence[Condition], gates: Sequence[str], generation: int) -> list[str]:
+    """One line per gate that answered no, saying why, and one for those that have not answered
+    this generation yet. That line names every gate, not the ones still silent: it stays the same
+    while the answers come in, so the trainer does not rewrite its status as each gate opens."""
+    refused, silent = gate_answers(conditions, gates, generation)
     if silent:
         refused.append(f"the gates' answers for generation {generation} ({', '.join(gates)})")
     return refused
+
+
+def unanswered_grace(
+    conditions: Sequence[Condition], gates: Sequence[str], generation: int, age: float | None, grace: float
+) -> float | None:
+    """Seconds a new Trainer's first status may wait for gates that have not answered yet (None:
+    say at once that it waits). The concerns usually answer within a moment, and the trainer then
+    writes the pods it created as its first status, rather than "waiting for the gates" first and
+    that a moment later. A gate that answered no is said at once; so is a wait past ``grace``
+    seconds of the Trainer's age (``age`` None: unknown)."""
+    refused, silent = gate_answers(conditions, gates, generation)
+    if refused or not silent or age is None or age >= grace:
+        return None
+    return grace - age
 
 
 def effective_run_policy(spec: TrainerSpec, contributions: Mapping[str, Contribution]) -> tuple[TrainerSpec, str]:

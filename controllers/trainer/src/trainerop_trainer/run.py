@@ -44,6 +44,8 @@ class Observed:
     force_unreachable: bool = False
     leases: Mapping[str, LeaseView] = field(default_factory=dict)  # by pod name
     claims: Set[str] = frozenset()  # names of the replicas' PersistentVolumeClaims
+    age: float | None = None  # seconds since the Trainer was created (None: unknown)
+    gates_grace: float = 0.0  # --gates-grace-seconds
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Decision:
     create_claims: tuple[dict[str, Any], ...] = ()
     delete_leases: tuple[str, ...] = ()
     runner: tuple[dict[str, Any], ...] = ()  # the pods' identity in the namespace, for pods to create
+    write_status: bool = True  # False: nothing worth a status write yet (see policy.unanswered_grace)
 
 
 @dataclass(frozen=True)

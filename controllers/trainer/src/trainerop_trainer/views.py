@@ -17,7 +17,6 @@ from trainerop_common.contracts import (
     replica_index,
 )
 from trainerop_common.nodes import NodeReadiness, gone_reason, lost
-from trainerop_common.objects import slim
 from trainerop_common.topology import ROLES, Role
 
 
@@ -149,11 +148,27 @@ def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(TRAINER_NAME_LABEL, "")))
 
 
+KEPT_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp", "creationTimestamp")
+KEPT_ANNOTATIONS = (ADMISSION_ANNOTATION, NODE_ANNOTATION)
+KEPT_STATUS = ("phase", "reason", "conditions")
+
+
 def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
-    """What the trainer holds of each of its pods: metadata, node and status (:func:`pod_view`),
-    not the spec it wrote itself (the env alone is most of a pod)."""
-    node = (body.get("spec") or {}).get("nodeName")
-    return {"metadata": slim(body).get("metadata") or {}, "spec": {"nodeName": node}, "status": body.get("status")}
+    """What the trainer holds of each of its pods: what :func:`pod_view` and the owner lookups read
+    (names, labels, owners, our annotations, the node, phase, conditions, each container's state),
+    not the spec it wrote itself (the env alone is most of a pod) nor the rest of the status."""
+    meta = body.get("metadata") or {}
+    kept = {k: meta[k] for k in KEPT_METADATA if k in meta}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in KEPT_ANNOTATIONS}
+    if annotations:
+        kept["annotations"] = annotations
+    status = body.get("status")
+    if status is not None:
+        containers = [{"name": c.get("name"), "state": c.get("state")} for c in status.get("containerStatuses") or ()]
+        status = {k: status[k] for k in KEPT_STATUS if k in status}
+        if containers:
+            status["containerStatuses"] = containers
+    return {"metadata": kept, "spec": {"nodeName": (body.get("spec") or {}).get("nodeName")}, "status": status}
 
 
 def lease_view(body: dict[str, Any]) -> LeaseView:

@@ -1,7 +1,8 @@
 """Time as a dependency: controllers never call datetime.now() directly (docs/design/work-queue.md)."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -44,3 +45,10 @@ def parse_time(text: str) -> datetime:
 def whole_seconds(text: str) -> str:
     """An RFC 3339 timestamp of any precision (a Lease's MicroTime) as Kubernetes writes a Time."""
     return rfc3339(parse_time(text))
+
+
+def age_seconds(obj: Mapping[str, Any], now: datetime) -> float | None:
+    """Seconds since an object's ``creationTimestamp`` (None without one). The API server writes it
+    in whole seconds, so the age may read up to a second more than it is."""
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    return (now - parse_time(created)).total_seconds() if created else None

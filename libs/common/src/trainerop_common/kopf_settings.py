@@ -1,11 +1,15 @@
 """One place that configures kopf the same way for all five controllers (docs/design/work-queue.md)."""
 
+import json
 import logging
 import secrets
+import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
+import kopf._cogs.clients.api as kopf_api
+import orjson
 
 from .api import GROUP
 from .config import ControllerConfig
@@ -37,7 +41,27 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+class FastJson(types.ModuleType):
+    """The standard ``json`` module with orjson's ``loads``: kopf decodes every line of every watch
+    stream with ``json.loads`` (a tenth of the trainer controller's CPU at 1000 Trainers, a sixth
+    of the quota controller's, which sees every pod). orjson parses the same JSON into the same
+    values several times faster, and shares the repeated keys of the objects it decodes."""
+
+    def __init__(self) -> None:
+        super().__init__("json")
+        self.__dict__.update({k: v for k, v in vars(json).items() if not k.startswith("__")})
+        self.loads = orjson.loads
+
+
+def decode_watch_streams_fast() -> None:
+    """kopf's watch streams decoded by orjson (see :class:`FastJson`); kopf reads the name ``json``
+    of its API module when it decodes a line, so the module it finds there is replaced."""
+    if not isinstance(getattr(kopf_api, "json", None), FastJson):
+        setattr(kopf_api, "json", FastJson())  # noqa: B010 (kopf exports no name for it)
+
+
 def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
+    decode_watch_streams_fast()
     c = config.controller
     settings.persistence.finalizer = finalizer(c)
     # Progress annotations are per controller so the five never overwrite each other's; the

@@ -1,7 +1,9 @@
 """The thin I/O adapter every controller uses for its own API calls (kopf does the watching).
 
 Wraps lightkube's async client with the project's CRDs as generic resources and a client-side
-rate limit. Only this module talks HTTP; decision code stays pure.
+rate limit; the requests sent most (creates, status applies, deletes) go over aiohttp
+(:mod:`.rest`) when the configuration allows. Only this module and ``rest`` talk HTTP; decision
+code stays pure.
 """
 
 import base64
@@ -9,6 +11,8 @@ from typing import Any
 
 import httpx2
 from lightkube import ApiError, AsyncClient, operators
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.resource import api_info
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericNamespacedResource,
@@ -39,6 +43,7 @@ from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
 from .objects import Keep, slim
 from .ratelimit import TokenBucket
+from .rest import APPLY, Rest
 
 Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
 
@@ -72,6 +77,20 @@ WEBHOOK_CONFIGURATIONS: dict[str, Any] = {
 LIST_PAGE = 500  # objects per page of a list (kubectl's default --chunk-size)
 # Ask the API server for an object's metadata only (as `kubectl get --raw` with this Accept does).
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+def resource_path(res: Any, namespace: str | None, name: str | None = None) -> str:
+    """The URL path of a lightkube resource class (its collection, or the object ``name``; a
+    subresource class such as ``Status`` needs the name)."""
+    info = api_info(res)
+    base = info.parent or info.resource
+    path = f"/apis/{base.group}/{base.version}" if base.group else f"/api/{base.version}"
+    if namespace:
+        path += f"/namespaces/{namespace}"
+    path += f"/{info.plural}"
+    if name is not None:
+        path += f"/{name}"
+    return path + (f"/{info.action}" if info.action else "")
 
 
 def _selector(text: str) -> dict[str, Any]:
@@ -113,15 +132,21 @@ def ca_bundle_patch(webhooks: list[tuple[str, str | None]], bundle: str) -> list
 class Kube:
     """Rate-limited API access for one controller."""
 
-    def __init__(self, client: AsyncClient, bucket: TokenBucket, controller: str) -> None:
+    def __init__(self, client: AsyncClient, bucket: TokenBucket, controller: str, rest: Rest | None = None) -> None:
         self._client = client
         self._bucket = bucket
         self._controller = controller
+        self._rest = rest  # the hot requests' path; None: everything through lightkube
+        self._manager = {"fieldManager": field_manager(controller)}
 
     @classmethod
     def from_environment(cls, controller: str, qps: float, burst: int) -> "Kube":
         """In-cluster service account, else $KUBECONFIG / ~/.kube/config."""
-        return cls(AsyncClient(field_manager=field_manager(controller)), TokenBucket(qps, burst), controller)
+        config = KubeConfig.from_env()
+        client = AsyncClient(config, field_manager=field_manager(controller))
+        single = config.get()
+        rest = Rest.from_config(single) if single is not None else None
+        return cls(client, TokenBucket(qps, burst), controller, rest)
 
     async def _call(self, verb: str, coro: Any) -> Any:
         await self._bucket.acquire()
@@ -141,6 +166,12 @@ class Kube:
         self, info: KindInfo, namespace: str | None, name: str, body: dict[str, Any], field_manager: str
     ) -> str | None:
         res = RESOURCES[info.kind]
+        if self._rest is not None:
+            path = resource_path(res.Status, namespace, name)
+            params = {"fieldManager": field_manager, "force": "false"}
+            answer = await self._call("apply_status", self._rest.send("PATCH", path, params, body, APPLY))
+            version = answer.get("metadata", {}).get("resourceVersion")
+            return str(version) if version else None
         result = await self._call(
             "apply_status",
             self._client.patch(
@@ -249,7 +280,7 @@ class Kube:
         """Create a Pod or Service; False if one of that name exists already."""
         res = CORE[body["kind"]]
         try:
-            await self._call("create", self._client.create(res.from_dict(body)))
+            await self._call("create", self._create(res, body, body.get("metadata", {}).get("namespace")))
         except ApiError as err:
             if is_conflict(err):
                 return False
@@ -261,7 +292,7 @@ class Kube:
         (for a pod whose node is lost and will never confirm the deletion)."""
         grace = 0 if force else None
         try:
-            await self._call("delete", self._client.delete(CORE[kind], name, namespace=namespace, grace_period=grace))
+            await self._call("delete", self._delete(CORE[kind], name, namespace, grace))
         except ApiError as err:
             if is_not_found(err):
                 return False
@@ -271,7 +302,7 @@ class Kube:
     async def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:
         """Delete one of the operator's objects; False if it is already gone."""
         try:
-            await self._call("delete", self._client.delete(RESOURCES[kind], name, namespace=namespace))
+            await self._call("delete", self._delete(RESOURCES[kind], name, namespace))
         except ApiError as err:
             if is_not_found(err):
                 return False
@@ -282,12 +313,23 @@ class Kube:
         """Create an object; False if it already exists (creation is idempotent by name)."""
         res = RESOURCES[kind]
         try:
-            await self._call("create", self._client.create(res(body), namespace=namespace))
+            await self._call("create", self._create(res, body, namespace or body.get("metadata", {}).get("namespace")))
         except ApiError as err:
             if is_conflict(err):
                 return False
             raise
         return True
+
+    async def _create(self, res: Any, body: dict[str, Any], namespace: str | None) -> Any:
+        if self._rest is None:
+            return await self._client.create(res.from_dict(body), namespace=namespace)
+        return await self._rest.send("POST", resource_path(res, namespace), self._manager, body)
+
+    async def _delete(self, res: Any, name: str, namespace: str | None, grace: int | None = None) -> Any:
+        if self._rest is None:
+            return await self._client.delete(res, name, namespace=namespace, grace_period=grace)
+        params = {"gracePeriodSeconds": str(grace)} if grace is not None else {}
+        return await self._rest.send("DELETE", resource_path(res, namespace, name), params)
 
     async def inject_ca_bundle(self, kind: str, name: str, ca: bytes) -> str:
         """Set the caBundle of every webhook of one webhook configuration to ``ca``: "written",
@@ -314,3 +356,5 @@ class Kube:
 
     async def close(self) -> None:
         await self._client.close()
+        if self._rest is not None:
+            await self._rest.close()

@@ -28,6 +28,7 @@ from .config import ControllerConfig
 from .kube import Kube, is_not_found
 from .metrics import EVENTS_POSTED, QUEUE_DEPTH, RECONCILE_DURATION, RECONCILES_IN_FLIGHT, WATCHED
 from .names import component
+from .objects import managers_only
 from .outcome import Outcome, StatusSection, soonest
 from .redaction import redact_text
 from .status_writer import StatusWriter
@@ -321,7 +322,9 @@ class Runtime:
             if event.get("type") == "DELETED":
                 self._gone(body)
                 return
-            await self.reconcile(self.queue.seen(dict(body)))
+            # Held until the next event: the body without its managers' field sets (decide from the
+            # spec and the status; the audit names the spec's manager)
+            await self.reconcile(self.queue.seen(managers_only(dict(body))))
 
         controller.register(registry, self)
         return registry
