@@ -249,6 +249,7 @@ NOTIFIED = {**TWO, "notified": {"conditions": {"Failed": "2026-01-01T00:00:00Z"}
         (ONE, TWO, 12.0, 0.0),  # held long enough: written now
         (TWO, NOTIFIED, None, 0.0),  # a notification marked: at once
         ({**ONE, "notified": NOTIFIED["notified"]}, NOTIFIED, None, 10.0),  # the marks unchanged: may wait
+        ({}, {**ONE, "notified": {}}, None, 10.0),  # nothing marked yet either way
     ],
 )
 def test_the_summary_waits_for_the_delay_unless_a_notification_was_marked(

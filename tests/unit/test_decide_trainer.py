@@ -273,6 +273,7 @@ REFUSED = [cond("ProfileResolved", "False", "ProfileNotFound", message="create i
     [
         (SILENT, None, 0.5, False, 1.5),  # new, the gates silent: nothing yet, look again at the grace's end
         ([], None, 1.0, False, 1.0),
+        (SILENT, None, -3.0, False, 2.0),  # this clock behind the API server's: never past the grace
         (SILENT, None, 2.0, True, None),  # the grace is over: say that it waits
         (SILENT, None, None, True, None),  # age unknown
         (REFUSED, None, 0.5, True, None),  # a gate said no: say why at once

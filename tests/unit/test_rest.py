@@ -61,12 +61,16 @@ def test_a_token_from_a_file_is_read_again_only_when_it_changed(tmp_path: Path) 
     file = tmp_path / "token"
     file.write_text("one\n")
     token = Token(file=str(file))
-    assert token.header() == {"Authorization": "Bearer one"}
-    assert token.reread() is False  # the same token: nothing new to try
+    sent = token.header()
+    assert sent == {"Authorization": "Bearer one"}
+    assert token.renewed(sent) is False  # the same token on file: nothing new to try
     file.write_text("two")
-    assert token.reread() is True
+    assert token.renewed(sent) is True
     assert token.header() == {"Authorization": "Bearer two"}
-    assert Token(value="fixed").reread() is False
+    # another request refused with "one" meanwhile: the token was renewed already, try it
+    assert token.renewed(sent) is True
+    assert Token(value="fixed\n").header() == {"Authorization": "Bearer fixed"}  # as in a pod's config
+    assert Token(value="fixed").renewed({"Authorization": "Bearer fixed"}) is False
     assert Token().header() == {}
 
 

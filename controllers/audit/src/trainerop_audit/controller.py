@@ -225,20 +225,24 @@ class AuditController:
         return replace(facts, recorded=Recorded.parse(held[2].get("recorded")))
 
     def summary_wait(self, body: Body, wanted: dict[str, Any]) -> float:
-        """Seconds this Trainer's ``status.audit`` waits yet (decide.summary_hold)."""
+        """Seconds this Trainer's ``status.audit`` waits yet (decide.summary_hold). What it will say
+        is held until the status says it (a write that failed keeps it held); a body older than
+        this controller's last write changes nothing (the write is skipped for it)."""
+        assert self.rt.writer is not None
+        if self.rt.writer.is_stale(body):
+            return 0.0
         key, uid, now = key_of(body), body["metadata"]["uid"], self.rt.clock.now().timestamp()
         held = self._held.get(key)
         since = held[1] if held is not None and held[0] == uid else None
         current = (body.get("status") or {}).get("audit") or {}
-        wait = summary_hold(current, wanted, None if since is None else now - since, self.config.summary_delay_seconds)
-        if wait <= 0:
+        if current == wanted:
             self._held.pop(key, None)
             return 0.0
-        self._held[key] = (uid, now if since is None else since, wanted)
+        self._held[key] = (uid, now if since is None else since, wanted)  # until the status says it
         if len(self._held) > len(self.rt.trainers):  # some were deleted while held
             for gone in [k for k in self._held if k not in self.rt.trainers]:
                 del self._held[gone]
-        return wait
+        return summary_hold(current, wanted, None if since is None else now - since, self.config.summary_delay_seconds)
 
     async def notify(self, body: Body) -> tuple[Notified, tuple[Event, ...], float | None]:
         """Send the notifications this Trainer is due, one attempt each; returns what is notified

@@ -241,6 +241,6 @@ def summary_hold(current: Mapping[str, Any], wanted: Mapping[str, Any], held_for
     waits, for ``delay`` seconds from when it first differed (``held_for``: seconds it has been
     held, None if it was not); notification marks are written at once (a mark lost in a crash
     would send a notice twice)."""
-    if current == wanted or current.get("notified") != wanted.get("notified") or delay <= 0:
+    if current == wanted or (current.get("notified") or {}) != (wanted.get("notified") or {}) or delay <= 0:
         return 0.0
     return max(delay - (held_for or 0.0), 0.0)

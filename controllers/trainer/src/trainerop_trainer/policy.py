@@ -50,7 +50,7 @@ def unanswered_grace(
     refused, silent = gate_answers(conditions, gates, generation)
     if refused or not silent or age is None or age >= grace:
         return None
-    return grace - age
+    return min(grace, grace - age)  # a clock behind the API server's reads a negative age
 
 
 def effective_run_policy(spec: TrainerSpec, contributions: Mapping[str, Contribution]) -> tuple[TrainerSpec, str]:

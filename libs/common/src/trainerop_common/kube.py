@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 from lightkube import ApiError, AsyncClient, operators
 from lightkube.config.kubeconfig import KubeConfig
-from lightkube.core.resource import api_info
+from lightkube.core.resource import NamespacedResource, NamespacedSubResource, api_info
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericNamespacedResource,
@@ -323,13 +323,19 @@ class Kube:
     async def _create(self, res: Any, body: dict[str, Any], namespace: str | None) -> Any:
         if self._rest is None:
             return await self._client.create(res.from_dict(body), namespace=namespace)
-        return await self._rest.send("POST", resource_path(res, namespace), self._manager, body)
+        return await self._rest.send("POST", resource_path(res, self._namespace(res, namespace)), self._manager, body)
 
     async def _delete(self, res: Any, name: str, namespace: str | None, grace: int | None = None) -> Any:
         if self._rest is None:
             return await self._client.delete(res, name, namespace=namespace, grace_period=grace)
         params = {"gracePeriodSeconds": str(grace)} if grace is not None else {}
-        return await self._rest.send("DELETE", resource_path(res, namespace, name), params)
+        return await self._rest.send("DELETE", resource_path(res, self._namespace(res, namespace), name), params)
+
+    def _namespace(self, res: Any, namespace: str | None) -> str | None:
+        """A namespaced kind's namespace, the configuration's when not given (as lightkube does)."""
+        if namespace or not issubclass(res, (NamespacedResource, NamespacedSubResource)):
+            return namespace
+        return str(self._client.namespace)
 
     async def inject_ca_bundle(self, kind: str, name: str, ca: bytes) -> str:
         """Set the caBundle of every webhook of one webhook configuration to ``ca``: "written",

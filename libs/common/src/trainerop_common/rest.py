@@ -26,6 +26,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.internal_models import meta_v1
 
 CONNECTIONS = 64  # kept open to the API server; a controller has at most a few dozen requests in flight
+SECONDS = 10.0  # to connect, and between bytes of an answer: lightkube's (httpx's) timeout
 JSON = "application/json"
 APPLY = "application/apply-patch+yaml"  # a JSON body is valid YAML
 
@@ -39,15 +40,16 @@ class Token:
 
     def header(self) -> dict[str, str]:
         if self.value is None and self.file is not None:
-            self.value = Path(self.file).read_text().strip()
-        return {"Authorization": f"Bearer {self.value}"} if self.value else {}
+            self.value = Path(self.file).read_text()
+        value = (self.value or "").strip()
+        return {"Authorization": f"Bearer {value}"} if value else {}
 
-    def reread(self) -> bool:
-        """Forget the token if it came from a file (a 401: rotated); whether there is a new one to try."""
-        if self.file is None:
-            return False
-        old, self.value = self.value, None
-        return self.header() != {"Authorization": f"Bearer {old}"}
+    def renewed(self, sent: dict[str, str]) -> bool:
+        """After a 401 to a request that carried ``sent``: whether another token is there to try (the
+        file read again, or already read again for another request refused meanwhile)."""
+        if self.file is not None and self.header() == sent:
+            self.value = None  # rotated by the kubelet: read it again
+        return self.header() != sent
 
 
 def refusal(status: int, body: bytes) -> ApiError:
@@ -65,12 +67,13 @@ def refusal(status: int, body: bytes) -> ApiError:
 class Rest:
     """One aiohttp session to the API server for the hot requests (see the module's docstring)."""
 
-    def __init__(self, server: str, tls: ssl.SSLContext | None, token: Token, timeout: float = 60.0) -> None:
+    def __init__(self, server: str, tls: ssl.SSLContext | None, token: Token, timeout: float = SECONDS) -> None:
         self._server = server.rstrip("/")
         self._tls = tls
         self._token = token
-        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=10)
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     @classmethod
     def from_config(cls, config: SingleConfig) -> "Rest | None":
@@ -83,9 +86,12 @@ class Rest:
         return cls(config.cluster.server, tls, Token(user.token, user.token_file))
 
     def _open(self) -> aiohttp.ClientSession:
+        if self._closed:  # the controller is stopping: no new session that nobody would close
+            raise ConnectionError("the API client is closed")
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._tls if self._tls is not None else False, limit=CONNECTIONS)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            # trust_env: HTTPS_PROXY / NO_PROXY as lightkube (httpx) honours them
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trust_env=True)
         return self._session
 
     async def send(
@@ -93,18 +99,25 @@ class Rest:
     ) -> dict[str, Any]:
         """The response's object (``{}`` when it has none); ApiError for a refusal."""
         data = orjson.dumps(body) if body is not None else None
-        status, raw = await self._exchange(method, path, params, data, content_type)
-        if status == 401 and self._token.reread():
-            status, raw = await self._exchange(method, path, params, data, content_type)
+        sent = self._token.header()
+        status, raw = await self._exchange(method, path, params, data, content_type, sent)
+        if status == 401 and self._token.renewed(sent):
+            status, raw = await self._exchange(method, path, params, data, content_type, self._token.header())
         if status >= 400:
             raise refusal(status, raw)
         parsed = orjson.loads(raw) if raw else {}
         return parsed if isinstance(parsed, dict) else {}
 
     async def _exchange(
-        self, method: str, path: str, params: dict[str, str], data: bytes | None, content_type: str
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str],
+        data: bytes | None,
+        content_type: str,
+        auth: dict[str, str],
     ) -> tuple[int, bytes]:
-        headers = {"Accept": JSON, **self._token.header()}
+        headers = {"Accept": JSON, **auth}
         if data is not None:
             headers["Content-Type"] = content_type
         try:
@@ -115,8 +128,9 @@ class Rest:
         except aiohttp.ClientError as err:  # not all of them are OSErrors: callers retry ConnectionError
             raise ConnectionError(f"{method} {path}: {err}") from err
         except TimeoutError as err:
-            raise TimeoutError(f"{method} {path}: no answer within {self._timeout.total}s") from err
+            raise TimeoutError(f"{method} {path}: no answer within {self._timeout.sock_read}s") from err
 
     async def close(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
