@@ -152,7 +152,12 @@ def resync_and_completion(
     result: dict[str, Any] = {}
     # A no-op resync: every controller reconciles every Trainer (at its resync period) and has
     # nothing to write; measured over one full round of all five controllers, once the writes that
-    # follow Running (audit records, Events) have landed.
+    # follow Running (audit records, Events, the audit summaries it holds for a while) have landed.
+    eventually(
+        lambda: c.metric("audit", "audit_summaries_held", {}) == 0,
+        timeout=120,
+        what="the audit controller's held summaries to be written",
+    )
     at_running = settled(c, at_running)
     skipped = status_writes(c, "skipped")
     eventually(

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from trainerop_audit.config import AuditConfig
-from trainerop_audit.controller import AuditController, observed
+from trainerop_audit.controller import HELD, AuditController, observed
 from trainerop_common.clock import FixedClock
 from trainerop_common.runtime import Runtime
 
@@ -35,9 +35,15 @@ def body(version: int, audit: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"metadata": {**meta, "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": status}
 
 
+def held_gauge() -> float:
+    (family,) = HELD.collect()
+    return float(family.samples[0].value)
+
+
 def test_a_held_summary_is_what_the_controller_decides_from_until_the_status_says_it() -> None:
     audit, clock, writer = controller()
     assert audit.summary_wait(body(1), WANTED) == 30.0  # held
+    assert held_gauge() == 1
     facts = audit.with_held(body(1), observed(body(1), clock.now()))
     assert facts.recorded.conditions == {"Running": "t1"}  # what it holds, not the empty status
     clock.advance(31)
@@ -48,6 +54,7 @@ def test_a_held_summary_is_what_the_controller_decides_from_until_the_status_say
     assert ("ns", "t") in audit._held
     assert audit.summary_wait(body(6, WANTED), WANTED) == 0.0  # the status says it: the hold ends
     assert audit._held == {}
+    assert held_gauge() == 0
 
 
 def test_a_deleted_trainers_hold_is_dropped() -> None:

@@ -14,7 +14,7 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 
 from trainerop_common.kube import RESOURCES, resource_path
-from trainerop_common.rest import APPLY, Rest, Token, refusal
+from trainerop_common.rest import APPLY, Rest, Token, proxy_for, refusal
 
 GROUP = "/apis/trainer.operator.kubeflow.org/v1alpha1"
 
@@ -72,6 +72,25 @@ def test_a_token_from_a_file_is_read_again_only_when_it_changed(tmp_path: Path) 
     assert Token(value="fixed\n").header() == {"Authorization": "Bearer fixed"}  # as in a pod's config
     assert Token(value="fixed").renewed({"Authorization": "Bearer fixed"}) is False
     assert Token().header() == {}
+
+
+@pytest.mark.parametrize(
+    ("env", "proxy"),
+    [
+        ({}, None),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        ({"https_proxy": "http://proxy:3128", "no_proxy": "10.0.0.1"}, None),
+        ({"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": ".cluster.local,other"}, "http://proxy:3128"),
+    ],
+)
+def test_the_proxy_is_the_environments_unless_no_proxy_covers_the_api_server(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], proxy: str | None
+) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert proxy_for("https://10.0.0.1:6443") == proxy
 
 
 @pytest.fixture

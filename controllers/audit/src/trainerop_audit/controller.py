@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 from lightkube import ApiError
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339, rfc3339_micro
@@ -38,6 +38,7 @@ from .user_recorder import RESOURCES, WEBHOOK, UserRecorder
 log = logging.getLogger("trainerop.audit")
 RECORDS = Counter("audit_records_total", "AuditLog records created.", ["source"])
 PRUNED = Counter("audit_records_pruned_total", "AuditLog records deleted by retention.")
+HELD = Gauge("audit_summaries_held", "Trainers whose status.audit does not yet say all their records.")
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -96,6 +97,7 @@ class AuditController:
         self._attempts: dict[str, dict[tuple[str, str], int]] = {}  # uid -> (event, time) -> failed attempts
         # Trainers whose status.audit waits (summary_wait): the uid, since when, and what it will say
         self._held: dict[Key, tuple[str, float, dict[str, Any]]] = {}
+        HELD.set_function(lambda: len(self._held))
 
     async def write(self, record: dict[str, Any], source: str, print_existing: bool = False) -> bool:
         """Create one record (idempotent by name) and print it; False if it existed already (then

@@ -14,9 +14,11 @@ the controller sends everything through lightkube.
 """
 
 import ssl
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -52,6 +54,15 @@ class Token:
         return self.header() != sent
 
 
+def proxy_for(server: str) -> str | None:
+    """The proxy the environment names for ``server`` (HTTPS_PROXY / HTTP_PROXY, unless NO_PROXY
+    covers it), as lightkube's client honours them; read once, not on every request."""
+    url = urlsplit(server)
+    if urllib.request.proxy_bypass(url.hostname or ""):  # the environment's NO_PROXY on Linux
+        return None
+    return urllib.request.getproxies_environment().get(url.scheme or "https")
+
+
 def refusal(status: int, body: bytes) -> ApiError:
     """The API server's refusal as lightkube reports it (a Status; a bare body when it sent none)."""
     try:
@@ -74,6 +85,7 @@ class Rest:
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        self._proxy = proxy_for(server)
 
     @classmethod
     def from_config(cls, config: SingleConfig) -> "Rest | None":
@@ -90,8 +102,8 @@ class Rest:
             raise ConnectionError("the API client is closed")
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._tls if self._tls is not None else False, limit=CONNECTIONS)
-            # trust_env: HTTPS_PROXY / NO_PROXY as lightkube (httpx) honours them
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trust_env=True)
+            # not trust_env: aiohttp would read ~/.netrc on every request; the proxy is proxy_for's
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
     async def send(
@@ -122,7 +134,7 @@ class Rest:
             headers["Content-Type"] = content_type
         try:
             async with self._open().request(
-                method, self._server + path, params=params, data=data, headers=headers
+                method, self._server + path, params=params, data=data, headers=headers, proxy=self._proxy
             ) as response:
                 return response.status, await response.read()
         except aiohttp.ClientError as err:  # not all of them are OSErrors: callers retry ConnectionError
