@@ -148,7 +148,7 @@ def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(TRAINER_NAME_LABEL, "")))
 
 
-KEPT_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp", "creationTimestamp")
+KEPT_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
 KEPT_ANNOTATIONS = (ADMISSION_ANNOTATION, NODE_ANNOTATION)
 KEPT_STATUS = ("phase", "reason", "conditions")
 
