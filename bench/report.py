@@ -158,9 +158,9 @@ def markdown(r: dict[str, Any]) -> str:
             _row(
                 n,
                 o["writes_to_running_per_trainer"],
-                o["writes_per_trainer_lifecycle"],
-                o["writes_per_noop_resync_per_trainer"],
-                o["conflicts_409"],
+                o.get("writes_per_trainer_lifecycle", "-"),  # the first repetition's details (--details)
+                o.get("writes_per_noop_resync_per_trainer", "-"),
+                o.get("conflicts_409", "-"),
             )
         )
     for n in sizes:
@@ -183,8 +183,8 @@ def markdown(r: dict[str, Any]) -> str:
             ],
         }
         lines += [line for title, parts in notes.items() if parts for line in ("", f"{title}: " + ", ".join(parts))]
-    if sizes:
-        last = r["throughput"][sizes[-1]]["operator"]["writes_by_resource"]
+    last = r["throughput"][sizes[-1]]["operator"].get("writes_by_resource") if sizes else None
+    if last:
         lines += [
             "",
             f"Writes per Trainer lifecycle by resource (N = {sizes[-1]}): "

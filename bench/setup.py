@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -13,6 +15,18 @@ from contextlib import contextmanager
 from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.harness import Cluster, eventually
+
+FAILED_RUN_LOGS = cluster_tool.RUN_DIR.parent / "failed-run-logs"
+
+
+def keep_logs() -> None:
+    """The logs of every process of a run that failed (the cluster's and the controllers'), copied
+    out of the run directory that taking the cluster down removes."""
+    shutil.rmtree(FAILED_RUN_LOGS, ignore_errors=True)
+    for logs in (cluster_tool.RUN_DIR / "logs", localdev.state_dir() / "logs"):
+        if logs.is_dir():
+            shutil.copytree(logs, FAILED_RUN_LOGS / logs.parent.name, dirs_exist_ok=True)
+    print(f"the run failed: its logs are in {FAILED_RUN_LOGS}", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -37,6 +51,10 @@ def operator_running(extra_env: dict[str, str] | None = None) -> Iterator[Cluste
             metrics_ports=ports,
             sa_kubeconfigs={name: state / f"{name}.kubeconfig" for name in localdev.CONTROLLERS},
         )
+    except BaseException:
+        if started:  # the cluster goes with its logs: keep them to find out why
+            keep_logs()
+        raise
     finally:
         localdev.stop()
         if started:

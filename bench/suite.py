@@ -174,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the controllers' resync (default: theirs); the no-op resync waits for one round",
     )
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--details",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the first repetition of each N also times a no-op resync, completion and memory after a restart",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--label", default="full")
     p.add_argument(
@@ -221,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             first = rep == 0
             profile = args.out / f"{args.label}-profile-{n}.txt" if first and args.profile and n == max(sizes) else None
             print(f"== repetition {rep + 1} of {args.repeat}", file=sys.stderr, flush=True)
-            result = throughput(c, client, n, args.workers, profile, levels, details=first)
+            result = throughput(c, client, n, args.workers, profile, levels, details=first and args.details)
             levels = [int(result["ceiling"]["concurrency"])]  # the sweep's best for the rest
             repeats.record_throughput(results["throughput"].setdefault(str(n), result), result)
             save()
