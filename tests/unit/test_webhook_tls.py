@@ -11,10 +11,12 @@ from cryptography import x509
 from trainerop_common.kube import ca_bundle_patch
 from trainerop_common.webhook_tls import (
     KeyPair,
+    ca_secret_name,
     due_for_renewal,
     issue,
     make_ca,
     serving_names,
+    stored_ca,
     write_pair,
 )
 
@@ -82,3 +84,28 @@ def test_the_ca_bundle_patch_touches_only_webhooks_without_the_bundle() -> None:
         {"op": "add", "path": "/webhooks/2/clientConfig/caBundle", "value": "QUJD"},
     ]
     assert ca_bundle_patch([("a.example", "QUJD")], "QUJD") == []  # nothing to write
+
+
+def test_each_controller_has_its_own_ca_secret() -> None:
+    assert ca_secret_name("profile") == "trainer-operator-profile-webhook-ca"
+    assert len({ca_secret_name(c) for c in ("trainer", "profile", "quota", "audit")}) == 4
+
+
+@pytest.mark.parametrize(
+    ("data", "found"),
+    [
+        ({}, False),  # as the component creates it: the controller fills it
+        ({"tls.crt": "C", "tls.key": "K"}, True),
+    ],
+)
+def test_the_ca_is_read_from_its_secret_or_made_when_the_secret_is_empty(data: dict[str, str], found: bool) -> None:
+    ca = stored_ca("ns/s", data)
+    assert (ca is not None) is found
+    if ca is not None:
+        assert ca == KeyPair(b"C", b"K")
+
+
+@pytest.mark.parametrize("data", [{"tls.crt": "C"}, {"tls.key": "K"}, {"tls.crt": "", "tls.key": "K"}])
+def test_half_a_ca_is_an_error_that_says_how_to_empty_the_secret(data: dict[str, str]) -> None:
+    with pytest.raises(RuntimeError, match=r"kubectl patch secret -n ns s --type=json"):
+        stored_ca("ns/s", data)
