@@ -183,11 +183,21 @@ def test_a_pvc_bucket_is_mounted_at_checkpoints() -> None:
     assert {e["name"]: e.get("value") for e in pod["env"]}["CHECKPOINT_DIR"] == "/checkpoints/t"
 
 
-def test_missing_storage_closes_the_gate_and_says_what_to_do() -> None:
-    d = observe([], storage=Storage(False, "StorageNotFound", "PersistentVolumeClaim 'pvc-backups' does not exist"))
+@pytest.mark.parametrize(
+    ("reason", "recheck"),
+    [
+        ("StorageNotFound", None),  # the claims are watched: their change brings the next look
+        ("CredentialsNotFound", 10.0),  # Secrets are not: looked at again
+        ("CredentialsNotReadable", 10.0),
+        ("InvalidCredentials", 10.0),
+    ],
+)
+def test_missing_storage_closes_the_gate_and_says_what_to_do(reason: str, recheck: float | None) -> None:
+    d = observe([], storage=Storage(False, reason, "what is missing and what to do"))
     (c,) = d.conditions
-    assert (c.status, c.reason) == ("False", "StorageNotFound")
+    assert (c.status, c.reason) == ("False", reason)
     assert d.problem == c
+    assert d.requeue_after == recheck
     # The section goes (an applied empty one would be null, which the API server refuses).
     assert d.status == {}
 

@@ -222,13 +222,24 @@ async def test_the_secret_grants_come_with_the_first_trainer_of_a_namespace_befo
     assert kube.applied[5:] == ["RoleBinding/ns", "RoleBinding/ns"]  # again after the resync period
 
 
-async def test_a_refused_grant_does_not_hold_the_trainer_back() -> None:
+@pytest.mark.parametrize(("code", "held_back"), [(403, False), (422, False), (429, True), (500, True)])
+async def test_a_refused_grant_does_not_hold_the_trainer_back_but_a_failing_server_does(
+    code: int, held_back: bool
+) -> None:
+    """Refused (RBAC, the admission policy, invalid): logged, the pods made all the same. The API
+    server busy or failing: the reconcile fails and is retried with backoff, the grant with it."""
     act, kube, _ = actions()
     act.grants = lambda namespace: [{"kind": "RoleBinding", "metadata": {"name": "forbidden", "namespace": namespace}}]
 
     async def refuse(body: dict[str, Any]) -> None:
-        raise ApiError(status=Status(code=403, message="not allowed to bind", reason="Forbidden"))
+        raise ApiError(status=Status(code=code, message="no", reason="Refused"))
 
     kube.apply_core = refuse  # type: ignore[method-assign]
-    await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
-    assert kube.created == ["t-worker-0", "t-worker-1"]
+    decision = Decision(status={}, conditions=(), create_pods=PODS)
+    if held_back:
+        with pytest.raises(ApiError):
+            await act.carry_out(BODY, OWNER, decision, ())
+        assert kube.created == []
+    else:
+        await act.carry_out(BODY, OWNER, decision, ())
+        assert kube.created == ["t-worker-0", "t-worker-1"]

@@ -45,6 +45,8 @@ CHECKPOINT_SECTION = StatusSection(
 )
 VOLUME = "checkpoints"
 RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until the timeout
+# Storage problems of the credentials Secret (not watched: looked at again every RECHECK_SECONDS).
+SECRET_PROBLEMS = frozenset({"CredentialsNotFound", "CredentialsNotReadable", "InvalidCredentials"})
 FINAL = ("Committed", "GarbageCollected", "Failed")
 
 CopyState = Literal["ok", "missing", "mismatch", "unreadable"]
@@ -361,7 +363,9 @@ def decide(obs: Observed) -> Decision:
         # The section goes (no resume point, no contribution: the gate is closed). Applying an
         # empty section instead would leave status.checkpoint null, which the API server refuses.
         problem = Desired.false(CONDITION, obs.storage.reason, obs.storage.message)
-        return Decision(status={}, conditions=(problem,), problem=problem)
+        # Secrets are not watched: one made, mended or granted is seen at the next look.
+        recheck = RECHECK_SECONDS if obs.storage.reason in SECRET_PROBLEMS else None
+        return Decision(status={}, conditions=(problem,), problem=problem, requeue_after=recheck)
     judged = _judged(obs)
     committed = [j for j in judged if j.phase == "Committed"]
     keep = committed[-spec.max_retention :]

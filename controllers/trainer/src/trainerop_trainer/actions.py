@@ -50,6 +50,7 @@ RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retry
 # The namespace-wide objects applied once per namespace: the pods' identity (with the first pods
 # there) and the Secret grants of the gates' controllers (with the first Trainer there).
 RUNNER, GRANTS = "runner", "grants"
+REFUSALS = (403, 409, 422)  # forbidden (RBAC, the admission policy), another's object, invalid: not retried
 
 
 class Actions:
@@ -155,10 +156,13 @@ class Actions:
     async def _grant(self, namespace: str) -> None:
         """The gates' controllers may read the Secrets of this namespace's Trainers. A refusal
         (an install without the trainer's bind right) does not hold the Trainer back: it is
-        logged, and the controllers say they cannot read the Secret."""
+        logged, tried again after --resync-seconds, and the controllers say they cannot read the
+        Secret."""
         try:
             await self._once((GRANTS, namespace), self.grants(namespace))
         except ApiError as err:
+            if err.status.code not in REFUSALS:
+                raise  # the API server busy or failing: the reconcile is retried with backoff
             log.error(
                 "cannot let the gates' controllers read Secrets in namespace %s (RoleBindings %s): %s; the trainer "
                 "controller needs the RBAC and admission policy of deploy/controllers/trainer/rbac",

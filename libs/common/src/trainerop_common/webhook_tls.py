@@ -107,7 +107,7 @@ def issue(ca: KeyPair, names: Sequence[str], now: dt.datetime, days: int = SERVI
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError("the webhook CA's private key is not an EC key")
+        raise ValueError(f"the private key of the webhook CA {ca_cert.subject.rfc4514_string()} is not an EC key")
     alt: list[x509.GeneralName] = []
     for host in names:
         try:
