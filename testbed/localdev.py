@@ -68,6 +68,14 @@ def kubectl(*args: str, stdin: str | None = None) -> str:
     return result.stdout
 
 
+# What earlier versions installed and this one does not (apply never removes): the cluster-wide
+# Secret bindings and the shared webhook CA's Role (docs/deploy.md, Upgrading).
+REMOVED = (
+    ("clusterrolebinding", "trainer-operator-profile-secret-check", "trainer-operator-checkpoint-credentials"),
+    ("-n", NAMESPACE, "role,rolebinding", "trainer-operator-webhook-ca"),
+)
+
+
 def install() -> None:
     cluster.say("installing CRDs, namespace, ServiceAccounts and RBAC (deploy/overlays/local)")
     # CRDs first: the overlay also holds objects of a CRD it installs (kopf's peering objects).
@@ -81,6 +89,8 @@ def install() -> None:
         "--timeout=60s",
     )
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
+    for removed in REMOVED:  # a cluster kept from an earlier version (docs/deploy.md, Upgrading)
+        kubectl("delete", "--ignore-not-found", *removed)
     register_webhooks()
 
 

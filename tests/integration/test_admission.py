@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from testbed import cluster as cluster_tool
 from testbed import localdev
@@ -132,40 +133,59 @@ def _refused_or_none(cluster: Cluster, manifest: dict[str, Any], namespace: str)
 # -- the self-signed TLS path --------------------------------------------------------------------
 
 
+PROFILE_CA = "trainer-operator-profile-webhook-ca"
+SELF_SIGNED = {"TRAINEROP_WEBHOOK_TLS": "self-signed"}
+
+
+def certificate_files(directory: Path) -> dict[str, str]:
+    return {
+        "TRAINEROP_WEBHOOK_CERT_FILE": str(directory / "tls.crt"),
+        "TRAINEROP_WEBHOOK_KEY_FILE": str(directory / "tls.key"),
+    }
+
+
+def empty_ca(cluster: Cluster) -> None:
+    """The profile controller's CA Secret as deploy/components/self-signed-tls creates it: empty."""
+    cluster.kubectl("delete", "secret", PROFILE_CA, "-n", localdev.NAMESPACE, "--ignore-not-found")
+    cluster.kubectl("create", "secret", "generic", PROFILE_CA, "-n", localdev.NAMESPACE)
+
+
 @pytest.fixture
 def self_signed_profile(cluster: Cluster, tmp_path: Path) -> Iterator[Path]:
     """The profile controller restarted with --webhook-tls self-signed (its certificate files in a
-    fresh directory); afterwards restarted as before, and its webhooks given the cluster's CA back."""
+    fresh directory, its CA Secret empty); afterwards restarted as before, and its webhooks given
+    the cluster's CA back."""
     certs = tmp_path / "webhook"
-    cluster.kubectl("delete", "secret", "trainer-operator-webhook-ca", "-n", localdev.NAMESPACE, "--ignore-not-found")
-    localdev.restart(
-        "profile",
-        {
-            "TRAINEROP_WEBHOOK_TLS": "self-signed",
-            "TRAINEROP_WEBHOOK_CERT_FILE": str(certs / "tls.crt"),
-            "TRAINEROP_WEBHOOK_KEY_FILE": str(certs / "tls.key"),
-        },
-    )
+    empty_ca(cluster)
+    localdev.restart("profile", SELF_SIGNED | certificate_files(certs))
     try:
         yield certs
     finally:
         localdev.restart("profile")
         configs = yaml.safe_dump_all(localdev.local_webhook("profile"))
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=configs)
-        cluster.kubectl("delete", "secret", "trainer-operator-webhook-ca", "-n", localdev.NAMESPACE)
+        empty_ca(cluster)
 
 
-def test_the_self_signed_path_issues_the_certificate_and_injects_its_ca(
+def test_the_self_signed_path_fills_its_own_ca_issues_the_certificate_and_injects_the_ca(
     cluster: Cluster, namespace: str, self_signed_profile: Path
 ) -> None:
-    secret = cluster.get("secret", "trainer-operator-webhook-ca", localdev.NAMESPACE)
+    secret = cluster.get("secret", PROFILE_CA, localdev.NAMESPACE)
     ca = base64.b64decode(secret["data"]["tls.crt"])
     assert ca.startswith(b"-----BEGIN CERTIFICATE-----")
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
         for hook in cluster.get(kind, "trainer-operator-profile")["webhooks"]:
             assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca, (kind, hook["name"])
+    # the serving certificate was issued by that CA
+    served = x509.load_pem_x509_certificate((self_signed_profile / "tls.crt").read_bytes())
+    served.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
     assert (self_signed_profile / "tls.crt").read_bytes() != (cluster_tool.RUN_DIR / "pki" / "ca.crt").read_bytes()
     # The API server now trusts only the operator's own CA for these webhooks: a refusal proves
     # that it reached the controller over TLS with the self-signed certificate.
     message = refusal(cluster, trainer(f"r-{uuid.uuid4().hex[:4]}", profile="missing"), namespace)
     assert "spec.profile: there is no TrainingProfile 'missing'" in message
+    # A restart keeps the CA it filled in (the webhook configurations' caBundle stays valid).
+    localdev.restart("profile", SELF_SIGNED | certificate_files(self_signed_profile))
+    assert base64.b64decode(cluster.get("secret", PROFILE_CA, localdev.NAMESPACE)["data"]["tls.crt"]) == ca
+    again = x509.load_pem_x509_certificate((self_signed_profile / "tls.crt").read_bytes())
+    again.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))

@@ -71,15 +71,20 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
     objects = build(cluster, "local")
     assert by_kind(objects, "Deployment") == {}
     assert set(by_kind(objects, "ServiceAccount")) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
-    controllers = {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)} | {
-        "trainer-operator-profile-secret-check",
-        "trainer-operator-checkpoint-credentials",
-    }
+    controllers = {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
     # --webhook-tls self-signed (components/self-signed-tls): each webhook server its own configurations
     controllers |= {f"trainer-operator-{c}-webhook-ca" for c in ("trainer", "profile", "quota", "audit")}
     assert controllers <= set(by_kind(objects, "ClusterRoleBinding"))
+    # Reading Secrets is bound per namespace by the trainer controller, never cluster-wide.
+    secret_readers = {"trainer-operator-profile-secret-check", "trainer-operator-checkpoint-credentials"}
+    assert secret_readers <= set(by_kind(objects, "ClusterRole"))
+    assert not secret_readers & set(by_kind(objects, "ClusterRoleBinding"))
+    # Each webhook controller's CA Secret, created empty: the controller fills it, never creates one.
+    secrets = by_kind(objects, "Secret")
+    assert set(secrets) == {f"trainer-operator-{c}-webhook-ca" for c in ("trainer", "profile", "quota", "audit")}
+    assert all("data" not in s for s in secrets.values())
     # Users' roles aggregate into the built-in edit/admin/view roles instead of being bound.
-    users = set(by_kind(objects, "ClusterRole")) - controllers
+    users = set(by_kind(objects, "ClusterRole")) - controllers - secret_readers
     assert users == {
         "trainer-operator-edit",
         "trainer-operator-view",

@@ -24,6 +24,7 @@ from trainerop_trainer.pods import runner_manifests
 
 SNAPSHOTS = Path(__file__).parent / "rbac"
 SYSTEM = localdev.NAMESPACE
+PROBE = "trainer-operator-rbac-probe"  # a tenant namespace without Trainers, for the snapshots
 
 
 def build(cluster: Cluster, overlay: str) -> list[dict[str, Any]]:
@@ -94,7 +95,11 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 def test_each_service_account_can_do_exactly_what_its_snapshot_says(cluster: Cluster, controller: str) -> None:
     account = f"system:serviceaccount:{SYSTEM}:trainer-operator-{controller}"
     sections = []
-    for namespace in (SYSTEM, "default"):
+    # A namespace that never holds a Trainer: the trainer controller binds Secret reading where
+    # Trainers are, which would make a snapshot of a shared namespace depend on the tests before.
+    if PROBE not in cluster.kubectl("get", "namespaces", "-o", "name"):
+        cluster.kubectl("create", "namespace", PROBE)
+    for namespace in (SYSTEM, PROBE):
         header, *rules = cluster.kubectl("auth", "can-i", "--list", f"--as={account}", "-n", namespace).splitlines()
         # the API server lists rules (and merges their verbs) in the order it meets their
         # bindings, which may vary: rules and the items of each [list] sorted
@@ -110,6 +115,27 @@ def test_each_service_account_can_do_exactly_what_its_snapshot_says(cluster: Clu
         f"the permissions of {account} changed; if that is meant, run with TRAINEROP_UPDATE_SNAPSHOTS=1 "
         "and review the diff of the snapshot"
     )
+
+
+def can(cluster: Cluster, controller: str, *request: str) -> bool:
+    """kubectl auth can-i, asked as the controller's own ServiceAccount."""
+    try:
+        return cluster.kubectl("auth", "can-i", *request, as_controller=controller).strip() == "yes"
+    except KubectlError:  # kubectl exits 1 for "no"
+        return False
+
+
+@pytest.mark.parametrize("controller", sorted(localdev.WEBHOOK_PORTS))
+def test_a_webhook_controller_reads_only_its_own_ca_and_creates_no_secret(cluster: Cluster, controller: str) -> None:
+    """--webhook-tls self-signed: each controller's CA key is readable by that controller alone,
+    and none may create a Secret (a created token Secret would give it another account's rights)."""
+    readable = {
+        other: can(cluster, controller, "get", f"secret/trainer-operator-{other}-webhook-ca", "-n", SYSTEM)
+        for other in localdev.WEBHOOK_PORTS
+    }
+    assert readable == {other: other == controller for other in localdev.WEBHOOK_PORTS}
+    assert can(cluster, controller, "patch", f"secret/trainer-operator-{controller}-webhook-ca", "-n", SYSTEM)
+    assert not can(cluster, controller, "create", "secrets", "-n", SYSTEM)
 
 
 def as_trainer_controller(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> str:
@@ -201,6 +227,56 @@ def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pod
         "spec": {"ports": [{"port": 80}], "externalIPs": ["1.2.3.4"]},
     }
     assert "headless Services without external IPs" in as_trainer_controller(cluster, namespace, service)
+
+
+def grant(role: str, account: str, kind: str = "ClusterRole") -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": SYSTEM}],
+    }
+
+
+PROFILE_GRANT = ("trainer-operator-profile-secret-check", "trainer-operator-profile")
+CHECKPOINT_GRANT = ("trainer-operator-checkpoint-credentials", "trainer-operator-checkpoint")
+
+
+@pytest.mark.parametrize(
+    ("role", "account", "where", "refusal"),
+    [
+        (*PROFILE_GRANT, "tenant", ""),
+        (*CHECKPOINT_GRANT, "tenant", ""),
+        (PROFILE_GRANT[0], "trainer-operator-trainer", "tenant", "to the profile or checkpoint controller alone"),
+        (PROFILE_GRANT[0], CHECKPOINT_GRANT[1], "tenant", "to the profile or checkpoint controller alone"),
+        (*PROFILE_GRANT, SYSTEM, "outside the operator's namespace"),  # beside the CA Secrets
+        (*CHECKPOINT_GRANT, "kube-system", "outside the operator's namespace"),
+    ],
+)
+def test_the_trainer_controller_grants_secret_reading_only_to_those_controllers_in_tenants_namespaces(
+    cluster: Cluster, namespace: str, role: str, account: str, where: str, refusal: str
+) -> None:
+    said = as_trainer_controller(cluster, namespace if where == "tenant" else where, grant(role, account))
+    assert (refusal in said) if refusal else said == "", said
+
+
+def test_secrets_are_readable_by_the_profile_and_checkpoint_controllers_only_where_trainers_are(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Nothing bound cluster-wide: the trainer controller binds the two ClusterRoles in a
+    namespace when it meets a Trainer there (before its gates answer)."""
+    for controller in ("profile", "checkpoint"):
+        assert not can(cluster, controller, "get", "secrets", "-n", namespace)
+        assert not can(cluster, controller, "get", "secrets", "-n", "kube-system")
+    cluster.apply(trainer_manifest("granted", topology={"workers": 1}), namespace)
+    eventually(
+        lambda: all(can(cluster, c, "get", "secrets", "-n", namespace) for c in ("profile", "checkpoint")),
+        timeout=30,
+        what="the trainer controller's Secret grants in the Trainer's namespace",
+    )
+    assert not can(cluster, "profile", "list", "secrets", "-n", namespace)  # get by name only
+    assert not can(cluster, "quota", "get", "secrets", "-n", namespace)  # reads none: granted nothing
 
 
 def test_training_pods_pass_a_restricted_namespace_unless_a_profile_lets_them_run_as_root(

@@ -1,5 +1,6 @@
 """The checkpoint state machine: quorum, timeouts, retention and resume (tables and properties)."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from tests.factories import trainer_spec
 from trainerop_checkpoint.decide import (
+    FORBIDDEN,
     CheckpointView,
     Copy,
     CopyState,
@@ -141,6 +143,7 @@ BAD_BUCKET = spec().checkpoint.model_copy(update={"bucket": "s3://b/../other"}) 
     [
         (S3, False, OK_SECRET, True, "", ""),
         (S3, False, None, False, "CredentialsNotFound", ""),
+        (S3, False, FORBIDDEN, False, "CredentialsNotReadable", ""),  # not bound in this namespace (yet)
         (S3, False, KEYS, False, "InvalidCredentials", ""),
         ("pvc-backups", True, None, True, "", "pvc-backups"),
         ("pvc-backups", False, None, False, "StorageNotFound", ""),
@@ -148,7 +151,7 @@ BAD_BUCKET = spec().checkpoint.model_copy(update={"bucket": "s3://b/../other"}) 
     ],
 )
 def test_whether_the_storage_can_be_used(
-    bucket: str | None, claim_found: bool, secret: dict[str, str] | None, ready: bool, reason: str, claim: str
+    bucket: str | None, claim_found: bool, secret: Mapping[str, str] | None, ready: bool, reason: str, claim: str
 ) -> None:
     ckpt = BAD_BUCKET if bucket is None else spec(bucket=bucket).checkpoint
     assert ckpt is not None
@@ -180,11 +183,21 @@ def test_a_pvc_bucket_is_mounted_at_checkpoints() -> None:
     assert {e["name"]: e.get("value") for e in pod["env"]}["CHECKPOINT_DIR"] == "/checkpoints/t"
 
 
-def test_missing_storage_closes_the_gate_and_says_what_to_do() -> None:
-    d = observe([], storage=Storage(False, "StorageNotFound", "PersistentVolumeClaim 'pvc-backups' does not exist"))
+@pytest.mark.parametrize(
+    ("reason", "recheck"),
+    [
+        ("StorageNotFound", None),  # the claims are watched: their change brings the next look
+        ("CredentialsNotFound", 10.0),  # Secrets are not: looked at again
+        ("CredentialsNotReadable", 10.0),
+        ("InvalidCredentials", 10.0),
+    ],
+)
+def test_missing_storage_closes_the_gate_and_says_what_to_do(reason: str, recheck: float | None) -> None:
+    d = observe([], storage=Storage(False, reason, "what is missing and what to do"))
     (c,) = d.conditions
-    assert (c.status, c.reason) == ("False", "StorageNotFound")
+    assert (c.status, c.reason) == ("False", reason)
     assert d.problem == c
+    assert d.requeue_after == recheck
     # The section goes (an applied empty one would be null, which the API server refuses).
     assert d.status == {}
 

@@ -36,3 +36,24 @@ async def test_concurrent_askers_share_one_request_and_the_answer_is_trusted_for
     clock.moment += timedelta(seconds=2)
     await lookup.get("a")
     assert asked == ["a", "a"]
+
+
+async def test_an_answer_can_be_trusted_for_less_by_what_it_says() -> None:
+    """A lookup that could not be made yet (None here) is asked again sooner than an answer."""
+    asked: list[str] = []
+    answers = {"a": None, "b": "found"}
+
+    async def fetch(key: str) -> str | None:
+        asked.append(key)
+        return answers[key]
+
+    clock = Clock()
+    lookup: CachedLookup[str, str | None] = CachedLookup(
+        fetch, 30, clock, ttl_for=lambda found: 30 if found is not None else 1
+    )
+    await lookup.get("a")
+    await lookup.get("b")
+    clock.moment += timedelta(seconds=2)
+    await lookup.get("a")
+    await lookup.get("b")
+    assert asked == ["a", "b", "a"]

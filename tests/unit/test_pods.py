@@ -11,7 +11,15 @@ import pytest
 from tests.factories import trainer_fields, trainer_spec
 from trainerop_common.api import PodContribution
 from trainerop_common.api.trainer import TrainerSpec
-from trainerop_trainer.pods import Owner, PodSettings, merge_contributions, pod_manifest, service_manifest, wait_for
+from trainerop_trainer.pods import (
+    Owner,
+    PodSettings,
+    merge_contributions,
+    pod_manifest,
+    secret_grants,
+    service_manifest,
+    wait_for,
+)
 from trainerop_trainer.topology import Replica
 
 OWNER = Owner("llama", "team-a", "uid-1", 3)
@@ -337,3 +345,35 @@ def test_training_pods_are_restricted_unless_a_profile_relaxes_who_they_run_as(
     assert container["securityContext"] == RESTRICTED_CONTAINER
     (wait,) = pod["spec"]["initContainers"]  # busybox would run as root: it gets a user of its own
     assert wait["securityContext"] == {**RESTRICTED_CONTAINER, "runAsUser": 65532, "runAsNonRoot": True}
+
+
+@pytest.mark.parametrize(
+    ("gates", "namespace", "bindings"),
+    [
+        (
+            ("profile", "quota", "checkpoint", "audit"),
+            "team-a",
+            [
+                ("trainer-operator-profile-secret-check", "trainer-operator-profile"),
+                ("trainer-operator-checkpoint-credentials", "trainer-operator-checkpoint"),
+            ],
+        ),
+        (("quota",), "team-a", []),  # no controller that reads Secrets: nothing bound
+        (("profile",), "team-a", [("trainer-operator-profile-secret-check", "trainer-operator-profile")]),
+        (("profile", "checkpoint"), "trainer-operator-system", []),  # never beside the operator's CA Secrets
+        (("profile", "checkpoint"), "kube-system", []),
+    ],
+)
+def test_the_secret_grants_bind_each_readers_role_to_that_controller_in_the_namespace(
+    gates: tuple[str, ...], namespace: str, bindings: list[tuple[str, str]]
+) -> None:
+    grants = secret_grants(namespace, gates, "trainer-operator-system")
+    assert [(g["metadata"]["name"], g["subjects"][0]["name"]) for g in grants] == bindings
+    for grant in grants:
+        assert grant["metadata"]["namespace"] == namespace
+        assert grant["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": grant["metadata"]["name"],
+        }
+        assert grant["subjects"][0]["namespace"] == "trainer-operator-system"

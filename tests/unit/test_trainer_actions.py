@@ -17,7 +17,14 @@ from trainerop_common.clock import FixedClock
 from trainerop_common.runtime import Runtime
 from trainerop_trainer.actions import Actions
 from trainerop_trainer.decide import Decision
-from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests, service_manifest
+from trainerop_trainer.pods import (
+    Owner,
+    PodSettings,
+    pod_manifest,
+    runner_manifests,
+    secret_grants,
+    service_manifest,
+)
 from trainerop_trainer.topology import Replica
 
 OWNER = Owner("t", "ns", "uid", 1)
@@ -191,3 +198,48 @@ async def test_a_replaced_failed_pod_is_deleted_only_after_the_status_counting_i
     assert kube.deleted == ["t-worker-1"]  # the failed one waits for the status write
     await act.replace_failed(OWNER, restart, ())
     assert kube.deleted == ["t-worker-1", "t-worker-0"]
+
+
+def with_grants(act: Actions) -> Actions:
+    act.grants = lambda namespace: secret_grants(
+        namespace, ("profile", "checkpoint", "quota"), "trainer-operator-system"
+    )
+    return act
+
+
+async def test_the_secret_grants_come_with_the_first_trainer_of_a_namespace_before_any_pod() -> None:
+    act, kube, clock = actions()
+    with_grants(act)
+    owners = [Owner(f"t{i}", "ns", f"u{i}", 1) for i in range(3)]
+    waiting = Decision(status={}, conditions=())  # the gates have not answered: no pods, no runner
+    await asyncio.gather(*(act.carry_out(BODY, o, waiting, ()) for o in owners))
+    assert kube.applied == ["RoleBinding/ns", "RoleBinding/ns"]
+    starting = Decision(status={}, conditions=(), runner=tuple(runner_manifests("ns")))
+    await act.carry_out(BODY, owners[0], starting, ())
+    assert kube.applied[2:] == ["ServiceAccount/ns", "Role/ns", "RoleBinding/ns"]  # the runner, once
+    clock.advance(300)
+    await act.carry_out(BODY, owners[0], waiting, ())
+    assert kube.applied[5:] == ["RoleBinding/ns", "RoleBinding/ns"]  # again after the resync period
+
+
+@pytest.mark.parametrize(("code", "held_back"), [(403, False), (422, False), (429, True), (500, True)])
+async def test_a_refused_grant_does_not_hold_the_trainer_back_but_a_failing_server_does(
+    code: int, held_back: bool
+) -> None:
+    """Refused (RBAC, the admission policy, invalid): logged, the pods made all the same. The API
+    server busy or failing: the reconcile fails and is retried with backoff, the grant with it."""
+    act, kube, _ = actions()
+    act.grants = lambda namespace: [{"kind": "RoleBinding", "metadata": {"name": "forbidden", "namespace": namespace}}]
+
+    async def refuse(body: dict[str, Any]) -> None:
+        raise ApiError(status=Status(code=code, message="no", reason="Refused"))
+
+    kube.apply_core = refuse  # type: ignore[method-assign]
+    decision = Decision(status={}, conditions=(), create_pods=PODS)
+    if held_back:
+        with pytest.raises(ApiError):
+            await act.carry_out(BODY, OWNER, decision, ())
+        assert kube.created == []
+    else:
+        await act.carry_out(BODY, OWNER, decision, ())
+        assert kube.created == ["t-worker-0", "t-worker-1"]

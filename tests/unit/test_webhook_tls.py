@@ -4,17 +4,22 @@ import datetime as dt
 import ipaddress
 import stat
 from pathlib import Path
+from typing import cast
 
 import pytest
 from cryptography import x509
 
-from trainerop_common.kube import ca_bundle_patch
+from trainerop_common.clock import FixedClock
+from trainerop_common.kube import Kube, ca_bundle_patch
 from trainerop_common.webhook_tls import (
     KeyPair,
+    SelfSignedTLS,
+    ca_secret_name,
     due_for_renewal,
     issue,
     make_ca,
     serving_names,
+    stored_ca,
     write_pair,
 )
 
@@ -82,3 +87,79 @@ def test_the_ca_bundle_patch_touches_only_webhooks_without_the_bundle() -> None:
         {"op": "add", "path": "/webhooks/2/clientConfig/caBundle", "value": "QUJD"},
     ]
     assert ca_bundle_patch([("a.example", "QUJD")], "QUJD") == []  # nothing to write
+
+
+def test_each_controller_has_its_own_ca_secret() -> None:
+    assert ca_secret_name("profile") == "trainer-operator-profile-webhook-ca"
+    assert len({ca_secret_name(c) for c in ("trainer", "profile", "quota", "audit")}) == 4
+
+
+@pytest.mark.parametrize(
+    ("data", "found"),
+    [
+        ({}, False),  # as the component creates it: the controller fills it
+        ({"tls.crt": "C", "tls.key": "K"}, True),
+    ],
+)
+def test_the_ca_is_read_from_its_secret_or_made_when_the_secret_is_empty(data: dict[str, str], found: bool) -> None:
+    ca = stored_ca("ns/s", data)
+    assert (ca is not None) is found
+    if ca is not None:
+        assert ca == KeyPair(b"C", b"K")
+
+
+@pytest.mark.parametrize("data", [{"tls.crt": "C"}, {"tls.key": "K"}, {"tls.crt": "", "tls.key": "K"}])
+def test_half_a_ca_is_an_error_that_says_how_to_empty_the_secret(data: dict[str, str]) -> None:
+    with pytest.raises(RuntimeError, match=r"kubectl patch secret -n ns s --type=json"):
+        stored_ca("ns/s", data)
+
+
+class CaSecretKube:
+    """The CA Secret as the API server keeps it: each read answers the next of ``reads``; a fill
+    succeeds only while the Secret is at the version it read (another replica may fill it first)."""
+
+    def __init__(self, reads: list[tuple[dict[str, str], str] | None], fills: list[bool]) -> None:
+        self.reads, self.fills = reads, fills
+        self.filled: list[tuple[str, bytes]] = []
+
+    async def secret_with_version(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+        return self.reads.pop(0)
+
+    async def fill_secret(self, namespace: str, name: str, data: dict[str, bytes], resource_version: str) -> bool:
+        self.filled.append((resource_version, data["tls.crt"]))
+        return self.fills.pop(0)
+
+
+def tls_with(kube: CaSecretKube, tmp_path: Path) -> SelfSignedTLS:
+    clock = FixedClock(NOW)
+    files = (tmp_path / "tls.crt", tmp_path / "tls.key")
+    return SelfSignedTLS(cast(Kube, kube), clock, "ns", "trainer-operator-profile-webhook-ca", ["s.ns.svc"], *files, [])
+
+
+async def test_an_empty_ca_secret_is_filled_with_a_new_ca_under_the_version_read(tmp_path: Path) -> None:
+    kube = CaSecretKube([({}, "7")], [True])
+    ca = await tls_with(kube, tmp_path).load_ca()
+    assert kube.filled == [("7", ca.cert)]
+    subject = x509.load_pem_x509_certificate(ca.cert).subject.rfc4514_string()
+    assert subject == "CN=trainer-operator-profile-webhook-ca"
+
+
+async def test_a_replica_that_loses_the_race_takes_the_winners_ca(tmp_path: Path, ca: KeyPair) -> None:
+    winner = {"tls.crt": ca.cert.decode(), "tls.key": ca.key.decode()}
+    kube = CaSecretKube([({}, "7"), (winner, "8")], [False])
+    assert await tls_with(kube, tmp_path).load_ca() == ca
+    assert len(kube.filled) == 1
+
+
+@pytest.mark.parametrize(
+    ("reads", "fills", "says"),
+    [
+        ([None], [], "kubectl create secret generic trainer-operator-profile-webhook-ca -n ns"),
+        ([({}, "1"), ({}, "2"), ({}, "3")], [False, False, False], "kept changing"),
+    ],
+)
+async def test_a_ca_secret_that_cannot_be_used_stops_the_start_with_what_to_do(
+    tmp_path: Path, reads: list[tuple[dict[str, str], str] | None], fills: list[bool], says: str
+) -> None:
+    with pytest.raises(RuntimeError, match=says):
+        await tls_with(CaSecretKube(reads, fills), tmp_path).load_ca()

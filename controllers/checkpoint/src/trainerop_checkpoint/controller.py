@@ -9,12 +9,14 @@ from datetime import timedelta
 from typing import Any
 
 import kopf
+from lightkube import ApiError
 
 from trainerop_common.api import Checkpoint, Trainer, kind_info
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.checkpoint_layout import Claim, S3Bucket, StorageLocation, parse_bucket
-from trainerop_common.clock import parse_time, rfc3339
+from trainerop_common.clock import age_seconds, parse_time, rfc3339
+from trainerop_common.contracts import GRANT_RECHECK_SECONDS, awaiting_grant
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.process import run_entrypoint
@@ -27,6 +29,7 @@ from .claim_pods import ClaimPods
 from .config import CheckpointConfig
 from .decide import (
     CHECKPOINT_SECTION,
+    FORBIDDEN,
     RECHECK_SECONDS,
     SECTION,
     CheckpointView,
@@ -95,9 +98,23 @@ class CheckpointController:
         self.copy_states: dict[CopyId, CopyState] = {}  # what reading each copy found; "ok" is final
         self.reported: set[tuple[str, int]] = set()  # shard write times already observed
         # The Trainers' storage credentials, read once per RECHECK_SECONDS, not on every reconcile.
-        self.credentials: CachedLookup[Key, dict[str, str] | None] = CachedLookup(
-            lambda key: kube.secret_data(*key), RECHECK_SECONDS, runtime.clock
+        # Forbidden is looked at again within a second: the trainer controller grants the right to
+        # read in a namespace when it meets the first Trainer there, at the same moment as this one.
+        self.credentials: CachedLookup[Key, Mapping[str, str] | None] = CachedLookup(
+            self._read_credentials,
+            RECHECK_SECONDS,
+            runtime.clock,
+            ttl_for=lambda found: GRANT_RECHECK_SECONDS if found is FORBIDDEN else RECHECK_SECONDS,
         )
+
+    async def _read_credentials(self, key: Key) -> Mapping[str, str] | None:
+        """A credentials Secret's values (None: it does not exist; FORBIDDEN: not readable here)."""
+        try:
+            return await self.rt.kube.secret_data(*key)
+        except ApiError as err:
+            if err.status.code == 403:
+                return FORBIDDEN
+            raise
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.checkpoints.register(registry, self._checkpoint_changed)
@@ -183,6 +200,8 @@ class CheckpointController:
 
     async def reconcile(self, body: Body) -> Outcome:
         obs, raw, env = await self._observe(body)
+        if awaiting_grant(obs.storage.reason == "CredentialsNotReadable", age_seconds(body, self.rt.clock.now())):
+            return Outcome(requeue_after=GRANT_RECHECK_SECONDS)  # no answer yet: the gate waits
         obs, recheck = await self._read(obs, body, env)
         decision = decide(obs)
         now = rfc3339(self.rt.clock.now())

@@ -15,6 +15,7 @@ by a pod on the claim), and :func:`decide` decides once, on what the reads found
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Literal
 
 from trainerop_common.api import Checkpoint, Contribution, PodContribution
@@ -32,7 +33,7 @@ from trainerop_common.checkpoint_layout import (
 )
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
-from trainerop_common.contracts import GATE_CONDITIONS
+from trainerop_common.contracts import GATE_CONDITIONS, SECRET_READER_ROLES
 from trainerop_common.outcome import Event, StatusSection, soonest
 
 CONDITION = GATE_CONDITIONS["checkpoint"]
@@ -44,6 +45,8 @@ CHECKPOINT_SECTION = StatusSection(
 )
 VOLUME = "checkpoints"
 RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until the timeout
+# Storage problems of the credentials Secret (not watched: looked at again every RECHECK_SECONDS).
+SECRET_PROBLEMS = frozenset({"CredentialsNotFound", "CredentialsNotReadable", "InvalidCredentials"})
 FINAL = ("Committed", "GarbageCollected", "Failed")
 
 CopyState = Literal["ok", "missing", "mismatch", "unreadable"]
@@ -85,9 +88,15 @@ class Storage:
     claim: str = ""  # a PersistentVolumeClaim: copies are read by pods that mount it, once every shard is reported
 
 
+# Credentials this controller may not read (where the trainer controller has not bound the
+# ClusterRole trainer-operator-checkpoint-credentials): not the same as a Secret that is missing.
+FORBIDDEN: Mapping[str, str] = MappingProxyType({})
+
+
 def judge_storage(ckpt: CheckpointSpec, namespace: str, claim_found: bool, secret: Mapping[str, str] | None) -> Storage:
     """Whether the Trainer's storage can be used: its bucket parses, and its PersistentVolumeClaim
-    exists, or its credentials Secret exists and holds what the pods need."""
+    exists, or its credentials Secret exists (``None``: it does not; :data:`FORBIDDEN`: it may not
+    be read) and holds what the pods need."""
     try:
         location = ckpt.location
     except ValueError as err:  # stored before the CRD's rule was tightened
@@ -106,6 +115,13 @@ def judge_storage(ckpt: CheckpointSpec, namespace: str, claim_found: bool, secre
     if secret is None:
         message = f"Secret {name!r} (spec.checkpoint.credentialsSecret) does not exist in namespace {namespace!r}"
         return Storage(False, "CredentialsNotFound", message)
+    if secret is FORBIDDEN:
+        message = (
+            f"the checkpoint controller may not read Secret {name!r} (spec.checkpoint.credentialsSecret) in namespace "
+            f"{namespace!r}: the trainer controller grants that there (RoleBinding "
+            f"{SECRET_READER_ROLES['checkpoint']}) when it runs with the checkpoint gate; check its RBAC and logs"
+        )
+        return Storage(False, "CredentialsNotReadable", message)
     missing = missing_credential_keys(secret)
     if missing:
         message = (
@@ -347,7 +363,9 @@ def decide(obs: Observed) -> Decision:
         # The section goes (no resume point, no contribution: the gate is closed). Applying an
         # empty section instead would leave status.checkpoint null, which the API server refuses.
         problem = Desired.false(CONDITION, obs.storage.reason, obs.storage.message)
-        return Decision(status={}, conditions=(problem,), problem=problem)
+        # Secrets are not watched: one made, mended or granted is seen at the next look.
+        recheck = RECHECK_SECONDS if obs.storage.reason in SECRET_PROBLEMS else None
+        return Decision(status={}, conditions=(problem,), problem=problem, requeue_after=recheck)
     judged = _judged(obs)
     committed = [j for j in judged if j.phase == "Committed"]
     keep = committed[-spec.max_retention :]

@@ -8,8 +8,9 @@ from trainerop_common.admission import Request, Verdict
 from trainerop_common.api import Trainer, kind_info
 from trainerop_common.api.profile import TrainingProfile
 from trainerop_common.cache import Key, ObjectCache
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import age_seconds, rfc3339
 from trainerop_common.conditions import Desired
+from trainerop_common.contracts import GRANT_RECHECK_SECONDS, awaiting_grant
 from trainerop_common.kube import Kube
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.outcome import Outcome, StatusSection
@@ -36,8 +37,13 @@ class ProfileController:
         self.cluster_profiles = ObjectCache.for_kind(runtime.kube, "ClusterTrainingProfile")
         # Whether a Secret exists (None: the controller may not look in that namespace; RBAC for it
         # is bindable per namespace, docs/profile.md); asked metadata-only, not watched.
+        # None is looked at again within a second: the trainer controller grants the right to look
+        # in a namespace when it meets the first Trainer there, at the same moment as this one.
         self.secrets: CachedLookup[Key, bool | None] = CachedLookup(
-            lambda key: runtime.kube.secret_exists(*key), config.secret_recheck_seconds, runtime.clock
+            lambda key: runtime.kube.secret_exists(*key),
+            config.secret_recheck_seconds,
+            runtime.clock,
+            ttl_for=lambda found: config.secret_recheck_seconds if found is not None else GRANT_RECHECK_SECONDS,
         )
         self.profile_writers = {
             kind: StatusWriter(runtime.kube, kind_info(kind), self.name, StatusSection((), (VALID,)))
@@ -116,6 +122,8 @@ class ProfileController:
         found = await self._find(namespace, trainer.spec.profile) if trainer.spec.profile else None
         needed = needed_secrets(found.spec, trainer.spec) if found else {}
         secrets = {s: await self.secrets.get((namespace, s)) for s in needed}
+        if awaiting_grant(None in secrets.values(), age_seconds(body, self.rt.clock.now())):
+            return Outcome(requeue_after=GRANT_RECHECK_SECONDS)  # no answer yet: the gate waits
         decision = decide(Observed(namespace, trainer.spec, int(meta.get("generation", 0)), found, secrets))
         # Secrets are not watched (that would load every value into memory): a missing one is looked for again.
         recheck = self.config.secret_recheck_seconds if decision.missing_secrets else None

@@ -23,7 +23,7 @@ from trainerop_common.api import Contribution, PodContribution, TrainerSpec
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.profile import TrainingProfileSpec
 from trainerop_common.conditions import Desired
-from trainerop_common.contracts import GATE_CONDITIONS, TRAINING_CONTAINER, set_by_operator
+from trainerop_common.contracts import GATE_CONDITIONS, SECRET_READER_ROLES, TRAINING_CONTAINER, set_by_operator
 from trainerop_common.outcome import StatusSection
 from trainerop_common.redaction import is_secret_name
 from trainerop_common.topology import override_name, role_counts, role_override
@@ -290,7 +290,8 @@ def _resolved(obs: Observed, found: FoundProfile, section: dict[str, Any]) -> De
     section["contribution"] = contribution(found.spec, obs.generation).to_k8s()
     note = (
         f" (not checked that Secret {', '.join(map(repr, unchecked))} exists: the controller may not get "
-        f"Secrets in namespace {obs.namespace!r})"
+        f"Secrets in namespace {obs.namespace!r}; the trainer controller grants it there, with the RoleBinding "
+        f"{SECRET_READER_ROLES['profile']}, when it runs with the profile gate)"
         if unchecked
         else ""
     )

@@ -3,7 +3,8 @@ claims and the Service, then pods, then deletions (a replacement can only be cre
 predecessor is gone), each step's requests concurrently."""
 
 import asyncio
-from collections.abc import Mapping, Sequence, Set
+import logging
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,12 +43,20 @@ class Expected:
     until: datetime
 
 
+log = logging.getLogger("trainerop.trainer")
 RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retryable failure.", ["role"])
 
 
+# The namespace-wide objects applied once per namespace: the pods' identity (with the first pods
+# there) and the Secret grants of the gates' controllers (with the first Trainer there).
+RUNNER, GRANTS = "runner", "grants"
+REFUSALS = (403, 409, 422)  # forbidden (RBAC, the admission policy), another's object, invalid: not retried
+
+
 class Actions:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, grants: Callable[[str], list[dict[str, Any]]] = lambda _: []) -> None:
         self.rt = runtime
+        self.grants = grants  # namespace -> the RoleBindings giving the gates' controllers its Secrets
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self.deleted: set[str] = set()
@@ -56,8 +65,9 @@ class Actions:
         # twice. Grouped, so a reconcile reads its own, not every Trainer's.
         self.expected: dict[tuple[str, str], dict[str, Expected]] = {}
         self._swept = self.rt.clock.now()  # when expectations of every Trainer were last checked
-        self._runners: dict[str, datetime] = {}  # namespace -> when this process applied its runner identity
-        self._runner_locks: dict[str, asyncio.Lock] = {}
+        # (runner or grants, namespace) -> when this process applied them there
+        self._applied: dict[tuple[str, str], datetime] = {}
+        self._apply_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._terminating: dict[str, datetime] = {}  # namespace -> when a create there was refused as it goes
 
     def namespace_going(self, namespace: str) -> bool:
@@ -82,7 +92,8 @@ class Actions:
         gang): those go in :meth:`replace_failed`, once the status that counts their failure is
         written. Whether the API server refused something (an Event said what; the rest was
         carried out), and whether every pod asked for was created."""
-        await self._runner(owner.namespace, decision.runner)
+        await self._grant(owner.namespace)
+        await self._once((RUNNER, owner.namespace), decision.runner)
         made = await bounded(
             [*(self._create(body, obj) for obj in decision.create_claims)]
             + [self._create_service(body, owner, obj) for obj in decision.create_services]
@@ -121,7 +132,7 @@ class Actions:
         first_error(outcomes)  # an API server error (5xx) for one: retried, the others expected meanwhile
         made = [o for o in outcomes if not isinstance(o, Exception)]
         if None in made:  # e.g. the runner ServiceAccount was deleted: apply it again next time
-            self._runners.pop(owner.namespace, None)
+            self._applied.pop((RUNNER, owner.namespace), None)
         return made
 
     async def _create_service(self, body: Body, owner: Owner, service: dict[str, Any]) -> bool | None:
@@ -142,26 +153,47 @@ class Actions:
         self.rt.event(body, "Warning", "CreateRefused", message)
         return None
 
-    async def _runner(self, namespace: str, runner: Sequence[dict[str, Any]]) -> None:
-        """The pods' ServiceAccount, Role and RoleBinding: applied by this process once per
-        namespace (server-side apply: the same again after a restart), not per Trainer, and again
-        when pods are created there more than --resync-seconds later (one deleted by hand comes
-        back); the Trainers of a namespace reconciled together wait for one apply."""
-        if not runner or not self._runner_due(namespace):
+    async def _grant(self, namespace: str) -> None:
+        """The gates' controllers may read the Secrets of this namespace's Trainers. A refusal
+        (an install without the trainer's bind right) does not hold the Trainer back: it is
+        logged, tried again after --resync-seconds, and the controllers say they cannot read the
+        Secret."""
+        try:
+            await self._once((GRANTS, namespace), self.grants(namespace))
+        except ApiError as err:
+            if err.status.code not in REFUSALS:
+                raise  # the API server busy or failing: the reconcile is retried with backoff
+            log.error(
+                "cannot let the gates' controllers read Secrets in namespace %s (RoleBindings %s): %s; the trainer "
+                "controller needs the RBAC and admission policy of deploy/controllers/trainer/rbac",
+                namespace,
+                ", ".join(o["metadata"]["name"] for o in self.grants(namespace)),
+                err.status.message,
+            )
+            self._applied[(GRANTS, namespace)] = self.rt.clock.now()  # not again before the next resync
+
+    async def _once(self, key: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
+        """Namespace-wide objects (the pods' ServiceAccount, Role and RoleBinding; the Secret
+        grants): applied by this process once per namespace (server-side apply: the same again
+        after a restart), not per Trainer, and again when needed there more than --resync-seconds
+        later (one deleted by hand comes back); the Trainers of a namespace reconciled together
+        wait for one apply."""
+        namespace = key[1]
+        if not objects or not self._due(key):
             return
-        async with self._runner_locks.setdefault(namespace, asyncio.Lock()):
-            if self._runner_due(namespace) and not self.namespace_going(namespace):
+        async with self._apply_locks.setdefault(key, asyncio.Lock()):
+            if self._due(key) and not self.namespace_going(namespace):
                 try:
-                    for obj in runner:
+                    for obj in objects:
                         await self.rt.kube.apply_core(obj)
                 except ApiError as err:
                     if not self._refused_as_going(namespace, err):
                         raise
                     return
-                self._runners[namespace] = self.rt.clock.now()
+                self._applied[key] = self.rt.clock.now()
 
-    def _runner_due(self, namespace: str) -> bool:
-        applied = self._runners.get(namespace)
+    def _due(self, key: tuple[str, str]) -> bool:
+        applied = self._applied.get(key)
         return applied is None or self.rt.clock.now() - applied >= timedelta(seconds=self.rt.config.resync_seconds)
 
     async def _create(self, body: Body, obj: dict[str, Any]) -> bool | None:

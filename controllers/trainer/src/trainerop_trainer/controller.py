@@ -26,7 +26,7 @@ from . import admission
 from .actions import EXPECTATION_TIMEOUT, Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide, once_created
-from .pods import CONTRIBUTION_ORDER, Owner, PodSettings
+from .pods import CONTRIBUTION_ORDER, Owner, PodSettings, secret_grants
 from .spawn import SpawnRecorder
 from .topology import CONTRACTS
 from .views import (
@@ -69,7 +69,8 @@ class TrainerController:
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
         self.settings = PodSettings(init_image=config.init_image)
         self.backoff = RestartBackoff(config.restart_backoff_seconds, config.restart_backoff_cap_seconds)
-        self.actions = Actions(runtime)
+        operator_namespace = runtime.config.webhook.operator_namespace
+        self.actions = Actions(runtime, lambda namespace: secret_grants(namespace, config.gates, operator_namespace))
         self.spawns = SpawnRecorder(runtime.clock)
         self._readiness: dict[str, str | None] = {}  # node -> Ready status last seen
 

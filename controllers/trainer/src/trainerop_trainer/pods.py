@@ -18,9 +18,11 @@ from trainerop_common.contracts import (
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
     RUNNER_SERVICE_ACCOUNT,
+    SECRET_READER_ROLES,
     TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
 )
+from trainerop_common.names import OPERATOR, PART_OF, component
 from trainerop_common.topology import role_override
 
 from .topology import CONTRACTS, Replica, framework_env, operator_env, rendezvous
@@ -331,6 +333,10 @@ def claim_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[st
     }
 
 
+# The labels of what this controller makes once per namespace (not owned by any Trainer).
+NAMESPACE_OBJECT_LABELS = {**PART_OF, "app.kubernetes.io/managed-by": OPERATOR}
+
+
 def runner_manifests(namespace: str) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding of the training pods of a namespace (least privilege,
     docs/trainer.md), made once per namespace and left with it: create and renew Leases and report
@@ -340,7 +346,7 @@ def runner_manifests(namespace: str) -> list[dict[str, Any]]:
     meta = {
         "name": RUNNER_SERVICE_ACCOUNT,
         "namespace": namespace,
-        "labels": {"app.kubernetes.io/part-of": "trainer-operator", "app.kubernetes.io/managed-by": "trainer-operator"},
+        "labels": dict(NAMESPACE_OBJECT_LABELS),
     }
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
@@ -360,6 +366,30 @@ def runner_manifests(namespace: str) -> list[dict[str, Any]]:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUNNER_SERVICE_ACCOUNT},
             "subjects": [{"kind": "ServiceAccount", "name": RUNNER_SERVICE_ACCOUNT, "namespace": namespace}],
         },
+    ]
+
+
+def secret_grants(namespace: str, gates: Sequence[str], operator_namespace: str) -> list[dict[str, Any]]:
+    """RoleBindings that let the controllers of ``gates`` read Secrets in ``namespace`` (the
+    profile's Secret, the checkpoint credentials): bound where Trainers are, never cluster-wide,
+    and never in the operator's own namespace (its CA Secrets) or a kube-* one. The admission
+    policy trainer-operator-trainer-creations holds this controller to exactly these bindings."""
+    if namespace == operator_namespace or namespace.startswith("kube-"):
+        return []
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {
+                "name": role,
+                "namespace": namespace,
+                "labels": dict(NAMESPACE_OBJECT_LABELS),
+            },
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": component(gate), "namespace": operator_namespace}],
+        }
+        for gate, role in SECRET_READER_ROLES.items()
+        if gate in gates
     ]
 
 

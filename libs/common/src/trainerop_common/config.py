@@ -49,9 +49,9 @@ class WebhookConfig:
     webhook_key_file: str = flag("/etc/trainer-operator/webhook/tls.key", "the webhooks' private key (PEM)")
     webhook_tls: str = flag(
         "files",
-        "files: the certificate files are provided (cert-manager's Secret); self-signed: issue them from the CA in "
-        "Secret trainer-operator-webhook-ca (created if missing), write them to the files above and put the CA into "
-        "this controller's webhook configurations",
+        "files: the certificate files are provided (cert-manager's Secret); self-signed: issue them from this "
+        "controller's CA in Secret trainer-operator-<controller>-webhook-ca (made when the Secret is empty), write "
+        "them to the files above and put the CA into this controller's webhook configurations",
         choices=WEBHOOK_TLS,
     )
     webhook_client_ca_file: str = flag(

@@ -23,15 +23,19 @@ __all__ = [
     "EPOCH_ANNOTATION",
     "GATE_CONDITIONS",
     "GENERATION_ANNOTATION",
+    "GRANT_RECHECK_SECONDS",
+    "GRANT_WAIT_SECONDS",
     "NODE_ANNOTATION",
     "OPERATOR_ENV",
     "REPLICA_INDEX_LABEL",
     "REPLICA_TYPE_LABEL",
     "RUNNER_SERVICE_ACCOUNT",
+    "SECRET_READER_ROLES",
     "STEP_ANNOTATION",
     "TRAINER_NAME_LABEL",
     "TRAINER_UID_LABEL",
     "TRAINING_CONTAINER",
+    "awaiting_grant",
     "replica_index",
     "set_by_operator",
 ]
@@ -48,6 +52,25 @@ TRAINING_CONTAINER = {
 
 # The ServiceAccount training pods run as, one per namespace (made by the trainer controller).
 RUNNER_SERVICE_ACCOUNT = "trainer-operator-runner"
+
+# The gates whose controllers read the Secrets a Trainer names (the profile's, the checkpoint
+# credentials), and the ClusterRole that allows it. The trainer controller binds each in a
+# namespace when it meets a Trainer there (a RoleBinding of the same name, for that controller's
+# ServiceAccount); it is never bound cluster-wide. A controller forbidden to read a new Trainer's
+# Secret looks again for up to GRANT_WAIT_SECONDS before it says so: the binding is made by
+# another process at the same moment.
+SECRET_READER_ROLES = {
+    "profile": "trainer-operator-profile-secret-check",
+    "checkpoint": "trainer-operator-checkpoint-credentials",
+}
+GRANT_WAIT_SECONDS = 15.0
+GRANT_RECHECK_SECONDS = 1.0
+
+
+def awaiting_grant(forbidden: bool, age: float | None) -> bool:
+    """A Secret of a Trainer this young that the controller may not read yet: the trainer
+    controller is binding the Secrets' ClusterRole in its namespace; look again shortly."""
+    return forbidden and age is not None and age < GRANT_WAIT_SECONDS
 
 
 # The concerns beside the trainer, and the condition type each owns (the status protocol,

@@ -236,6 +236,11 @@ class Kube:
     async def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """A Secret's values, decoded (None: it does not exist). For credentials the controller itself
         must use; callers keep them out of logs, Events and status."""
+        found = await self.secret_with_version(namespace, name)
+        return None if found is None else found[0]
+
+    async def secret_with_version(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+        """A Secret's values, decoded, and its resourceVersion (None: it does not exist)."""
         try:
             secret = await self._call("get", self._client.get(Secret, name, namespace=namespace))
         except ApiError as err:
@@ -243,7 +248,25 @@ class Kube:
                 return None
             raise
         data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
-        return data | dict(secret.stringData or {})
+        return data | dict(secret.stringData or {}), str(secret.metadata.resourceVersion)
+
+    async def fill_secret(self, namespace: str, name: str, data: dict[str, bytes], resource_version: str) -> bool:
+        """Write ``data`` into an existing Secret unless it changed since ``resource_version`` was
+        read (False: it did; someone else wrote it first). A patch, so that a Role can allow it by
+        the Secret's name, which a create cannot."""
+        patch = {
+            "metadata": {"resourceVersion": resource_version},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        try:
+            await self._call(
+                "patch", self._client.patch(Secret, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
+            )
+        except ApiError as err:
+            if is_conflict(err):
+                return False
+            raise
+        return True
 
     async def get_namespace_labels(self, name: str) -> dict[str, str] | None:
         try:

@@ -1,17 +1,20 @@
 """Serving certificates of the admission webhooks without cert-manager (``--webhook-tls self-signed``).
 
-The controllers that serve webhooks share one CA, kept in the Secret ``trainer-operator-webhook-ca``
-of the operator's namespace: the first controller to start creates it (a create that loses the
-race reads the winner's). Each controller then issues its own serving certificate from it for
-its Service's DNS names, writes it where ``--webhook-cert-file``/``--webhook-key-file`` say (an
-emptyDir in the Deployment) and puts the CA into the ``caBundle`` of the webhook configurations
-it serves. The serving certificate is re-issued before it expires; the CA lasts ten years.
+Each controller that serves webhooks has a CA of its own, kept in the Secret
+``trainer-operator-<controller>-webhook-ca`` of the operator's namespace, which no other controller
+may read: a controller that is taken over can forge certificates only for the webhooks it serves
+anyway. deploy/components/self-signed-tls creates the Secret empty (so that the controller needs no
+right to create Secrets, which cannot be bounded by name) and the first replica to start fills it
+(a write that loses the race to another replica reads the winner's). The controller then issues
+its serving certificate from it for its Service's DNS names, writes it where
+``--webhook-cert-file``/``--webhook-key-file`` say (an emptyDir in the Deployment) and puts the CA
+into the ``caBundle`` of the webhook configurations it serves. The serving certificate is re-issued
+before it expires; the CA lasts ten years.
 
 The certificate logic is pure (``make_ca``, ``issue``, ``due_for_renewal``); ``SelfSignedTLS``
 does the I/O.
 """
 
-import base64
 import datetime as dt
 import ipaddress
 import logging
@@ -27,11 +30,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .clock import Clock
 from .kube import Kube
-from .names import PART_OF
+from .names import component
 
 log = logging.getLogger("trainerop.webhook_tls")
 
-CA_SECRET = "trainer-operator-webhook-ca"
 CA_DAYS = 3650
 SERVING_DAYS = 365
 RENEW_BEFORE = dt.timedelta(days=30)
@@ -73,10 +75,15 @@ def key_usage(*allowed: str) -> x509.KeyUsage:
     return x509.KeyUsage(**{usage: usage in allowed for usage in KEY_USAGES})
 
 
-def make_ca(now: dt.datetime) -> KeyPair:
+def ca_secret_name(controller: str) -> str:
+    """The Secret holding one controller's webhook CA (its certificate and private key)."""
+    return f"{component(controller)}-webhook-ca"
+
+
+def make_ca(now: dt.datetime, common_name: str = "trainer-operator-webhook-ca") -> KeyPair:
     """A CA certificate that signs serving certificates only (path length 0)."""
     key = _key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trainer-operator-webhook-ca")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -100,7 +107,7 @@ def issue(ca: KeyPair, names: Sequence[str], now: dt.datetime, days: int = SERVI
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"the CA in Secret {CA_SECRET} does not hold an EC private key")
+        raise ValueError(f"the private key of the webhook CA {ca_cert.subject.rfc4514_string()} is not an EC key")
     alt: list[x509.GeneralName] = []
     for host in names:
         try:
@@ -138,18 +145,19 @@ def serving_names(service: str, namespace: str, address: str) -> list[str]:
     return names
 
 
-def ca_secret(namespace: str, ca: KeyPair) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {
-            "name": CA_SECRET,
-            "namespace": namespace,
-            "labels": dict(PART_OF),
-        },
-        "data": {"tls.crt": base64.b64encode(ca.cert).decode(), "tls.key": base64.b64encode(ca.key).decode()},
-    }
+def stored_ca(where: str, data: dict[str, str]) -> KeyPair | None:
+    """The CA held in a Secret's values (None: the Secret is still empty). Half a pair is an error
+    a person must clear: the key without its certificate (or the reverse) cannot be mended here."""
+    cert, key = data.get("tls.crt"), data.get("tls.key")
+    if cert and key:
+        return KeyPair(cert.encode(), key.encode())
+    if cert or key:
+        raise RuntimeError(
+            f"Secret {where} holds only one of tls.crt and tls.key; empty it "
+            f"(kubectl patch secret -n {where.replace('/', ' ')} --type=json -p "
+            """'[{"op":"remove","path":"/data"}]') and restart the controller"""
+        )
+    return None
 
 
 def write_pair(pair: KeyPair, cert_file: Path, key_file: Path) -> None:
@@ -165,14 +173,15 @@ def write_pair(pair: KeyPair, cert_file: Path, key_file: Path) -> None:
 
 
 class SelfSignedTLS:
-    """Keeps this controller's serving certificate issued from the shared CA and the CA in the
-    caBundle of ``configurations`` (webhook configuration kind -> names)."""
+    """Keeps this controller's serving certificate issued from its CA (Secret ``ca_secret``) and
+    the CA in the caBundle of ``configurations`` (webhook configuration kind -> names)."""
 
     def __init__(
         self,
         kube: Kube,
         clock: Clock,
         namespace: str,
+        ca_secret: str,
         names: Sequence[str],
         cert_file: Path,
         key_file: Path,
@@ -181,6 +190,7 @@ class SelfSignedTLS:
         self._kube = kube
         self._clock = clock
         self._namespace = namespace
+        self._ca_secret = ca_secret
         self._names = list(names)
         self._cert_file = cert_file
         self._key_file = key_file
@@ -189,20 +199,26 @@ class SelfSignedTLS:
         self._none_found = False  # none of the configurations existed at the last look
 
     async def load_ca(self) -> KeyPair:
-        data = await self._kube.secret_data(self._namespace, CA_SECRET)
-        if data is None:
-            fresh = make_ca(self._clock.now())
-            if await self._kube.create_core(ca_secret(self._namespace, fresh)):
-                log.info("created the webhook CA", extra={"secret": f"{self._namespace}/{CA_SECRET}"})
+        """The CA in the Secret, made and written there first if the Secret is still empty."""
+        where = f"{self._namespace}/{self._ca_secret}"
+        for _ in range(3):  # a write that lost the race to another replica: read the winner's
+            found = await self._kube.secret_with_version(self._namespace, self._ca_secret)
+            if found is None:
+                raise RuntimeError(
+                    f"Secret {where} does not exist: deploy/components/self-signed-tls creates it empty "
+                    f"(or: kubectl create secret generic {self._ca_secret} -n {self._namespace})"
+                )
+            data, version = found
+            ca = stored_ca(where, data)
+            if ca is not None:
+                return ca
+            fresh = make_ca(self._clock.now(), self._ca_secret)
+            if await self._kube.fill_secret(
+                self._namespace, self._ca_secret, {"tls.crt": fresh.cert, "tls.key": fresh.key}, version
+            ):
+                log.info("made the webhook CA", extra={"secret": where})
                 return fresh
-            data = await self._kube.secret_data(self._namespace, CA_SECRET)  # another controller's, just made
-            if data is None:
-                raise RuntimeError(f"Secret {self._namespace}/{CA_SECRET} was created and deleted again; restart")
-        if "tls.crt" not in data or "tls.key" not in data:
-            raise RuntimeError(
-                f"Secret {self._namespace}/{CA_SECRET} lacks tls.crt or tls.key; delete it and restart the controllers"
-            )
-        return KeyPair(data["tls.crt"].encode(), data["tls.key"].encode())
+        raise RuntimeError(f"Secret {where} kept changing while this controller filled it; restart the controller")
 
     async def start(self) -> None:
         """Before serving: the CA, a serving certificate on disk, the CA in the configurations."""

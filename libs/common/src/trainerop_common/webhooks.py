@@ -1,7 +1,7 @@
 """Admission webhooks served through kopf's webhook server (docs/admission.md): the controllers'
 checks of Trainers, webhooks that only observe (the audit trail of users' requests), and the
-server's TLS (files mounted from cert-manager's Secret, or issued by the controllers themselves
-from a shared CA)."""
+server's TLS (files mounted from cert-manager's Secret, or issued by each controller itself from a
+CA of its own)."""
 
 import asyncio
 import logging
@@ -22,7 +22,7 @@ from .config import ControllerConfig
 from .kube import Kube
 from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS, UNAUTHENTICATED
 from .names import component
-from .webhook_tls import SelfSignedTLS, serving_names
+from .webhook_tls import SelfSignedTLS, ca_secret_name, serving_names
 
 log = logging.getLogger("trainerop.webhooks")
 MAX_REVIEW_BYTES = 16 * 1024 * 1024  # an update's review holds the object twice
@@ -69,8 +69,8 @@ def missing_files(*paths: str) -> list[str]:
 
 
 def self_signed(config: ControllerConfig, kube: Kube, clock: Clock) -> SelfSignedTLS:
-    """--webhook-tls self-signed: this controller's certificate from the shared CA, and the CA in
-    its own webhook configurations (named trainer-operator-<controller>, of either kind)."""
+    """--webhook-tls self-signed: this controller's certificate from its own CA, and that CA in its
+    own webhook configurations (named trainer-operator-<controller>, of either kind)."""
     webhook = config.webhook
     name = component(config.controller)
     service = webhook.webhook_service or f"{name}-webhook"
@@ -78,6 +78,7 @@ def self_signed(config: ControllerConfig, kube: Kube, clock: Clock) -> SelfSigne
         kube,
         clock,
         webhook.operator_namespace,
+        ca_secret_name(config.controller),
         serving_names(service, webhook.operator_namespace, webhook.webhook_address),
         Path(webhook.webhook_cert_file),
         Path(webhook.webhook_key_file),
