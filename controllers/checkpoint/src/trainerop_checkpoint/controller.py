@@ -17,6 +17,7 @@ from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.checkpoint_layout import Claim, S3Bucket, StorageLocation, parse_bucket
 from trainerop_common.clock import age_seconds, parse_time, rfc3339
 from trainerop_common.contracts import GRANT_RECHECK_SECONDS, awaiting_grant
+from trainerop_common.kube import is_forbidden
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.process import run_entrypoint
@@ -112,7 +113,7 @@ class CheckpointController:
         try:
             return await self.rt.kube.secret_data(*key)
         except ApiError as err:
-            if err.status.code == 403:
+            if is_forbidden(err):
                 return FORBIDDEN
             raise
 

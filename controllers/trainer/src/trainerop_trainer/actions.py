@@ -158,6 +158,8 @@ class Actions:
         (an install without the trainer's bind right) does not hold the Trainer back: it is
         logged, tried again after --resync-seconds, and the controllers say they cannot read the
         Secret."""
+        if not self._due((GRANTS, namespace)):  # every reconcile passes here: build nothing then
+            return
         try:
             await self._once((GRANTS, namespace), self.grants(namespace))
         except ApiError as err:

@@ -110,10 +110,14 @@ def is_not_found(err: ApiError) -> bool:
     return bool(err.status.code == 404)
 
 
+def is_forbidden(err: ApiError) -> bool:
+    return bool(err.status.code == 403)
+
+
 def is_namespace_terminating(err: ApiError) -> bool:
     """Refused because the namespace is being deleted (nothing can be created in it any more)."""
     causes = (err.status.details.causes if err.status.details else None) or []
-    return err.status.code == 403 and (
+    return is_forbidden(err) and (
         any(c.reason == "NamespaceTerminating" for c in causes) or "being terminated" in (err.status.message or "")
     )
 
@@ -228,7 +232,7 @@ class Kube:
         except ApiError as err:
             if is_not_found(err):
                 return False
-            if err.status.code == 403:
+            if is_forbidden(err):
                 return None
             raise
         return True
