@@ -45,6 +45,7 @@ TESTBED = Path(__file__).resolve().parent
 REPO = TESTBED.parent
 BUILD_SCRIPT = REPO / "hack" / "build-k8s.sh"
 KWOK_STAGES = TESTBED / "kwok-stages.yaml"
+KWOK_DELETES = TESTBED / "kwok-deletes.yaml"  # kwok deletes pods as a kubelet does (see the file)
 # The same locations as hack/lib/common.sh.
 CACHE_ROOT = (
     Path(os.environ["TRAINER_OPERATOR_CACHE"])
@@ -694,6 +695,7 @@ def up(args: argparse.Namespace) -> int:
         kubeconfig(run, user)
     for comp in components(run, bins):
         start(run, comp)
+    kubectl(run, bins, "apply", "-f", str(KWOK_DELETES))
     say(f"registering {FAKE_NODES} fake GPU nodes")
     kubectl(
         run,

@@ -50,6 +50,38 @@ def test_the_real_scheduler_binds_a_gpu_pod_to_a_kwok_node(cluster: Cluster, nam
     assert node["metadata"]["labels"]["trainer.operator.kubeflow.org/capacity-type"] == "spot"
 
 
+def test_kwok_finishes_a_deletion_but_never_deletes_a_pod_whose_deletion_has_not_begun(
+    cluster: Cluster, namespace: str
+) -> None:
+    """kwok deletes pods by name, without the kubelet's UID precondition; the testbed's admission
+    policy (testbed/kwok-deletes.yaml) refuses it a pod whose deletion has not begun, so a late
+    delete of a pod already gone cannot take its replacement of the same name."""
+    kwok_config = cluster_tool.RUN_DIR / "kwok.kubeconfig"
+    if not kwok_config.is_file():
+        pytest.skip("the session uses the cluster in $KUBECONFIG, not one testbed.cluster started")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "replacement"},
+        "spec": {
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "none"}],
+        },
+    }
+    cluster.apply(pod, namespace)
+    eventually(lambda: cluster.get("pod", "replacement", namespace)["status"].get("phase") == "Running")
+    as_kwok = subprocess.run(
+        [str(cluster.kubectl_bin), f"--kubeconfig={kwok_config}", "delete", "pod", "replacement", "-n", namespace],
+        capture_output=True,
+        text=True,
+    )
+    assert as_kwok.returncode != 0
+    assert "whose deletion has begun" in as_kwok.stderr, as_kwok.stderr
+    assert "replacement" in cluster.names("pods", namespace)
+    cluster.kubectl("delete", "pod", "replacement", "-n", namespace, "--wait=false")  # graceful: kwok finishes it
+    eventually(lambda: "replacement" not in cluster.names("pods", namespace), what="kwok to finish the deletion")
+
+
 def test_status_command_reports_every_component_healthy(cluster: Cluster) -> None:
     if not (cluster_tool.RUN_DIR / "pids").is_dir():
         pytest.skip("the session uses the cluster in $KUBECONFIG, not one testbed.cluster started")

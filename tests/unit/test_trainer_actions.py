@@ -26,6 +26,7 @@ from trainerop_trainer.pods import (
     service_manifest,
 )
 from trainerop_trainer.topology import Replica
+from trainerop_trainer.views import pod_view
 
 OWNER = Owner("t", "ns", "uid", 1)
 SPEC = trainer_spec(epochs=1, image="i", topology={"workers": 2})
@@ -36,6 +37,8 @@ BODY = {"metadata": {"name": "t", "namespace": "ns", "uid": "uid"}}
 class Kube:
     def __init__(self, existing: tuple[str, ...] = (), failing: tuple[str, ...] = ()) -> None:
         self.created: list[str] = []
+        self.while_creating: list[str] = []  # names the watch delivers before a create's answer
+        self.act: Actions | None = None
         self.applied: list[str] = []
         self.deleted: list[str] = []
         self.existing = existing  # names a create finds taken (409)
@@ -50,13 +53,17 @@ class Kube:
         if body["metadata"]["name"] in self.existing:
             return False
         self.created.append(body["metadata"]["name"])
+        if body["metadata"]["name"] in self.while_creating and self.act is not None:
+            self.act.delivered(("ns", body["metadata"]["name"]), "t")  # ADDED (and DELETED) came first
         return True
 
     async def get_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.others.get(name)
 
-    async def delete_core(self, kind: str, namespace: str, name: str, force: bool = False) -> bool:
-        self.deleted.append(name)
+    async def delete_core(
+        self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
+    ) -> bool:
+        self.deleted.append(name if uid is None else f"{name}@{uid}")
         return True
 
     async def apply_core(self, body: dict[str, Any]) -> None:
@@ -71,7 +78,8 @@ def actions(existing: tuple[str, ...] = (), failing: tuple[str, ...] = ()) -> tu
         kube=kube, clock=clock, event=lambda _, *e: events.append(e), config=SimpleNamespace(resync_seconds=300)
     )
     kube.events = events
-    return Actions(cast(Runtime, runtime)), kube, clock
+    kube.act = Actions(cast(Runtime, runtime))
+    return kube.act, kube, clock
 
 
 async def test_created_pods_count_as_existing_until_the_watch_delivers_them() -> None:
@@ -94,6 +102,43 @@ async def test_a_pod_the_watch_delivered_is_no_longer_expected_even_if_gone_agai
     await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
     act.delivered(("ns", "t-worker-0"), "t")
     assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-1"]
+
+
+async def test_a_pod_the_watch_delivered_before_its_create_answered_is_not_expected() -> None:
+    """The watch can deliver a new pod, and its deletion by someone else, before the create's answer
+    comes back: the expectation is raised before the request, so the delivery lowers it and the
+    next reconcile creates the pod again (raised after the answer, it hid the loss for 30 s)."""
+    act, kube, _ = actions()
+    kube.while_creating = ["t-worker-0"]
+    carried = await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    assert (carried.refused, carried.pods_created) == (False, True)
+    assert [p["metadata"]["name"] for p in act.expected_pods(OWNER, set())] == ["t-worker-1"]
+
+
+async def test_a_reconcile_is_due_when_the_first_open_expectation_lapses() -> None:
+    """Whatever else the Trainer waits for, a reconcile is due when an expectation lapses: a pod
+    never delivered is then trusted gone and created again (the controller once asked for this
+    only in reconciles that created pods, and a sooner timer of another kind took its place)."""
+    act, _, clock = actions()
+    assert act.next_lapse(OWNER) is None
+    await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_pods=PODS), ())
+    assert act.next_lapse(OWNER) == 30.0
+    clock.advance(12)
+    assert act.next_lapse(OWNER) == 18.0  # a later reconcile that created nothing still asks for it
+    act.delivered(("ns", "t-worker-0"), "t")
+    act.delivered(("ns", "t-worker-1"), "t")
+    assert act.next_lapse(OWNER) is None
+
+
+async def test_pods_are_deleted_by_the_uid_decided_on() -> None:
+    """A pod is deleted with its UID as a precondition: a replacement created since under the same
+    name is not deleted in its place. A pod known only from its create (no UID yet) goes by name."""
+    act, kube, _ = actions()
+    seen = pod_view({**PODS[0], "metadata": {**PODS[0]["metadata"], "uid": "u0"}}, "trainer")
+    assert seen is not None
+    decision = Decision(status={}, conditions=(), delete_pods=("t-worker-0", "t-worker-1"))
+    await act.carry_out(BODY, OWNER, decision, [seen])
+    assert sorted(kube.deleted) == ["t-worker-0@u0", "t-worker-1"]
 
 
 async def test_a_reconcile_reads_its_own_expectations_and_lapsed_ones_of_others_go() -> None:

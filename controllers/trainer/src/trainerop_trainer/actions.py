@@ -118,14 +118,19 @@ class Actions:
     async def _create_pods(self, body: Body, owner: Owner, pods: Sequence[dict[str, Any]]) -> list[bool | None]:
         """Create the pods together (for each: created, existed already, or refused). Each one
         created is expected until the watch delivers it; one that existed is not (it may be a
-        predecessor still terminating, or someone else's)."""
-        outcomes = await settled(self._create(body, pod) for pod in pods)
+        predecessor still terminating, or someone else's). The expectations are raised before the
+        requests: the watch may deliver a pod (and its deletion by someone else) before its
+        create's answer comes, and an expectation raised after that would hide the loss."""
+        group = self.expected.setdefault((owner.namespace, owner.name), {})
         until = self.rt.clock.now() + EXPECTATION_TIMEOUT
+        raised = {pod["metadata"]["name"]: Expected(owner.uid, pod, until) for pod in pods}
+        group.update(raised)
+        outcomes = await settled(self._create(body, pod) for pod in pods)
         created = [pod for pod, outcome in zip(pods, outcomes, strict=True) if outcome is True]
+        for pod, outcome in zip(pods, outcomes, strict=True):
+            if outcome is not True:  # not made by this request: nothing to wait for
+                self._lower((owner.namespace, owner.name), pod["metadata"]["name"], raised)
         for pod in created:
-            self.expected.setdefault((owner.namespace, owner.name), {})[pod["metadata"]["name"]] = Expected(
-                owner.uid, pod, until
-            )
             PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
         if created:
             self.rt.event(body, "Normal", "CreatedPods", "created " + ", ".join(p["metadata"]["name"] for p in created))
@@ -220,7 +225,10 @@ class Actions:
         self, owner: Owner, names: Sequence[str], force: Set[str], pods: Mapping[str, PodView]
     ) -> None:
         """Delete the pods ``names``, those in ``force`` without waiting for their lost node."""
-        await bounded(self.rt.kube.delete_core("Pod", owner.namespace, n, force=n in force) for n in names)
+        # Each by the UID decided on: a replacement made since under its name is not deleted with it.
+        uids = {n: pods[n].uid or None for n in names if n in pods}
+        kube = self.rt.kube
+        await bounded(kube.delete_core("Pod", owner.namespace, n, force=n in force, uid=uids.get(n)) for n in names)
         # gone already (404) counts as deleted too: never count it twice
         self.deleted |= {pods[n].uid for n in names if n in pods and pods[n].uid}
         for name in names:  # a pod deleted before the watch delivered it is no longer expected
@@ -238,11 +246,16 @@ class Actions:
         ``trainer``: it is no longer expected, even if it is gone again before the next reconcile
         looks (deleted by someone else right after its creation: that reconcile must create it
         again, not wait it out)."""
-        group = self.expected.get((key[0], trainer))
-        if group is not None:
-            group.pop(key[1], None)
-            if not group:
-                del self.expected[(key[0], trainer)]
+        self._lower((key[0], trainer), key[1])
+
+    def _lower(self, trainer: tuple[str, str], name: str, only: Mapping[str, Expected] | None = None) -> None:
+        """Drop the expectation of the pod ``name`` (``only`` if it is still one of those)."""
+        group = self.expected.get(trainer)
+        if group is None or name not in group or (only is not None and group[name] is not only.get(name)):
+            return
+        del group[name]
+        if not group:
+            del self.expected[trainer]
 
     def expected_pods(self, owner: Owner, cached: Set[str]) -> list[dict[str, Any]]:
         """The manifests of ``owner``'s pods created but not among the ``cached`` names yet;
@@ -255,6 +268,15 @@ class Actions:
                 self._forget(trainer, now, frozenset())
         group = self._forget((owner.namespace, owner.name), now, cached)
         return [e.pod for e in group.values() if e.owner_uid == owner.uid]
+
+    def next_lapse(self, owner: Owner) -> float | None:
+        """Seconds until the first of ``owner``'s open expectations lapses, None without any: a
+        reconcile is due then (a pod the watch never delivered is trusted gone), whatever other
+        timer the Trainer has."""
+        group = self.expected.get((owner.namespace, owner.name))
+        if not group:
+            return None
+        return max(0.0, (min(e.until for e in group.values()) - self.rt.clock.now()).total_seconds())
 
     def _forget(self, trainer: tuple[str, str], now: datetime, cached: Set[str]) -> dict[str, Expected]:
         """The Trainer's expectations still open: those met (``cached``) or lapsed are dropped."""

@@ -23,7 +23,7 @@ from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
 
 from . import admission
-from .actions import EXPECTATION_TIMEOUT, Actions
+from .actions import Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide, once_created
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings, secret_grants
@@ -184,8 +184,9 @@ class TrainerController:
         carried = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
         if self.actions.namespace_going(obs.owner.namespace):
             return Outcome()
-        # Pods it created are expected until the watch delivers them: look again when that ends.
-        expecting = EXPECTATION_TIMEOUT.total_seconds() if decision.create_pods else None
+        # Pods it created are expected until the watch delivers them: look again when that ends (a
+        # sooner timer fires first and must not take this one's place).
+        expecting = self.actions.next_lapse(obs.owner)
         if carried.pods_created:  # every pod it asked for exists: the status says so in this write
             decision = once_created(obs, decision)
         self._count_epochs(obs, decision)

@@ -43,7 +43,7 @@ from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
 from .objects import Keep, slim
 from .ratelimit import TokenBucket
-from .rest import APPLY, Rest
+from .rest import APPLY, Rest, refusal
 
 Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
 
@@ -314,14 +314,18 @@ class Kube:
             raise
         return True
 
-    async def delete_core(self, kind: str, namespace: str, name: str, force: bool = False) -> bool:
+    async def delete_core(
+        self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
+    ) -> bool:
         """Delete a Pod or Service; False if it is already gone. ``force`` skips the grace period
-        (for a pod whose node is lost and will never confirm the deletion)."""
+        (for a pod whose node is lost and will never confirm the deletion). ``uid``: only the object
+        with that UID (the API server's precondition, as the kubelet deletes): one made since under
+        the same name (a replacement) stays, and the one meant counts as gone."""
         grace = 0 if force else None
         try:
-            await self._call("delete", self._delete(CORE[kind], name, namespace, grace))
+            await self._call("delete", self._delete(CORE[kind], name, namespace, grace, uid))
         except ApiError as err:
-            if is_not_found(err):
+            if is_not_found(err) or (uid is not None and is_conflict(err)):
                 return False
             raise
         return True
@@ -352,11 +356,18 @@ class Kube:
             return await self._client.create(res.from_dict(body), namespace=namespace)
         return await self._rest.send("POST", resource_path(res, self._namespace(res, namespace)), self._manager, body)
 
-    async def _delete(self, res: Any, name: str, namespace: str | None, grace: int | None = None) -> Any:
+    async def _delete(
+        self, res: Any, name: str, namespace: str | None, grace: int | None = None, uid: str | None = None
+    ) -> Any:
         if self._rest is None:
+            # lightkube sends no DeleteOptions body: the UID is compared here, just before
+            if uid is not None and (await self._client.get(res, name, namespace=namespace)).metadata.uid != uid:
+                raise refusal(409, f"{name} is no longer the object with UID {uid}".encode())
             return await self._client.delete(res, name, namespace=namespace, grace_period=grace)
         params = {"gracePeriodSeconds": str(grace)} if grace is not None else {}
-        return await self._rest.send("DELETE", resource_path(res, self._namespace(res, namespace), name), params)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
+        path = resource_path(res, self._namespace(res, namespace), name)
+        return await self._rest.send("DELETE", path, params, options)
 
     def _namespace(self, res: Any, namespace: str | None) -> str | None:
         """A namespaced kind's namespace, the configuration's when not given (as lightkube does)."""

@@ -1,0 +1,43 @@
+"""The controllers' requests against the real API server where the server's own rules matter: a
+delete by UID (the precondition the kubelet sends) leaves an object made since under the same name,
+through the aiohttp path and through lightkube's (exec or basic auth)."""
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+from tests.harness import Cluster
+from trainerop_common.kube import Kube
+from trainerop_common.ratelimit import TokenBucket
+
+SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": "rank-names"},
+    "spec": {"clusterIP": "None", "selector": {"app": "none"}},
+}
+
+
+def kube(cluster: Cluster, path: str) -> Kube:
+    if path == "aiohttp":
+        return Kube.from_environment("trainer", qps=50, burst=50)
+    return Kube(AsyncClient(KubeConfig.from_file(cluster.kubeconfig)), TokenBucket(50, 50), "trainer")
+
+
+@pytest.mark.parametrize("path", ["aiohttp", "lightkube"])
+async def test_a_delete_by_uid_leaves_the_object_made_since_under_that_name(
+    cluster: Cluster, namespace: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    client = kube(cluster, path)
+    cluster.apply(SERVICE, namespace)
+    first = cluster.get("service", "rank-names", namespace)["metadata"]["uid"]
+    cluster.kubectl("delete", "service", "rank-names", "-n", namespace)
+    cluster.apply(SERVICE, namespace)
+    second = cluster.get("service", "rank-names", namespace)["metadata"]["uid"]
+
+    assert await client.delete_core("Service", namespace, "rank-names", uid=first) is False  # that one is gone
+    assert cluster.get("service", "rank-names", namespace)["metadata"]["uid"] == second
+    assert await client.delete_core("Service", namespace, "rank-names", uid=second) is True
+    assert "rank-names" not in cluster.names("services", namespace)
+    assert await client.delete_core("Service", namespace, "rank-names", uid=second) is False  # 404
