@@ -41,3 +41,24 @@ async def test_a_delete_by_uid_leaves_the_object_made_since_under_that_name(
     assert await client.delete_core("Service", namespace, "rank-names", uid=second) is True
     assert "rank-names" not in cluster.names("services", namespace)
     assert await client.delete_core("Service", namespace, "rank-names", uid=second) is False  # 404
+
+
+@pytest.mark.parametrize("path", ["aiohttp", "lightkube"])
+async def test_a_forced_delete_by_uid_removes_the_pod_at_once(
+    cluster: Cluster, namespace: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod on a node that will never confirm (deleted, partitioned) is deleted with no grace
+    period; with the UID in the request's body too (the API server then reads no option from the
+    query: the grace period sent there was dropped and the pod waited for a kubelet)."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    client = kube(cluster, path)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stranded"},
+        "spec": {"nodeName": "a-node-that-is-gone", "containers": [{"name": "c", "image": "none"}]},
+    }
+    cluster.apply(pod, namespace)
+    uid = cluster.get("pod", "stranded", namespace)["metadata"]["uid"]
+    assert await client.delete_core("Pod", namespace, "stranded", force=True, uid=uid) is True
+    assert "stranded" not in cluster.names("pods", namespace)  # gone, not waiting with a deletionTimestamp

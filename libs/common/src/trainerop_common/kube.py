@@ -364,10 +364,15 @@ class Kube:
             if uid is not None and (await self._client.get(res, name, namespace=namespace)).metadata.uid != uid:
                 raise refusal(409, f"{name} is no longer the object with UID {uid}".encode())
             return await self._client.delete(res, name, namespace=namespace, grace_period=grace)
-        params = {"gracePeriodSeconds": str(grace)} if grace is not None else {}
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
         path = resource_path(res, self._namespace(res, namespace), name)
-        return await self._rest.send("DELETE", path, params, options)
+        if not uid:
+            params = {"gracePeriodSeconds": str(grace)} if grace is not None else {}
+            return await self._rest.send("DELETE", path, params)
+        # With a body the API server reads every option from it and none from the query.
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        return await self._rest.send("DELETE", path, {}, options)
 
     def _namespace(self, res: Any, namespace: str | None) -> str | None:
         """A namespaced kind's namespace, the configuration's when not given (as lightkube does)."""
