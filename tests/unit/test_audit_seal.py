@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from trainerop_audit.record import stamp_of, subject_uid
 from trainerop_audit.retention import Retention, pruned_record
-from trainerop_audit.seal import next_seal, record_hash, verify
+from trainerop_audit.seal import held, next_seal, record_hash, verify
 from trainerop_common.clock import parse_time
 
 NS = "team-a"
@@ -113,3 +114,23 @@ def test_tampering_is_reported_as_the_first_broken_link(
     else:
         assert verdict.broken is not None
         assert verdict.broken.startswith(broken)
+
+
+def test_the_controller_holds_a_record_as_what_its_seals_and_decisions_read() -> None:
+    """The controller's cache holds each record as a projection with its hash (trainerop_audit.seal
+    .held): the seals made from held records are the seals made from whole ones, and what the
+    decisions read of a record (the Trainer it is about, when) is unchanged."""
+    about = {"objectRef": {"resource": "trainers", "uid": "t-1", "name": "t", "namespace": NS}}
+    whole = [
+        record("a", 1) | {"spec": record("a", 1)["spec"] | about | {"user": {"username": "alice"}}},
+        record("b", 2) | {"spec": record("b", 2)["spec"] | {"trainer": {"uid": "t-2", "name": "u"}}},
+    ]
+    first = next_seal(NS, whole, "2026-12-01T12:00:03.000000Z")
+    assert first is not None
+    whole.append(stored(first, 3))
+    whole.append(record("c", 4))
+    kept = [held(r) for r in whole]
+    assert kept[2] == whole[2]  # a seal is held whole
+    assert "user" not in kept[0]["spec"]
+    assert [(subject_uid(k), stamp_of(k)) for k in kept] == [(subject_uid(w), stamp_of(w)) for w in whole]
+    assert next_seal(NS, kept, "2026-12-01T12:00:05.000000Z") == next_seal(NS, whole, "2026-12-01T12:00:05.000000Z")

@@ -32,7 +32,7 @@ from .delivery import NOTIFICATIONS, Notifier
 from .notices import Notified, RoleFailures, Settings, due, retry_delay
 from .record import TRAINER_LABEL, subject_uid
 from .retention import Retention, expired, pruned_record
-from .seal import next_seal
+from .seal import held, next_seal
 from .user_recorder import RESOURCES, WEBHOOK, UserRecorder
 
 log = logging.getLogger("trainerop.audit")
@@ -80,7 +80,7 @@ class AuditController:
         self.rt = runtime
         self.config = config
         # Grouped by the Trainer they are about: a reconcile reads its own records, not the namespace's.
-        self.records = ObjectCache.for_kind(runtime.kube, "AuditLog", index=lambda r: subject_uid(r) or "")
+        self.records = ObjectCache.for_kind(runtime.kube, "AuditLog", index=lambda r: subject_uid(r) or "", keep=held)
         self.retention = Retention(config.retention_days, config.retention_records)
         self.users = UserRecorder(
             lambda record, again: self.write(record, "user", print_existing=again), runtime.clock, OPERATOR_NAMESPACE

@@ -129,10 +129,15 @@ class ObjectCache:
 
     @classmethod
     def for_kind(
-        cls, kube: "Kube", kind: str, index: Callable[[Mapping[str, Any]], Hashable] | None = None
+        cls,
+        kube: "Kube",
+        kind: str,
+        index: Callable[[Mapping[str, Any]], Hashable] | None = None,
+        keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> "ObjectCache":
         """A cache of one of the operator's own kinds."""
-        return cls(lambda keep: kube.list_all(kind, keep), GROUP, VERSION, kind_info(kind).plural, index=index)
+        plural = kind_info(kind).plural
+        return cls(lambda projection: kube.list_all(kind, projection), GROUP, VERSION, plural, index=index, keep=keep)
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> Key:
