@@ -123,13 +123,12 @@ class Actions:
         create's answer comes, and an expectation raised after that would hide the loss."""
         group = self.expected.setdefault((owner.namespace, owner.name), {})
         until = self.rt.clock.now() + EXPECTATION_TIMEOUT
-        raised = {pod["metadata"]["name"]: Expected(owner.uid, pod, until) for pod in pods}
-        group.update(raised)
+        group.update({pod["metadata"]["name"]: Expected(owner.uid, pod, until) for pod in pods})
         outcomes = await settled(self._create(body, pod) for pod in pods)
         created = [pod for pod, outcome in zip(pods, outcomes, strict=True) if outcome is True]
         for pod, outcome in zip(pods, outcomes, strict=True):
             if outcome is not True:  # not made by this request: nothing to wait for
-                self._lower((owner.namespace, owner.name), pod["metadata"]["name"], raised)
+                self._lower((owner.namespace, owner.name), pod["metadata"]["name"])
         for pod in created:
             PODS_CREATED.labels(pod["metadata"]["labels"][REPLICA_TYPE_LABEL]).inc()
         if created:
@@ -248,14 +247,12 @@ class Actions:
         again, not wait it out)."""
         self._lower((key[0], trainer), key[1])
 
-    def _lower(self, trainer: tuple[str, str], name: str, only: Mapping[str, Expected] | None = None) -> None:
-        """Drop the expectation of the pod ``name`` (``only`` if it is still one of those)."""
+    def _lower(self, trainer: tuple[str, str], name: str) -> None:
+        """Drop the expectation of the pod ``name`` (one reconcile of a Trainer at a time raises them)."""
         group = self.expected.get(trainer)
-        if group is None or name not in group or (only is not None and group[name] is not only.get(name)):
+        if group is None or group.pop(name, None) is None or group:
             return
-        del group[name]
-        if not group:
-            del self.expected[trainer]
+        del self.expected[trainer]
 
     def expected_pods(self, owner: Owner, cached: Set[str]) -> list[dict[str, Any]]:
         """The manifests of ``owner``'s pods created but not among the ``cached`` names yet;
