@@ -220,12 +220,17 @@ class Runtime:
 
     def _gone(self, body: Body) -> None:
         if self.queue.forget(body):
-            self._reported.pop(key_of(body), None)
+            self._forget(key_of(body))
 
     def _vanished(self, key: Key) -> None:
         """A Trainer deleted in a watch's gap, found by the relist's convergence."""
         self.queue.drop(key)
+        self._forget(key)
+
+    def _forget(self, key: Key) -> None:
         self._reported.pop(key, None)
+        if self.writer is not None:
+            self.writer.forget(*key)
 
     async def _trainer_keys(self) -> set[Key]:
         return {key_of(t) for t in await self.kube.list_all("Trainer", lambda o: {"metadata": o.get("metadata", {})})}

@@ -112,6 +112,10 @@ class StatusWriter:
         version, written = resource_version(obj), self._written.get((meta.get("namespace"), meta.get("name", "")))
         return version is not None and written is not None and version < written
 
+    def forget(self, namespace: str | None, name: str) -> None:
+        """The object is gone: what our last write to it produced no longer matters."""
+        self._written.pop((namespace, name), None)
+
     def skipped(self, count: int = 1) -> None:
         """Count writes a caller knew to be unneeded without planning them (as :meth:`write` counts
         those it plans and finds unneeded)."""
