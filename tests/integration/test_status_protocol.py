@@ -35,20 +35,55 @@ def owned_status_fields(entry: dict[str, Any]) -> tuple[set[str], set[str]]:
     return fields, types
 
 
+def status_managers(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["manager"]: e for e in obj["metadata"]["managedFields"] if e.get("subresource") == "status"}
+
+
+def apply_profiled(cluster: Cluster, namespace: str) -> None:
+    """The seed Trainer naming the seed profile (and the Secret the profile mounts): every
+    concern has something to decide."""
+    cluster.kubectl("create", "secret", "generic", "mistral-vault", "-n", namespace, "--from-literal=a=b")
+    cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "examples" / "seed" / "trainingprofile.yaml"))
+    cluster.apply({**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "profile": "cost-optimized-32gpu"}}, namespace)
+
+
 def test_each_controller_writes_only_its_own_status_section(cluster: Cluster, namespace: str) -> None:
-    cluster.apply(SEED_TRAINER, namespace)
+    apply_profiled(cluster, namespace)
     eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
     obj = cluster.get("trainer", NAME, namespace, managed_fields=True)
 
-    status_managers = {e["manager"]: e for e in obj["metadata"]["managedFields"] if e.get("subresource") == "status"}
-    assert set(status_managers) == {f"trainer-operator/{c}" for c in OWNERSHIP}
+    managers = status_managers(obj)
+    assert set(managers) == {f"trainer-operator/{c}" for c in OWNERSHIP}
     for controller, (fields, types) in OWNERSHIP.items():
-        entry = status_managers[f"trainer-operator/{controller}"]
+        entry = managers[f"trainer-operator/{controller}"]
         assert entry["operation"] == "Apply"
         got_fields, got_types = owned_status_fields(entry)
         assert got_fields <= fields, f"{controller} owns {got_fields - fields}"
         assert got_types <= types, f"{controller} owns conditions {got_types - types}"
         assert got_fields or got_types, f"{controller} wrote nothing"
+
+
+def test_a_concern_the_spec_stops_asking_takes_back_what_it_said(cluster: Cluster, namespace: str) -> None:
+    """spec.profile removed from a started run: the profile controller's section and condition go
+    (an apply of nothing), the run goes on under the other gates, and nothing else is written by
+    the profile controller about it."""
+    apply_profiled(cluster, namespace)
+    obj = eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")
+    assert condition(obj, "ProfileResolved")["reason"] == "Resolved"
+    cluster.kubectl("patch", "trainer", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"profile":null}}')
+
+    def taken_back() -> dict[str, Any] | None:
+        now = converged(cluster, namespace, NAME)
+        return now if now and not condition(now, "ProfileResolved") and "profile" not in now["status"] else None
+
+    now = eventually(taken_back, what="the profile's section and condition to go, the other gates to answer again")
+    assert now["metadata"]["generation"] == obj["metadata"]["generation"] + 1
+    assert condition(now, "Created")["status"] == "True"  # its pods stay
+    assert owned_status_fields(
+        status_managers(cluster.get("trainer", NAME, namespace, managed_fields=True)).get(
+            "trainer-operator/profile", {"fieldsV1": {}}
+        )
+    ) == (set(), set())
 
 
 def test_the_api_server_refuses_a_controller_writing_another_section(cluster: Cluster, namespace: str) -> None:

@@ -1,8 +1,11 @@
 """Flags, with TRAINEROP_* variables as defaults: the runtime's, the webhooks' (for the controllers
 that serve them) and each controller's own."""
 
+from typing import Any
+
 import pytest
 
+from tests.factories import trainer_spec
 from trainerop_audit.config import AuditConfig
 from trainerop_checkpoint.config import CheckpointConfig
 from trainerop_common.config import parse_args
@@ -16,7 +19,24 @@ def test_components_announce_gates_through_their_own_variables(monkeypatch: pyte
     monkeypatch.setenv("TRAINEROP_GATE_AUDIT", "true")
     _, trainer = parse_args("trainer", TrainerConfig, [], webhooks=True)
     assert trainer.gates == ("audit", "profile")
-    assert trainer.gate_conditions == ("ProfileResolved",)  # audit never gates
+    assert trainer.gates_for(trainer_spec(profile="p")) == ("ProfileResolved",)  # audit never gates
+
+
+# Which deployed gates a Trainer waits for: only concerns its spec gives something to decide.
+CHECKPOINT = {"bucket": "s3://b/p", "credentialsSecret": "creds"}
+GATES_TABLE: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    # the Trainer's spec beyond the minimum -> the conditions it waits for
+    ("neither a profile nor checkpointing", {}, ("QuotaAdmitted",)),
+    ("a profile", {"profile": "p"}, ("ProfileResolved", "QuotaAdmitted")),
+    ("checkpointing", {"checkpoint": CHECKPOINT}, ("QuotaAdmitted", "CheckpointReady")),
+    ("both", {"profile": "p", "checkpoint": CHECKPOINT}, ("ProfileResolved", "QuotaAdmitted", "CheckpointReady")),
+]
+
+
+@pytest.mark.parametrize(("extra", "waits_for"), [r[1:] for r in GATES_TABLE], ids=[r[0] for r in GATES_TABLE])
+def test_a_trainer_waits_only_for_the_gates_its_spec_asks(extra: dict[str, Any], waits_for: tuple[str, ...]) -> None:
+    _, trainer = parse_args("trainer", TrainerConfig, ["--gates", "profile,quota,checkpoint,audit"])
+    assert set(trainer.gates_for(trainer_spec(epochs=1, image="i", topology={"workers": 1}, **extra))) == set(waits_for)
 
 
 def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -106,10 +106,10 @@ def to_read(
     return copies_to_read(observed(views, states, **kw))
 
 
-def test_without_checkpointing_the_gate_is_open() -> None:
+def test_without_checkpointing_the_controller_says_nothing() -> None:
+    """Not asked: no section and no condition (what it said of earlier checkpointing goes)."""
     d = observe([], trainer_spec=trainer_spec())
-    assert d.status == {}
-    assert d.conditions[0].reason == "NoCheckpointing"
+    assert (d.status, d.conditions, d.problem) == ({}, (), None)
 
 
 def test_before_any_commit_pods_start_from_scratch_with_the_storage_settings() -> None:

@@ -45,7 +45,6 @@ def profile(**fields: Any) -> TrainingProfileSpec:
 # What the profile controller says of a Trainer that names the seed profile: one row per situation.
 RESOLUTION_TABLE: list[tuple[str, TrainerSpec, FoundProfile | None, dict[str, bool | None], tuple[str, str, bool]]] = [
     # situation, the Trainer, the profile found, its Secrets -> (status, reason, a Warning Event)
-    ("no spec.profile", trainer(profile=None), None, {}, ("True", "NoProfile", False)),
     ("no such profile", trainer(), None, {}, ("False", "ProfileNotFound", True)),
     ("its Secret is missing", trainer(), found(), {"mistral-vault": False}, ("False", "SecretNotFound", True)),
     ("its Secret cannot be checked", trainer(), found(), {"mistral-vault": None}, ("True", "Resolved", False)),
@@ -87,12 +86,10 @@ def test_what_the_profile_controller_says(
     assert (c.status, c.reason, d.problem is not None) == said
 
 
-def test_no_profile_passes_the_gate() -> None:
+def test_without_a_profile_the_controller_says_nothing() -> None:
+    """Not asked: no section, no condition (what it said of an earlier profile goes), no Event."""
     d = resolve("ns", trainer(profile=None), 3, None)
-    assert d.status == {}
-    (c,) = d.conditions
-    assert (c.type, c.status, c.reason) == ("ProfileResolved", "True", "NoProfile")
-    assert d.problem is None
+    assert (d.status, d.conditions, d.problem) == ({}, (), None)
 
 
 def test_missing_profile_says_what_to_fix_and_names_both_kinds() -> None:

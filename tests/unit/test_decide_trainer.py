@@ -11,6 +11,7 @@ from tests.factories import trainer_spec
 from trainerop_common.api.base import Condition, Contribution
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.contracts import REPLICA_TYPE_LABEL
+from trainerop_trainer.controller import contributions_of
 from trainerop_trainer.decide import (
     Decision,
     Observed,
@@ -948,3 +949,12 @@ def test_the_status_counts_the_workers_the_run_is_admitted_with(
 )
 def test_only_progress_towards_running_may_wait_for_its_siblings(event: str, view: PodView | None, waits: bool) -> None:
     assert progress_only(view) is waits, event
+
+
+def test_a_section_the_spec_no_longer_asks_contributes_nothing() -> None:
+    """spec.profile removed: the profile section still holds its contribution until the profile
+    controller takes it back, and the trainer must not build pods from it meanwhile."""
+    section = {"contribution": {"generation": 1, "pod": {"env": [{"name": "FROM_PROFILE", "value": "1"}]}}}
+    status = TrainerStatus.model_validate({"profile": section, "checkpoint": section})
+    assert set(contributions_of(spec(profile="p"), status)) == {"profile"}
+    assert contributions_of(spec(), status) == {}

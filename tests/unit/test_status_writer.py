@@ -74,6 +74,18 @@ async def test_no_request_when_nothing_would_change() -> None:
     assert applier.calls == []
 
 
+def test_saying_nothing_takes_back_what_was_said_once() -> None:
+    """A concern the spec no longer asks (contracts.asks) applies an empty section: the API server
+    removes the fields and conditions its manager owned. Once nothing is said, no request."""
+    w = writer()
+    first = w.plan(trainer(), {"profile": {"name": "p"}}, [RESOLVED], NOW)
+    assert first is not None
+    cleared = w.plan(applied_status(trainer(), first.body), {}, [], LATER)
+    assert cleared is not None
+    assert cleared.body["status"] == {}
+    assert w.plan(trainer(), {}, [], LATER) is None
+
+
 def test_other_controllers_conditions_do_not_cause_writes() -> None:
     w = writer()
     first = w.plan(trainer(), {}, [RESOLVED], NOW)

@@ -356,9 +356,8 @@ def copies_to_read(obs: Observed) -> tuple[Copy, ...]:
 def decide(obs: Observed) -> Decision:
     spec = obs.spec.checkpoint
     if spec is None:
-        return Decision(
-            status={}, conditions=(Desired.true(CONDITION, "NoCheckpointing", "spec.checkpoint is not set"),)
-        )
+        # Not asked (contracts.asks): nothing said, and what was said of earlier checkpointing goes.
+        return Decision(status={}, conditions=())
     if not obs.storage.ready:
         # The section goes (no resume point, no contribution: the gate is closed). Applying an
         # empty section instead would leave status.checkpoint null, which the API server refuses.

@@ -231,7 +231,8 @@ class Observed:
 def decide(obs: Observed) -> Decision:
     name, found = obs.trainer.profile, obs.profile
     if not name:
-        return Decision(status={}, conditions=(Desired.true(CONDITION, "NoProfile", "spec.profile is not set"),))
+        # Not asked (contracts.asks): nothing said, and what was said of an earlier profile goes.
+        return Decision(status={}, conditions=())
     if found is None:
         return _problem(
             {"name": name},

@@ -3,8 +3,9 @@
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.config import flag
-from trainerop_common.contracts import CONCERNS, GATE_CONDITIONS
+from trainerop_common.contracts import CONCERNS, GATE_CONDITIONS, asks
 from trainerop_common.nodes import NODE_LOST_SECONDS
 
 from .pods import PodSettings
@@ -56,10 +57,10 @@ class TrainerConfig:
         "refuse a Trainer whose pods fit no node of the cluster (turn off where an autoscaler adds nodes on demand)",
     )
 
-    @property
-    def gate_conditions(self) -> tuple[str, ...]:
-        """The condition types of the deployed concerns that gate (audit never does)."""
-        return tuple(GATE_CONDITIONS[g] for g in self.gates if g in GATE_CONDITIONS)
+    def gates_for(self, spec: TrainerSpec) -> tuple[str, ...]:
+        """The condition types a Trainer of this spec waits for: of the deployed concerns that
+        gate (audit never does), those its spec gives something to decide."""
+        return tuple(GATE_CONDITIONS[g] for g in self.gates if g in GATE_CONDITIONS and asks(spec, g))
 
     def problems(self) -> list[str]:
         unknown = sorted(set(self.gates) - set(CONCERNS))

@@ -16,7 +16,7 @@ from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import age_seconds
 from trainerop_common.conditions import parse
-from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL
+from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL, asks
 from trainerop_common.nodes import readiness
 from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.process import run_entrypoint
@@ -43,9 +43,10 @@ from .views import (
 EPOCHS = Counter("training_epochs_total", "Epochs completed, from progress heartbeats.", ["namespace", "trainer"])
 
 
-def contributions_of(status: TrainerStatus) -> dict[str, Contribution]:
-    """The concerns' pod contributions (docs/design/contributions.md), by concern."""
-    sections = {c: getattr(status, c) for c in CONTRIBUTION_ORDER}
+def contributions_of(spec: TrainerSpec, status: TrainerStatus) -> dict[str, Contribution]:
+    """The pod contributions (docs/design/contributions.md) of the concerns the spec asks, by
+    concern (a section left from before spec.profile or spec.checkpoint was removed counts no more)."""
+    sections = {c: getattr(status, c) for c in CONTRIBUTION_ORDER if asks(spec, c)}
     return {c: s.contribution for c, s in sections.items() if s is not None and s.contribution is not None}
 
 
@@ -155,7 +156,7 @@ class TrainerController:
             spec=trainer.spec,
             status=status,
             conditions=parse((body.get("status") or {}).get("conditions")),
-            gates=self.config.gate_conditions,
+            gates=self.config.gates_for(trainer.spec),
             now=now,
             lost_nodes=loss.lost,
             deleted_nodes=loss.deleted,
@@ -166,7 +167,7 @@ class TrainerController:
             gates_grace=self.config.gates_grace_seconds,
             pods=pods,
             services=services,
-            contributions=contributions_of(status),
+            contributions=contributions_of(trainer.spec, status),
             settings=self.settings,
             backoff=self.backoff,
         )

@@ -16,6 +16,7 @@ from trainerop_sdk.names import (
 )
 
 from .api import GROUP
+from .api.trainer import TrainerSpec
 
 __all__ = [
     "ADMISSION_ANNOTATION",
@@ -35,6 +36,7 @@ __all__ = [
     "TRAINER_NAME_LABEL",
     "TRAINER_UID_LABEL",
     "TRAINING_CONTAINER",
+    "asks",
     "awaiting_grant",
     "replica_index",
     "set_by_operator",
@@ -77,6 +79,20 @@ def awaiting_grant(forbidden: bool, age: float | None) -> bool:
 # docs/architecture.md): the trainer's gates. The audit concern records and never gates.
 CONCERNS = ("profile", "quota", "checkpoint", "audit")
 GATE_CONDITIONS = {"profile": "ProfileResolved", "quota": "QuotaAdmitted", "checkpoint": "CheckpointReady"}
+
+
+def asks(spec: TrainerSpec, concern: str) -> bool:
+    """Whether a Trainer of this spec gives ``concern`` something to decide: the profile concern
+    only when ``spec.profile`` names one (admission has already put a namespace's default profile
+    there), the checkpoint concern only when ``spec.checkpoint`` is set, quota always (a
+    QuotaPolicy governs a namespace whatever the spec says). A concern not asked writes nothing
+    about the Trainer and the trainer does not wait for it (docs/design/status-protocol.md)."""
+    if concern == "profile":
+        return bool(spec.profile)
+    if concern == "checkpoint":
+        return spec.checkpoint is not None
+    return True
+
 
 # The quota admission (status.quota.contribution.grant.id) a pod was created under; the trainer
 # replaces pods of an earlier admission (the run moved to other capacity or lost its admission).
