@@ -26,6 +26,7 @@ from .cache import Relists
 from .clock import Clock, SystemClock, rfc3339
 from .config import ControllerConfig
 from .kube import Kube, is_not_found
+from .memory import trim_periodically
 from .metrics import EVENTS_POSTED, QUEUE_DEPTH, RECONCILE_DURATION, RECONCILES_IN_FLIGHT, WATCHED
 from .names import component
 from .objects import managers_only
@@ -315,6 +316,8 @@ class Runtime:
         self._controller = controller
         self.writer = StatusWriter(self.kube, kind_info("Trainer"), controller.name, controller.section)
         self.every(self.config.resync_seconds, self.resync, "resync")
+        if self.config.trim_memory_seconds > 0:
+            self.every(self.config.trim_memory_seconds, trim_periodically, "returning free memory to the system")
         registry = kopf.OperatorRegistry()
 
         @kopf.on.login(registry=registry)
