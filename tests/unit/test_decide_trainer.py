@@ -19,6 +19,7 @@ from trainerop_trainer.decide import (
     RestartBackoff,
     decide,
     effective_run_policy,
+    held_counts,
     once_created,
 )
 from trainerop_trainer.pods import Owner
@@ -958,3 +959,40 @@ def test_a_section_the_spec_no_longer_asks_contributes_nothing() -> None:
     status = TrainerStatus.model_validate({"profile": section, "checkpoint": section})
     assert set(contributions_of(spec(profile="p"), status)) == {"profile"}
     assert contributions_of(spec(), status) == {}
+
+
+def as_written(d: Decision) -> tuple[dict[str, Any], list[Condition]]:
+    """What the API server holds once the trainer wrote ``d``: its status and its conditions."""
+    return d.status, [cond(c.type, c.status, c.reason, message=c.message) for c in d.conditions]
+
+
+STARTING = [pod("worker", i, "Pending") for i in range(4)] + [pod("ps", 0, "Pending")]
+TWO_UP = [*FOUR_AND_PS[:2], *STARTING[2:]]
+# A status write of pod counts only waits out --status-counts-seconds since the last write; one row
+# per situation: the pods at the last write, the pods now, seconds since that write -> held.
+HOLD_TABLE: list[tuple[str, list[PodView], list[PodView], float | None, bool]] = [
+    ("two of five pods started, 0.5 s after the last write", STARTING, TWO_UP, 0.5, True),
+    ("the same, 2 s after it", STARTING, TWO_UP, 2.0, False),
+    ("the same, no write by this process yet", STARTING, TWO_UP, None, False),
+    ("every pod started: phase Running", TWO_UP, FOUR_AND_PS, 0.5, False),
+    ("a pod failed: counted and replaced at once", FOUR_AND_PS, FAILED_0, 0.5, False),
+    (
+        "a running pod stopped being ready",
+        FOUR_AND_PS,
+        [replace(FOUR_AND_PS[0], ready=False), *FOUR_AND_PS[1:]],
+        0.5,
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("then", "now", "since", "held"), [r[1:] for r in HOLD_TABLE], ids=[r[0] for r in HOLD_TABLE])
+def test_a_write_of_pod_counts_only_waits_its_turn(
+    then: list[PodView], now: list[PodView], since: float | None, held: bool
+) -> None:
+    status, conditions = as_written(observe(spec(), then))
+    obs = observed(spec(), now, conditions=[*OPEN, *conditions], status=status)
+    d = held_counts(obs, status, decide(obs), since, 2.0)
+    assert (not d.write_status) is held
+    if held:
+        assert d.requeue_after == pytest.approx(2.0 - (since or 0))  # looked at again when the hold ends

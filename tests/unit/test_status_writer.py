@@ -142,3 +142,13 @@ async def test_an_event_older_than_our_own_write_is_not_written_again() -> None:
     newer = trainer(resource_version="25")
     assert await w.write(newer, {"profile": {"name": "p"}}, [RESOLVED], NOW)
     assert len(applier.calls) == 2
+
+
+async def test_the_writer_knows_how_long_ago_it_wrote_each_object_until_it_is_forgotten() -> None:
+    w = writer()
+    assert w.since_written("ns", "t") is None  # nothing written by this process
+    assert await w.write(trainer(), {"profile": {"name": "p"}}, [RESOLVED], NOW)
+    since = w.since_written("ns", "t")
+    assert since is not None and since >= 0  # noqa: PT018
+    w.forget("ns", "t")
+    assert w.since_written("ns", "t") is None

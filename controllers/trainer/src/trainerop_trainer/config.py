@@ -47,6 +47,12 @@ class TrainerConfig:
         "wait this long before writing counts after a pod only progressed (scheduled, started, ready), "
         "so one status write carries its siblings' progress too; failures and deletions act at once",
     )
+    status_counts_seconds: float = flag(
+        2.0,
+        "write a status that only moves pod counts (workers, ready) at most this often per Trainer, so pods "
+        "starting one by one make one write; phase, conditions, restarts and progress are written at once "
+        "(0: every change)",
+    )
     gates_grace_seconds: float = flag(
         5.0,
         "a new Trainer whose gates have not answered yet gets its first status after this long at most, so that "

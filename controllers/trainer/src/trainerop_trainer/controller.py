@@ -25,7 +25,7 @@ from trainerop_common.runtime import Body, Runtime
 from . import admission
 from .actions import Actions
 from .config import TrainerConfig
-from .decide import SECTION, Decision, Observed, decide, once_created
+from .decide import SECTION, Decision, Observed, decide, held_counts, once_created
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings, secret_grants
 from .spawn import SpawnRecorder
 from .topology import CONTRACTS
@@ -190,6 +190,8 @@ class TrainerController:
         expecting = self.actions.next_lapse(obs.owner)
         if carried.pods_created:  # every pod it asked for exists: the status says so in this write
             decision = once_created(obs, decision)
+        since = self.rt.writer.since_written(obs.owner.namespace, obs.owner.name)
+        decision = held_counts(obs, body.get("status") or {}, decision, since, self.config.status_counts_seconds)
         self._count_epochs(obs, decision)
         if self.actions.deleted:  # forget deletions whose pods are gone (a scan of every cached pod: only when needed)
             self.actions.forget_gone({p["metadata"].get("uid") for p in self.pods.items.values()})

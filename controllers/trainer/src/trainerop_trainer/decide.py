@@ -10,8 +10,9 @@ a failure the policy does not retry (or one too many) fails it, success ends it;
 goes on (:mod:`trainerop_trainer.running`).
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
@@ -20,6 +21,7 @@ from trainerop_common.outcome import Event, soonest
 from .overrides import override_problems
 from .policy import (
     backoff_limit,
+    counts_hold,
     describe_failure,
     effective_run_policy,
     gate_wait,
@@ -51,6 +53,23 @@ def once_created(obs: Observed, decision: Decision) -> Decision:
         conditions=after.conditions,
         requeue_after=soonest(decision.requeue_after, after.requeue_after),
     )
+
+
+def held_counts(
+    obs: Observed, body_status: Mapping[str, Any], decision: Decision, since_written: float | None, every: float
+) -> Decision:
+    """The decision with its status write held when it only moves pod counts and the trainer
+    wrote this Trainer less than ``every`` seconds ago (policy.counts_hold); it is looked at
+    again when the hold ends. A decision that creates or deletes anything is never held."""
+    d = decision
+    acts = d.create_pods or d.delete_pods or d.create_services or d.delete_services or d.create_claims
+    if acts or d.delete_leases or d.delete_trainer or d.events or d.on_change or not d.write_status:
+        return decision
+    mine = [c for c in obs.conditions if c.type in CONDITIONS]
+    hold = counts_hold(body_status, mine, decision.status, decision.conditions, since_written, every)
+    if hold is None:
+        return decision
+    return replace(decision, write_status=False, requeue_after=soonest(decision.requeue_after, hold))
 
 
 def decide(obs: Observed) -> Decision:

@@ -2,11 +2,12 @@
 admission's grant and placement, which failures are retried, when a run has succeeded."""
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from trainerop_common.api import Contribution, Grant, RunPolicyDefaults
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import TrainerSpec
-from trainerop_common.conditions import find
+from trainerop_common.conditions import Desired, find
 from trainerop_common.topology import has_master
 
 from .pods import CONTRIBUTION_ORDER
@@ -144,3 +145,42 @@ def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
     if spec.framework == "tensorflow" and done(Replica("worker", 0)):
         return True
     return all(done(Replica("worker", i)) for i in range(spec.topology.workers))
+
+
+# The pod counts that move as pods start, become ready or stop one by one (status.topology).
+MOVING_COUNTS = ("workers", "readyWorkers")
+MOVING_ROLE_COUNTS = ("active", "ready")
+
+
+def _without_counts(section: Mapping[str, Any]) -> dict[str, Any]:
+    topology = {k: v for k, v in (section.get("topology") or {}).items() if k not in MOVING_COUNTS}
+    if "replicas" in topology:
+        topology["replicas"] = {
+            role: {k: v for k, v in counts.items() if k not in MOVING_ROLE_COUNTS}
+            for role, counts in topology["replicas"].items()
+        }
+    return {**section, "topology": topology}
+
+
+def counts_hold(
+    live: Mapping[str, Any],
+    live_conditions: Sequence[Condition],
+    wanted: Mapping[str, Any],
+    wanted_conditions: Sequence[Desired],
+    since_written: float | None,
+    every: float,
+) -> float | None:
+    """Seconds to hold a status write that only moves pod counts (None: write now). Such a write
+    goes out at most once per ``every`` seconds per Trainer, so pods starting one by one make one
+    write rather than one each; a change of phase, of a condition's status or reason, or of
+    anything else (restarts, failures, progress) is written at once. ``live`` and ``wanted``
+    are the trainer's own status fields, ``live_conditions`` its own conditions as they are;
+    ``since_written``: seconds since its last write."""
+    if since_written is None or since_written >= every:
+        return None
+    if {(c.type, c.status, c.reason) for c in live_conditions} != {
+        (d.type, d.status, d.reason) for d in wanted_conditions
+    }:
+        return None
+    mine = {k: live.get(k) for k in wanted}
+    return every - since_written if _without_counts(mine) == _without_counts(wanted) else None

@@ -7,6 +7,7 @@ condition types. It writes them with server-side apply under its own field manag
 the controller wants, and then no request is made at all.
 """
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -60,9 +61,10 @@ class StatusWriter:
         self.field_manager = field_manager(controller)
         self._fields = section.fields
         self._types = frozenset(section.conditions)
-        # resourceVersion our last write produced, per object: a watch event older than that
-        # predates our write and would make us apply the same status again.
-        self._written: dict[tuple[str | None, str], int] = {}
+        # resourceVersion our last write produced, per object, and when (time.monotonic()): a
+        # watch event older than that predates our write and would make us apply the same status
+        # again.
+        self._written: dict[tuple[str | None, str], tuple[int, float]] = {}
 
     def plan(
         self,
@@ -110,7 +112,12 @@ class StatusWriter:
         """True when ``obj`` is older than the version our own last write produced."""
         meta = obj.get("metadata", {})
         version, written = resource_version(obj), self._written.get((meta.get("namespace"), meta.get("name", "")))
-        return version is not None and written is not None and version < written
+        return version is not None and written is not None and version < written[0]
+
+    def since_written(self, namespace: str | None, name: str) -> float | None:
+        """Seconds since our last write to the object (None: none by this process)."""
+        written = self._written.get((namespace, name))
+        return time.monotonic() - written[1] if written is not None else None
 
     def forget(self, namespace: str | None, name: str) -> None:
         """The object is gone: what our last write to it produced no longer matters."""
@@ -138,5 +145,5 @@ class StatusWriter:
             self._info, patch.namespace, patch.name, patch.body, self.field_manager
         )
         if version is not None and version.isdigit():
-            self._written[(patch.namespace, patch.name)] = int(version)
+            self._written[(patch.namespace, patch.name)] = (int(version), time.monotonic())
         return True
