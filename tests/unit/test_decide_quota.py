@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import trainer_spec
+from tests.factories import trainer_body, trainer_spec
 from trainerop_common.api.quota import QuotaPolicySpec
 from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
 from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, plan
+from trainerop_quota.views import trainer_info
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -710,3 +711,14 @@ def test_a_decision_already_found_written_is_not_planned_again_on_the_same_state
     ]
     for last, now_body, decision, expected in cases:
         assert already_said(last, now_body, decision) is expected
+
+
+def test_the_plan_reads_the_profile_only_of_a_trainer_that_names_one() -> None:
+    """spec.profile removed: its section stays until the profile controller takes it back, and
+    the plan must not size or place the pods by it meanwhile (contracts.asks)."""
+    section = {"contribution": {"generation": 1, "pod": {"nodeSelector": {"gpu-type": "a100"}}}}
+    named = trainer_body(status={"profile": section}, epochs=1, image="i", topology={"workers": 1}, profile="p")
+    removed = trainer_body(status={"profile": section}, epochs=1, image="i", topology={"workers": 1})
+    profile = trainer_info(named).profile
+    assert profile is not None and profile.node_selector == {"gpu-type": "a100"}  # noqa: PT018
+    assert trainer_info(removed).profile is None

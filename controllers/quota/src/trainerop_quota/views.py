@@ -15,6 +15,7 @@ from trainerop_common.contracts import (
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
     TRAINER_UID_LABEL,
+    asks,
     replica_index,
 )
 from trainerop_common.nodes import lost, readiness
@@ -154,7 +155,9 @@ def trainer_info(
     finished = None
     if status.phase in ("Succeeded", "Failed"):
         finished = (status.progress.completion_time if status.progress else None) or meta.get("creationTimestamp")
-    profile = status.profile.contribution.pod if status.profile and status.profile.contribution else None
+    # A profile section left from before spec.profile was removed counts no more (contracts.asks).
+    section = status.profile if asks(trainer.spec, "profile") else None
+    profile = section.contribution.pod if section and section.contribution else None
     return TrainerInfo(
         uid=meta["uid"],
         namespace=meta["namespace"],
