@@ -70,7 +70,8 @@ step "Applying the seed README's TrainingProfile and Trainer (unmodified)"
 kubectl apply -f examples/seed/trainingprofile.yaml -f examples/seed/trainer.yaml
 
 step "Waiting for every controller to report on the Trainer"
-for condition in ProfileResolved QuotaAdmitted CheckpointReady; do
+# (no ProfileResolved: this Trainer names no profile, so the profile controller has nothing to say)
+for condition in QuotaAdmitted CheckpointReady; do
   kubectl wait --for=condition=$condition trainer/llama-7b-finetune --timeout=60s
 done
 kubectl wait --for=jsonpath='{.status.audit.recorded.created}'=true trainer/llama-7b-finetune --timeout=60s

@@ -968,31 +968,32 @@ def as_written(d: Decision) -> tuple[dict[str, Any], list[Condition]]:
 
 STARTING = [pod("worker", i, "Pending") for i in range(4)] + [pod("ps", 0, "Pending")]
 TWO_UP = [*FOUR_AND_PS[:2], *STARTING[2:]]
+NOT_READY = [replace(FOUR_AND_PS[0], ready=False), *FOUR_AND_PS[1:]]
 # A status write of pod counts only waits out --status-counts-seconds since the last write; one row
-# per situation: the pods at the last write, the pods now, seconds since that write -> held.
-HOLD_TABLE: list[tuple[str, list[PodView], list[PodView], float | None, bool]] = [
-    ("two of five pods started, 0.5 s after the last write", STARTING, TWO_UP, 0.5, True),
-    ("the same, 2 s after it", STARTING, TWO_UP, 2.0, False),
-    ("the same, no write by this process yet", STARTING, TWO_UP, None, False),
-    ("every pod started: phase Running", TWO_UP, FOUR_AND_PS, 0.5, False),
-    ("a pod failed: counted and replaced at once", FOUR_AND_PS, FAILED_0, 0.5, False),
-    (
-        "a running pod stopped being ready",
-        FOUR_AND_PS,
-        [replace(FOUR_AND_PS[0], ready=False), *FOUR_AND_PS[1:]],
-        0.5,
-        True,
-    ),
+# per situation: the pods at the last write, the pods now, seconds since that write, the Trainer's
+# generation now (the last write saw 1) -> held.
+HOLD_TABLE: list[tuple[str, list[PodView], list[PodView], float | None, int, bool]] = [
+    ("two of five pods started, 0.5 s after the last write", STARTING, TWO_UP, 0.5, 1, True),
+    ("the same, 2 s after it", STARTING, TWO_UP, 2.0, 1, False),
+    ("the same, no write by this process yet", STARTING, TWO_UP, None, 1, False),
+    ("the same, and the spec changed (a new generation)", STARTING, TWO_UP, 0.5, 2, False),
+    ("every pod started: phase Running", TWO_UP, FOUR_AND_PS, 0.5, 1, False),
+    ("a pod failed: counted and replaced at once", FOUR_AND_PS, FAILED_0, 0.5, 1, False),
+    ("a running pod stopped being ready", FOUR_AND_PS, NOT_READY, 0.5, 1, True),
+    ("nothing changed (the watch's echo of the last write): nothing to hold", TWO_UP, TWO_UP, 0.5, 1, False),
 ]
 
 
-@pytest.mark.parametrize(("then", "now", "since", "held"), [r[1:] for r in HOLD_TABLE], ids=[r[0] for r in HOLD_TABLE])
+@pytest.mark.parametrize(
+    ("then", "now", "since", "generation", "held"), [r[1:] for r in HOLD_TABLE], ids=[r[0] for r in HOLD_TABLE]
+)
 def test_a_write_of_pod_counts_only_waits_its_turn(
-    then: list[PodView], now: list[PodView], since: float | None, held: bool
+    then: list[PodView], now: list[PodView], since: float | None, generation: int, held: bool
 ) -> None:
     status, conditions = as_written(observe(spec(), then))
-    obs = observed(spec(), now, conditions=[*OPEN, *conditions], status=status)
-    d = held_counts(obs, status, decide(obs), since, 2.0)
-    assert (not d.write_status) is held
-    if held:
-        assert d.requeue_after == pytest.approx(2.0 - (since or 0))  # looked at again when the hold ends
+    gates = [cond(c.type, c.status, generation=generation) for c in OPEN]  # answered for this generation
+    obs = observed(spec(), now, conditions=[*gates, *conditions], status=status, generation=generation)
+    decision = decide(obs)
+    d = held_counts(obs, status, decision, since, 2.0)
+    # Held: no write now, a look again when the hold ends (2 s after the last write).
+    assert d == (replace(decision, write_status=False, requeue_after=2.0 - (since or 0)) if held else decision)

@@ -66,7 +66,8 @@ def held_counts(
     if acts or d.delete_leases or d.delete_trainer or d.events or d.on_change or not d.write_status:
         return decision
     mine = [c for c in obs.conditions if c.type in CONDITIONS]
-    hold = counts_hold(body_status, mine, decision.status, decision.conditions, since_written, every)
+    generation = obs.owner.generation
+    hold = counts_hold(body_status, mine, decision.status, decision.conditions, generation, since_written, every)
     if hold is None:
         return decision
     return replace(decision, write_status=False, requeue_after=soonest(decision.requeue_after, hold))

@@ -147,9 +147,11 @@ def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
     return all(done(Replica("worker", i)) for i in range(spec.topology.workers))
 
 
-# The pod counts that move as pods start, become ready or stop one by one (status.topology).
+# The pod counts that move as pods start, become ready or stop one by one (status.topology), and
+# the conditions whose message counts them ("2 of 4 pods running").
 MOVING_COUNTS = ("workers", "readyWorkers")
 MOVING_ROLE_COUNTS = ("active", "ready")
+COUNTING_MESSAGES = frozenset({"Running"})
 
 
 def _without_counts(section: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,25 +164,39 @@ def _without_counts(section: Mapping[str, Any]) -> dict[str, Any]:
     return {**section, "topology": topology}
 
 
+def _said(conditions: Sequence[Condition | Desired], counts: bool) -> set[tuple[str, str, str, str]]:
+    """Each condition's type, status, reason and message (without the counting ones' message)."""
+    return {
+        (c.type, c.status, c.reason, "" if c.type in COUNTING_MESSAGES and not counts else c.message)
+        for c in conditions
+    }
+
+
 def counts_hold(
     live: Mapping[str, Any],
     live_conditions: Sequence[Condition],
     wanted: Mapping[str, Any],
     wanted_conditions: Sequence[Desired],
+    generation: int,
     since_written: float | None,
     every: float,
 ) -> float | None:
-    """Seconds to hold a status write that only moves pod counts (None: write now). Such a write
-    goes out at most once per ``every`` seconds per Trainer, so pods starting one by one make one
-    write rather than one each; a change of phase, of a condition's status or reason, or of
-    anything else (restarts, failures, progress) is written at once. ``live`` and ``wanted``
-    are the trainer's own status fields, ``live_conditions`` its own conditions as they are;
-    ``since_written``: seconds since its last write."""
+    """Seconds to hold a status write that only moves pod counts (None: write now, or there is
+    nothing to write). Such a write goes out at most once per ``every`` seconds per Trainer, so
+    pods starting one by one make one write rather than one each; any other change (phase, a
+    condition's status, reason or message other than a count, a new generation, restarts,
+    failures, progress) is written at once. ``live`` and ``wanted`` are the trainer's own status
+    fields, ``live_conditions`` its own conditions as they are; ``since_written``: seconds since
+    its last write."""
     if since_written is None or since_written >= every:
         return None
-    if {(c.type, c.status, c.reason) for c in live_conditions} != {
-        (d.type, d.status, d.reason) for d in wanted_conditions
-    }:
+    if any(c.observed_generation != generation for c in live_conditions):
+        return None
+    if _said(live_conditions, counts=False) != _said(wanted_conditions, counts=False):
         return None
     mine = {k: live.get(k) for k in wanted}
-    return every - since_written if _without_counts(mine) == _without_counts(wanted) else None
+    if _without_counts(mine) != _without_counts(wanted):
+        return None
+    if mine == wanted and _said(live_conditions, counts=True) == _said(wanted_conditions, counts=True):
+        return None  # nothing to write: the writer skips it
+    return every - since_written
