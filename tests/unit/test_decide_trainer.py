@@ -23,6 +23,7 @@ from trainerop_trainer.decide import (
     once_created,
 )
 from trainerop_trainer.pods import Owner
+from trainerop_trainer.policy import recovering
 from trainerop_trainer.views import progress_only
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
@@ -997,3 +998,19 @@ def test_a_write_of_pod_counts_only_waits_its_turn(
     d = held_counts(obs, status, decision, since, 2.0)
     # Held: no write now, a look again when the hold ends (2 s after the last write).
     assert d == (replace(decision, write_status=False, requeue_after=2.0 - (since or 0)) if held else decision)
+
+
+# Whose requests go ahead in the client's rate limit: a started run's, until it finishes.
+RECOVERING_TABLE: list[tuple[str, dict[str, Any], bool]] = [
+    ("a new Trainer, no status yet", {}, False),
+    ("pods created, not all running yet", {"phase": "Pending"}, False),
+    ("running", {"phase": "Running", "progress": {"startTime": STAMP}}, True),
+    ("restarting after a failure", {"phase": "Restarting", "progress": {"startTime": STAMP}}, True),
+    ("succeeded", {"phase": "Succeeded", "progress": {"startTime": STAMP, "completionTime": STAMP}}, False),
+    ("failed", {"phase": "Failed", "progress": {"startTime": STAMP, "completionTime": STAMP}}, False),
+]
+
+
+@pytest.mark.parametrize(("status", "urgent"), [r[1:] for r in RECOVERING_TABLE], ids=[r[0] for r in RECOVERING_TABLE])
+def test_a_started_runs_requests_are_urgent(status: dict[str, Any], urgent: bool) -> None:
+    assert recovering(TrainerStatus.model_validate(status)) is urgent

@@ -13,7 +13,7 @@ from tests.factories import trainer_body
 from trainerop_common.admission import Request, Verdict
 from trainerop_common.conditions import Desired
 from trainerop_common.config import ControllerConfig, WebhookConfig
-from trainerop_common.kube import Kube
+from trainerop_common.kube import URGENT, Kube
 from trainerop_common.outcome import Outcome, StatusSection
 from trainerop_common.runtime import Body, PermanentError, Runtime
 from trainerop_common.workqueue import Backoff
@@ -334,6 +334,28 @@ async def test_a_deleted_trainer_leaves_nothing_in_the_status_writer() -> None:
     api.error = api_error(404)  # deleted meanwhile: the next write finds it gone
     await rt.reconcile(rt.queue.seen({**BODY, "metadata": {**BODY["metadata"], "resourceVersion": "12"}}))
     assert not rt.writer.is_stale(trainer_body("t", "ns", resource_version="5"))
+
+
+async def test_an_urgent_outcome_writes_and_works_ahead_of_the_rate_limits_queue() -> None:
+    """The status counting a failure and the deletion after it are sent as urgent requests."""
+    seen: list[tuple[str, bool]] = []
+
+    class UrgencyApi(StatusApi):
+        async def apply_status(self, *args: Any) -> str:
+            seen.append(("status", URGENT.get()))
+            return await super().apply_status(*args)
+
+    async def after() -> None:
+        seen.append(("after", URGENT.get()))
+
+    for urgent in (True, False):
+        rt, _ = runtime_with(
+            FailingController(None, Outcome(status={"test": {"n": 1}}, after=after, urgent=urgent)), UrgencyApi()
+        )
+        await rt.reconcile(BODY)
+        assert seen == [("status", urgent), ("after", urgent)]
+        seen.clear()
+    assert not URGENT.get()  # only inside
 
 
 async def test_an_outcome_with_refused_work_is_retried_with_backoff_and_a_requeue_is_kept() -> None:

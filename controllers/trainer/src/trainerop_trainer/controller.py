@@ -17,6 +17,7 @@ from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import age_seconds
 from trainerop_common.conditions import parse
 from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL, asks
+from trainerop_common.kube import urgent_requests
 from trainerop_common.nodes import readiness
 from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.process import run_entrypoint
@@ -27,6 +28,7 @@ from .actions import Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide, held_counts, once_created
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings, secret_grants
+from .policy import recovering
 from .spawn import SpawnRecorder
 from .topology import CONTRACTS
 from .views import (
@@ -182,7 +184,9 @@ class TrainerController:
             return Outcome()
         obs, loss = await self._observe(body, Trainer.model_validate(body))
         decision = decide(obs)
-        carried = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
+        urgent = recovering(obs.status)
+        with urgent_requests(urgent):
+            carried = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
         if self.actions.namespace_going(obs.owner.namespace):
             return Outcome()
         # Pods it created are expected until the watch delivers them: look again when that ends (a
@@ -211,6 +215,7 @@ class TrainerController:
             requeue_after=soonest(decision.requeue_after, loss.next_check, expecting),
             retry=carried.refused,
             after=replace_failed if decision.restarted else None,
+            urgent=urgent,
         )
 
     @staticmethod

@@ -6,7 +6,7 @@ from typing import Any
 
 from trainerop_common.api import Contribution, Grant, RunPolicyDefaults
 from trainerop_common.api.base import Condition
-from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.conditions import Desired, find
 from trainerop_common.topology import has_master
 
@@ -200,3 +200,11 @@ def counts_hold(
     if mine == wanted and _said(live_conditions, counts=True) == _said(wanted_conditions, counts=True):
         return None  # nothing to write: the writer skips it
     return every - since_written
+
+
+def recovering(status: TrainerStatus) -> bool:
+    """A run that has started and not finished: what it needs now (the status counting a failure,
+    the failed pod's deletion, its replacement) goes ahead of new runs' first pods in the client's
+    rate limit (kube.urgent_requests)."""
+    started = status.progress is not None and status.progress.start_time is not None
+    return started and status.phase not in ("Succeeded", "Failed")

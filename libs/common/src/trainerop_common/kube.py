@@ -7,6 +7,9 @@ code stays pure.
 """
 
 import base64
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import httpx2
@@ -75,6 +78,23 @@ WEBHOOK_CONFIGURATIONS: dict[str, Any] = {
 
 
 LIST_PAGE = 500  # objects per page of a list (kubectl's default --chunk-size)
+
+# Requests made while this is set go ahead of the others waiting for the client's rate limit
+# (TokenBucket.acquire(urgent=True)): a started run's recovery does not queue behind the first pods
+# of a thousand new Trainers.
+URGENT: ContextVar[bool] = ContextVar("urgent", default=False)
+
+
+@contextmanager
+def urgent_requests(urgent: bool = True) -> Iterator[None]:
+    """The requests made inside (tasks started inside too) are urgent when ``urgent``."""
+    token = URGENT.set(urgent)
+    try:
+        yield
+    finally:
+        URGENT.reset(token)
+
+
 # Ask the API server for an object's metadata only (as `kubectl get --raw` with this Accept does).
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
@@ -153,7 +173,7 @@ class Kube:
         return cls(client, TokenBucket(qps, burst), controller, rest)
 
     async def _call(self, verb: str, coro: Any) -> Any:
-        await self._bucket.acquire()
+        await self._bucket.acquire(urgent=URGENT.get())
         try:
             result = await coro
         except ApiError as err:

@@ -42,6 +42,9 @@ class Outcome:
     # Work to do once the status is written (deleting data the new status no longer points at);
     # returns when to look again.
     after: Callable[[], Awaitable[float | None]] | None = None
+    # The write and the work after it go ahead of other requests waiting for the client's rate
+    # limit (a started run recovering from a failure: kube.urgent_requests).
+    urgent: bool = False
 
     @classmethod
     def warn_on_change(

@@ -1,4 +1,5 @@
-"""A client-side token bucket: at most ``qps`` requests a second, bursts of ``burst``."""
+"""A client-side token bucket: at most ``qps`` requests a second, bursts of ``burst``; urgent
+requests (a failed run's recovery) go ahead of the others waiting."""
 
 import asyncio
 import time
@@ -28,12 +29,22 @@ class TokenBucket:
         self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
         self._last = now
 
-    def delay(self) -> float:
-        """Seconds until a token is available (0 if one is available now); takes none."""
+    def delay(self, floor: float = 0.0) -> float:
+        """Seconds until a token can be taken leaving at least ``floor`` (0 if now); takes none."""
         self._refill()
-        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._qps
+        short = floor + 1 - self._tokens
+        return 0.0 if short <= 0 else short / self._qps
 
-    async def acquire(self) -> None:
+    async def acquire(self, urgent: bool = False) -> None:
+        """Take a token, waiting for one in turn. An urgent request does not queue: it may borrow
+        up to ``burst`` tokens ahead, which the requests waiting then wait out; so a failed pod's
+        replacement is not sent after a ramp's thousands of creates, and over time the rate
+        still stays within ``qps`` (plus one burst)."""
+        if urgent:
+            while (wait := self.delay(floor=-self._burst)) > 0:
+                await self._sleep(wait)
+            self._tokens -= 1
+            return
         async with self._lock:
             wait = self.delay()
             while wait > 0:

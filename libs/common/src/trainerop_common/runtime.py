@@ -25,7 +25,7 @@ from .api import GROUP, VERSION, kind_info
 from .cache import Relists
 from .clock import Clock, SystemClock, rfc3339
 from .config import ControllerConfig
-from .kube import Kube, is_not_found
+from .kube import Kube, is_not_found, urgent_requests
 from .memory import trim_periodically
 from .metrics import EVENTS_POSTED, QUEUE_DEPTH, RECONCILE_DURATION, RECONCILES_IN_FLIGHT, WATCHED
 from .names import component
@@ -205,7 +205,9 @@ class Runtime:
         written = False
         if outcome.status is not None:
             try:
-                written = await self.writer.write(body, outcome.status, outcome.conditions, rfc3339(self.clock.now()))
+                with urgent_requests(outcome.urgent):
+                    now = rfc3339(self.clock.now())
+                    written = await self.writer.write(body, outcome.status, outcome.conditions, now)
             except ApiError as err:
                 if not is_not_found(err):
                     raise
@@ -213,7 +215,8 @@ class Runtime:
                 return False
         for type_, reason, message in outcome.on_change if written else ():
             self.event(body, type_, reason, message)
-        again = await outcome.after() if outcome.after is not None else None
+        with urgent_requests(outcome.urgent):
+            again = await outcome.after() if outcome.after is not None else None
         due = soonest(outcome.requeue_after, again)
         if due is not None:
             self.requeue_after(key_of(body), due)
