@@ -1000,17 +1000,27 @@ def test_a_write_of_pod_counts_only_waits_its_turn(
     assert d == (replace(decision, write_status=False, requeue_after=2.0 - (since or 0)) if held else decision)
 
 
-# Whose requests go ahead in the client's rate limit: a started run's, until it finishes.
-RECOVERING_TABLE: list[tuple[str, dict[str, Any], bool]] = [
-    ("a new Trainer, no status yet", {}, False),
-    ("pods created, not all running yet", {"phase": "Pending"}, False),
-    ("running", {"phase": "Running", "progress": {"startTime": STAMP}}, True),
-    ("restarting after a failure", {"phase": "Restarting", "progress": {"startTime": STAMP}}, True),
-    ("succeeded", {"phase": "Succeeded", "progress": {"startTime": STAMP, "completionTime": STAMP}}, False),
-    ("failed", {"phase": "Failed", "progress": {"startTime": STAMP, "completionTime": STAMP}}, False),
+# Whose requests go ahead in the client's rate limit: a started run's recovery, until it finishes.
+RUNNING: dict[str, Any] = {"phase": "Running", "progress": {"startTime": STAMP}}
+RECOVERING_TABLE: list[tuple[str, dict[str, Any], bool, bool]] = [
+    # situation, the status, whether the reconcile creates or deletes pods -> urgent
+    ("a new Trainer's first pods", {}, True, False),
+    ("pods created, not all running yet", {"phase": "Pending"}, False, False),
+    ("running, a failed pod to replace", RUNNING, True, True),
+    ("running, only progress or counts to write", RUNNING, False, False),
+    (
+        "restarting, waiting for the old pods to go",
+        {"phase": "Restarting", "progress": {"startTime": STAMP}},
+        False,
+        True,
+    ),
+    ("succeeded, its pods cleaned up", {"phase": "Succeeded", "progress": {"startTime": STAMP}}, True, False),
+    ("failed", {"phase": "Failed", "progress": {"startTime": STAMP}}, True, False),
 ]
 
 
-@pytest.mark.parametrize(("status", "urgent"), [r[1:] for r in RECOVERING_TABLE], ids=[r[0] for r in RECOVERING_TABLE])
-def test_a_started_runs_requests_are_urgent(status: dict[str, Any], urgent: bool) -> None:
-    assert recovering(TrainerStatus.model_validate(status)) is urgent
+@pytest.mark.parametrize(
+    ("status", "acting", "urgent"), [r[1:] for r in RECOVERING_TABLE], ids=[r[0] for r in RECOVERING_TABLE]
+)
+def test_a_started_runs_recovery_is_urgent(status: dict[str, Any], acting: bool, urgent: bool) -> None:
+    assert recovering(TrainerStatus.model_validate(status), acting) is urgent

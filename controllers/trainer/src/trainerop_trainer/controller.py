@@ -184,7 +184,7 @@ class TrainerController:
             return Outcome()
         obs, loss = await self._observe(body, Trainer.model_validate(body))
         decision = decide(obs)
-        urgent = recovering(obs.status)
+        urgent = recovering(obs.status, bool(decision.create_pods or decision.delete_pods))
         with urgent_requests(urgent):
             carried = await self.actions.carry_out(body, obs.owner, decision, obs.pods)
         if self.actions.namespace_going(obs.owner.namespace):

@@ -202,9 +202,11 @@ def counts_hold(
     return every - since_written
 
 
-def recovering(status: TrainerStatus) -> bool:
-    """A run that has started and not finished: what it needs now (the status counting a failure,
-    the failed pod's deletion, its replacement) goes ahead of new runs' first pods in the client's
-    rate limit (kube.urgent_requests)."""
+def recovering(status: TrainerStatus, acting: bool) -> bool:
+    """Whether a reconcile's requests go ahead of new runs' first pods in the client's rate limit
+    (kube.urgent_requests): a run that has started and not finished, restarting or ``acting`` on
+    its pods (the status counting a failure, the failed pod's deletion, its replacement). Its
+    other writes (progress, counts) wait their turn: thousands of running Trainers' heartbeats
+    must not hold back everyone else's creates."""
     started = status.progress is not None and status.progress.start_time is not None
-    return started and status.phase not in ("Succeeded", "Failed")
+    return started and status.phase not in ("Succeeded", "Failed") and (acting or status.phase == "Restarting")
