@@ -65,7 +65,7 @@ class Decision:
     create_claims: tuple[dict[str, Any], ...] = ()
     delete_leases: tuple[str, ...] = ()
     runner: tuple[dict[str, Any], ...] = ()  # the pods' identity in the namespace, for pods to create
-    write_status: bool = True  # False: nothing worth a status write yet (see policy.unanswered_grace)
+    write_status: bool = True  # False: no status write yet (policy.unanswered_grace, policy.counts_hold)
 
 
 @dataclass(frozen=True)
