@@ -132,6 +132,7 @@ class CheckpointController:
         if trainer:
             self.rt.requeue([(key[0], trainer)])
         if deleted:
+            self.checkpoint_writer.forget_object(body)
             uid = body["metadata"].get("uid", "")
             self.copy_states = {k: v for k, v in self.copy_states.items() if k[0] != uid}
             self.reported = {k for k in self.reported if k[0] != uid}

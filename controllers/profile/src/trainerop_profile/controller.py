@@ -93,7 +93,9 @@ class ProfileController:
             if (namespace == CLUSTER or k[0] == namespace) and t["spec"].get("profile") == name
         ]
         self.rt.requeue(users)
-        if not deleted:
+        if deleted:
+            self.profile_writers[body["kind"]].forget_object(body)
+        else:
             self.rt.spawn(self._mark_valid(body))
 
     async def _mark_valid(self, body: dict[str, Any]) -> None:

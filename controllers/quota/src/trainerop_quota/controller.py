@@ -113,7 +113,7 @@ class QuotaController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # A plan reads only some fields of each object: events that change none of them (node
         # heartbeats, pod status updates, Trainer progress) do not make it plan again.
-        self.policies.register(registry, lambda *_: self.planning.poke())
+        self.policies.register(registry, self._policy_changed)
         self.namespaces.register(registry, lambda *_: self.planning.poke())
         self.nodes.register(registry, self._on_change(node_fingerprint))
         self.pods.register(registry, self._on_change(pod_fingerprint))
@@ -145,6 +145,11 @@ class QuotaController:
             return await self.rt.admission_read(fresh)
         except TimeoutError:  # the cache's answer stands
             return verdict
+
+    def _policy_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        if deleted:
+            self.policy_writer.forget_object(body)
+        self.planning.poke()
 
     def _on_change(
         self, fingerprint: Callable[[Mapping[str, Any]], str]

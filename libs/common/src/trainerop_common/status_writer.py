@@ -38,6 +38,12 @@ def resource_version(obj: Mapping[str, Any]) -> int | None:
         return None
 
 
+def object_key(obj: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(namespace, name) of an object's body; the namespace is None for a cluster-scoped one."""
+    meta = obj.get("metadata", {})
+    return meta.get("namespace"), meta.get("name", "")
+
+
 @dataclass(frozen=True)
 class StatusPatch:
     """An apply request body for the status subresource."""
@@ -110,8 +116,7 @@ class StatusWriter:
 
     def is_stale(self, obj: Mapping[str, Any]) -> bool:
         """True when ``obj`` is older than the version our own last write produced."""
-        meta = obj.get("metadata", {})
-        version, written = resource_version(obj), self._written.get((meta.get("namespace"), meta.get("name", "")))
+        version, written = resource_version(obj), self._written.get(object_key(obj))
         return version is not None and written is not None and version < written[0]
 
     def since_written(self, namespace: str | None, name: str) -> float | None:
@@ -122,6 +127,10 @@ class StatusWriter:
     def forget(self, namespace: str | None, name: str) -> None:
         """The object is gone: what our last write to it produced no longer matters."""
         self._written.pop((namespace, name), None)
+
+    def forget_object(self, obj: Mapping[str, Any]) -> None:
+        """:meth:`forget` the object a body names (a deleted one's last body), namespaced or not."""
+        self._written.pop(object_key(obj), None)
 
     def skipped(self, count: int = 1) -> None:
         """Count writes a caller knew to be unneeded without planning them (as :meth:`write` counts
