@@ -32,12 +32,14 @@ CREATORS = 8  # concurrent create requests of the benchmark's own client (operat
 
 
 class Timeline:
-    """When each object of one resource in one namespace was first seen, and first seen ``ready``."""
+    """When each object of one resource in one namespace was first seen, first seen ``ready``, and
+    first seen being deleted."""
 
     def __init__(self, client: Client, resource: Any, namespace: str, ready: Callable[[Obj], bool]) -> None:
         self.seen: dict[str, float] = {}
         self.ready: dict[str, float] = {}
         self.uids: dict[str, str] = {}
+        self.deleting: dict[str, float] = {}  # uid -> when its deletion (or its deletionTimestamp) was first seen
         self._ready = ready
         self._started = threading.Event()
         self._stop = threading.Event()
@@ -67,6 +69,8 @@ class Timeline:
         meta = obj["metadata"]
         name, uid = meta["name"], meta.get("uid", "")
         with self._lock:
+            if kind == "DELETED" or meta.get("deletionTimestamp"):
+                self.deleting.setdefault(uid, now)
             if kind == "DELETED":
                 return
             if self.uids.get(name) != uid:  # a new object under a name seen before (a replacement)

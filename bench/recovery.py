@@ -20,11 +20,16 @@ from testbed import cluster as cluster_tool
 from tests.harness import REPO, Cluster, eventually
 
 GPU = "nvidia.com/gpu"
+# A replacement's stages, seen from outside: the failure's status write answered (the API server's
+# latency), the failed pod's deletion seen (the trainer's reaction), the replacement seen (its create).
+STAGES = ("failure_written", "deletion_seen", "replacement_seen")
 
 
 class Replacements:
     """Worker failures of a Trainer of its own (exit code 137 reported as a node would), one after
-    another: the time until the replacement pod exists, and until it runs."""
+    another: the time until the replacement pod exists, and until it runs. Each failure is also
+    split in stages seen from outside: the failure's write answered, the failed pod's deletion seen
+    (the trainer's reaction), the replacement seen."""
 
     def __init__(self, client: Client, namespace: str, workers: int = 10) -> None:
         self.client, self.namespace, self.workers = client, namespace, workers
@@ -33,39 +38,49 @@ class Replacements:
         self.pods.wait(workers, "recovery: workers running")
         self.created: list[float] = []
         self.started: list[float] = []
+        self.stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
-    def fail_one(self) -> None:
-        victim = f"recovery-worker-{len(self.created) % self.workers}"
+    def fail_one(self, worker: int | None = None) -> None:
+        victim = f"recovery-worker-{len(self.created) % self.workers if worker is None else worker}"
         old = self.pods.uids[victim]
         t0 = time.monotonic()
         fail(self.client, self.namespace, victim)
-        self.created.append(self.pods.replaced(victim, old, ready=False) - t0)
+        failed = time.monotonic()
+        created = self.pods.replaced(victim, old, ready=False)
+        deleting = self.pods.deleting.get(old, created)  # (seen before the replacement: same watch)
+        self.created.append(created - t0)
         self.started.append(self.pods.replaced(victim, old) - t0)
+        for stage, seconds in zip(STAGES, (failed - t0, deleting - failed, created - deleting), strict=True):
+            self.stages[stage].append(seconds)
 
-    def meanwhile(self) -> None:
+    def meanwhile(self, parallel: int = 5) -> None:
         """Keep failing workers in the background until ``result``: replacements while something
-        else loads the cluster (the N = 1000 ramp)."""
+        else loads the cluster (the N = 1000 ramp). ``parallel`` workers at once, each failed again
+        once its replacement runs (one at a time gave a handful of samples per ramp)."""
 
-        def loop() -> None:
+        def loop(worker: int) -> None:
             while not self._stop.is_set():
-                self.fail_one()
+                self.fail_one(worker)
 
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in range(parallel)]
+        for thread in self._threads:
+            thread.start()
 
     def result(self) -> dict[str, Any]:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=600)
+        for thread in self._threads:
+            thread.join(timeout=600)
         self.pods.stop()
-        return {
+        return {  # (a ramp over before any replacement ran gives no samples)
             "failures": len(self.created),
-            "replacement_created_seconds": spread(self.created),
-            "replacement_running_seconds": spread(self.started),
+            "replacement_created_seconds": spread(self.created) if self.created else None,
+            "replacement_running_seconds": spread(self.started) if self.started else None,
+            "stages_seconds": {stage: spread(values) for stage, values in self.stages.items() if values},
             "created_samples": [round(x, 3) for x in self.created],
             "running_samples": [round(x, 3) for x in self.started],
+            "stage_samples": {stage: [round(x, 3) for x in values] for stage, values in self.stages.items()},
         }
 
 

@@ -77,12 +77,16 @@ def record_throughput(into: dict[str, Any], run: dict[str, Any]) -> None:
     pooled = into.setdefault("ramp_samples", {"created": [], "running": []})
     pooled["created"] += ramp.get("created_samples", [])
     pooled["running"] += ramp.get("running_samples", [])
+    stages = into.setdefault("ramp_stage_samples", {})
+    for stage, values in (ramp.get("stage_samples") or {}).items():
+        stages[stage] = stages.get(stage, []) + values
     if pooled["created"]:
         into["operator"]["replacements_during_ramp"] = {
             "failures": len(pooled["created"]),
             "ramps": len(into["repetitions"]),
             "replacement_created_seconds": spread(pooled["created"]),
             "replacement_running_seconds": spread(pooled["running"]),
+            "stages_seconds": {stage: spread(values) for stage, values in stages.items() if values},
         }
 
 

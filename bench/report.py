@@ -6,9 +6,21 @@ from typing import Any
 
 from bench.repeats import SHARES, figure, spread_text
 
+# The stages of a replacement during a ramp (bench.recovery.STAGES), as the report names them.
+STAGE_TITLES = {
+    "failure_written": "the failure's write answered (API server)",
+    "deletion_seen": "then the failed pod's deletion seen (the trainer's reaction)",
+    "replacement_seen": "then the replacement seen (its create)",
+}
+
 
 def _row(*cells: Any) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _spread_row(title: str, f: dict[str, Any]) -> str:
+    """A row of a figure's percentiles (bench.measure.spread)."""
+    return _row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"])
 
 
 def _ratio(a: float, b: float) -> str:
@@ -22,6 +34,35 @@ def _share(t: dict[str, Any], name: str) -> str:
     if "of_ceiling" in t.get("median", {}):
         return spread_text(t, "of_ceiling", name)
     return _ratio(t["ceiling"][SHARES[name]], t["operator"][SHARES[name]])
+
+
+def recovery_lines(r: dict[str, Any]) -> list[str]:
+    """The recovery table: idle replacements, the gang, the spot loss, and replacements during each
+    ramp with their stages."""
+    lines = ["", "## Recovery", "", _row("what", "count", "p50", "p95", "p99", "max"), _row(*["---"] * 6)]
+    for title, key, name in (
+        ("failed worker → replacement created", "replacement", "replacement_created_seconds"),
+        ("failed worker → replacement running", "replacement", "replacement_running_seconds"),
+        (
+            f"gang restart of {r.get('gang_restart', {}).get('pods')} pods → all replaced",
+            "gang_restart",
+            "all_replaced_seconds",
+        ),
+        ("gang restart → all running", "gang_restart", "all_running_seconds"),
+        ("spot node deleted → renegotiated admission", "spot_loss", "renegotiated_seconds"),
+    ):
+        f = r.get(key, {}).get(name)
+        if f:
+            lines.append(_spread_row(title, f))
+    for n, t in r.get("throughput", {}).items():
+        ramp = t["operator"].get("replacements_during_ramp") or {}
+        f = ramp.get("replacement_created_seconds")
+        if f:
+            title = f"failed worker → replacement created, during the N = {n} ramp"
+            lines.append(_spread_row(title, f))
+        for stage, f in (ramp.get("stages_seconds") or {}).items():
+            lines.append(_spread_row(f"… of which {STAGE_TITLES.get(stage, stage)}", f))
+    return lines
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -112,26 +153,7 @@ def markdown(r: dict[str, Any]) -> str:
                 )
             )
     lines += same_qps_lines(r)
-    lines += ["", "## Recovery", "", _row("what", "count", "p50", "p95", "p99", "max"), _row(*["---"] * 6)]
-    for title, key, name in (
-        ("failed worker → replacement created", "replacement", "replacement_created_seconds"),
-        ("failed worker → replacement running", "replacement", "replacement_running_seconds"),
-        (
-            f"gang restart of {r.get('gang_restart', {}).get('pods')} pods → all replaced",
-            "gang_restart",
-            "all_replaced_seconds",
-        ),
-        ("gang restart → all running", "gang_restart", "all_running_seconds"),
-        ("spot node deleted → renegotiated admission", "spot_loss", "renegotiated_seconds"),
-    ):
-        f = r.get(key, {}).get(name)
-        if f:
-            lines.append(_row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"]))
-    for n, t in r.get("throughput", {}).items():
-        f = (t["operator"].get("replacements_during_ramp") or {}).get("replacement_created_seconds")
-        if f:
-            title = f"failed worker → replacement created, during the N = {n} ramp"
-            lines.append(_row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"]))
+    lines += recovery_lines(r)
     lines += webhook_lines(r.get("webhook_burst"))
     lines += leak_lines(r.get("leak_check"))
     lines += ["", "## Memory (resident, MiB)", ""]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from bench.repeats import figure, merged, order, record_kubeflow, record_throughput, spread_text
+from bench.report import recovery_lines
 
 
 def run(created: float, running: float, ceiling: tuple[float, float], ramp: list[float]) -> dict[str, Any]:
@@ -19,7 +20,11 @@ def run(created: float, running: float, ceiling: tuple[float, float], ramp: list
             "all_pods_running_seconds": running,
             "all_trainers_running_seconds": running + 1,
             "memory_mib": {"trainer": 100.0},
-            "replacements_during_ramp": {"created_samples": ramp, "running_samples": [x + 1 for x in ramp]},
+            "replacements_during_ramp": {
+                "created_samples": ramp,
+                "running_samples": [x + 1 for x in ramp],
+                "stage_samples": {"deletion_seen": [x / 2 for x in ramp]},
+            },
         },
         "ceiling": {"all_pods_created_seconds": ceiling[0], "all_pods_running_seconds": ceiling[1], "pods": 8},
     }
@@ -38,6 +43,15 @@ def test_three_repetitions_give_median_range_and_paired_shares() -> None:
     assert spread_text(first, "of_ceiling", "created") == "0.2 (0.125 to 0.25, 3 runs)"
     ramp = first["operator"]["replacements_during_ramp"]
     assert (ramp["failures"], ramp["ramps"], ramp["replacement_created_seconds"]["max"]) == (3, 3, 0.3)
+    # each stage pooled over the ramps as well
+    assert (ramp["stages_seconds"]["deletion_seen"]["count"], ramp["stages_seconds"]["deletion_seen"]["max"]) == (
+        3,
+        0.15,
+    )
+    # and reported under the replacement's own row
+    lines = recovery_lines({"throughput": {"1000": first}})
+    row = lines.index(next(x for x in lines if "during the N = 1000 ramp" in x))
+    assert lines[row + 1].startswith("| … of which then the failed pod's deletion seen (the trainer's reaction) | 3 |")
     # the first repetition's whole result stays: its memory is the one reported
     assert first["operator"]["memory_mib"] == {"trainer": 100.0}
 
