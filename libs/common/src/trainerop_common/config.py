@@ -88,7 +88,7 @@ class ControllerConfig:
     workers: int = flag(0, "objects reconciled concurrently (0: no limit)")
     resync_seconds: float = flag(300.0, "every Trainer is reconciled at least this often")
     trim_memory_seconds: float = flag(
-        30.0, "give the memory the C allocator holds free back to the system this often (glibc; 0: never)"
+        10.0, "give the memory the C allocator holds free back to the system this often (glibc; 0: never)"
     )
     peering: bool = flag(False, "coordinate replicas with kopf peering so only one is active")
     peering_priority: int = flag(
