@@ -2,18 +2,24 @@
 the mounted claim, and the controller's plan — which pods to create and delete and what their
 one-letter answers mean."""
 
+import asyncio
 import hashlib
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from trainerop_checkpoint import pvc_pods as pvc
 from trainerop_checkpoint import pvc_worker
+from trainerop_checkpoint.claim_pods import ClaimPods
 from trainerop_checkpoint.decide import RECHECK_SECONDS, Copy
+from trainerop_common.cache import ObjectCache
+from trainerop_common.config import ControllerConfig
+from trainerop_common.kube import Kube
+from trainerop_common.runtime import Runtime
 from trainerop_sdk.layout import checkpoint_path, copy_key
 from trainerop_sdk.storage import LocalLocation, open_location
 
@@ -353,3 +359,39 @@ def test_a_directory_the_collector_could_not_delete_is_a_failure() -> None:
     plan = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [pod_with(manifest, ended("de"))], NOW, rest_seconds=60)
     assert plan.failures == ((manifest["metadata"]["name"], f"could not delete {other} (its log says why)"),)
     assert plan.recheck_after == 60
+
+
+# The adapter (claim_pods): what the plan decides to delete goes by the UID the plan saw.
+
+
+class DeleteRecorder:
+    def __init__(self) -> None:
+        self.deleted: list[tuple[str, str, str | None, bool]] = []
+
+    async def delete_core(
+        self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
+    ) -> bool:
+        self.deleted.append((kind, name, uid, force))
+        return True
+
+
+class StoragePods:
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+
+    async def grouped(self, key: tuple[str, str]) -> list[dict[str, Any]]:
+        return self.pods if key == (TARGET.namespace, TARGET.trainer) else []
+
+
+def test_a_storage_pod_is_deleted_only_as_the_incarnation_the_plan_saw() -> None:
+    copies = reported(shards=1)
+    answered = json.loads(json.dumps(pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies)))
+    answered["metadata"]["uid"] = "pod-uid-7"
+    answered["status"] = ended("ooo")
+    kube = DeleteRecorder()
+    pods = ClaimPods(
+        Runtime(ControllerConfig(controller="checkpoint"), cast(Kube, kube)), cast(ObjectCache, StoragePods([answered]))
+    )
+    states, _, _ = asyncio.run(pods.read(TARGET, {"metadata": {"name": "llama", "namespace": "team"}}, tuple(copies)))
+    assert set(states.values()) == {"ok"}  # the answer is read, then the pod goes ...
+    assert kube.deleted == [("Pod", answered["metadata"]["name"], "pod-uid-7", False)]  # ... as that pod only

@@ -60,11 +60,13 @@ class ClaimPods:
         refused, by checkpoint uid ("" for a collector), with its reason."""
         kube = self.rt.kube
         reported = self.reported.setdefault((target.namespace, target.trainer, purpose), set())
+        # Each pod is deleted by the UID the plan saw: one made since under its name is not touched.
+        uids = {p.name: p.uid or None for p in pods}
         for name in plan.delete:
-            await kube.delete_core("Pod", target.namespace, name)
+            await kube.delete_core("Pod", target.namespace, name, uid=uids.get(name))
         for name in plan.force_delete:
             log.warning("pod %s/%s: its node never confirmed its deletion; forcing it", target.namespace, name)
-            await kube.delete_core("Pod", target.namespace, name, force=True)
+            await kube.delete_core("Pod", target.namespace, name, force=True, uid=uids.get(name))
         refused_names, refused = await self._create(target, body, plan, purpose, reported)
         for name, failure in plan.failures:
             message = f"pod {name} could not {WHAT[purpose]} on claim {target.claim!r}: {failure}"

@@ -73,6 +73,7 @@ class PodView:
     purpose: str
     request: str
     phase: str
+    uid: str = ""  # the pod's own: deleted only with it as a precondition (never a new pod of that name)
     deleting: datetime | None = None  # when its deletion was asked for
     checkpoint_uid: str = ""
     owner_uid: str = ""
@@ -235,6 +236,7 @@ def view(pod: Mapping[str, Any]) -> PodView | None:
         purpose=purpose,
         request=request,
         phase=phase,
+        uid=meta.get("uid", ""),
         deleting=parse_time(deleting) if deleting else None,
         checkpoint_uid=labels.get(CHECKPOINT_UID_LABEL, ""),
         owner_uid=owners[0] if len(owners) == 1 else "",
