@@ -16,6 +16,7 @@ from trainerop_sdk.layout import (
     copy_key,
     parse_bucket,
 )
+from trainerop_sdk.s3 import Digest
 from trainerop_sdk.storage import LocalLocation, open_location
 
 
@@ -97,7 +98,7 @@ def test_a_directory_location_writes_a_copy_from_a_file_streamed(tmp_path: Path)
     source.write_bytes(b"w" * (3 << 20))
     location = open_location("/checkpoints/llama/step-0000000002", local_root=str(tmp_path / "pvc"))
     location.put_file(copy_key(0, 0), str(source), "unused here", 3 << 20)
-    assert location.sha256(copy_key(0, 0)) == (hashlib.sha256(source.read_bytes()).hexdigest(), 3 << 20)
+    assert location.sha256(copy_key(0, 0)) == Digest(hashlib.sha256(source.read_bytes()).hexdigest(), 3 << 20)
     assert not list((tmp_path / "pvc").rglob("*.partial"))
 
 

@@ -25,6 +25,7 @@ from trainerop_checkpoint.decide import (
 from trainerop_common.api import Checkpoint
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.checkpoint_layout import missing_credential_keys
+from trainerop_common.checkpoint_storage import Digest
 from trainerop_sdk.layout import checkpoint_path, copy_key
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -394,9 +395,16 @@ def test_an_earlier_trainers_checkpoints_do_not_count() -> None:
 
 @pytest.mark.parametrize(
     ("found", "verdict"),
-    [(None, "missing"), (("abc", 3), "ok"), (("abc", 4), "mismatch"), (("abd", 3), "mismatch")],
+    [
+        (None, "missing"),
+        (Digest("abc", 3), "ok"),
+        (Digest("abc", 3, stored=True), "ok"),  # S3's stored checksum counts as the data's
+        (Digest("abc", 4), "mismatch"),
+        (Digest("abd", 3), "mismatch"),
+        (Digest("abd", 3, stored=True), "mismatch"),
+    ],
 )
-def test_a_copy_is_ok_only_with_the_reported_hash_and_size(found: tuple[str, int] | None, verdict: str) -> None:
+def test_a_copy_is_ok_only_with_the_reported_hash_and_size(found: Digest | None, verdict: str) -> None:
     from trainerop_checkpoint.decide import copy_state
 
     assert copy_state(found, "abc", 3) == verdict

@@ -196,7 +196,7 @@ class CheckpointController:
         states, notes, recheck = await self.claim_pods.read(target, body, wanted)
         for key, state in states.items():
             if self.copy_states.get(key) not in (state, "ok"):  # ok is final
-                VERIFIED.labels(state).inc()
+                VERIFIED.labels(state, "read").inc()  # (a pod on the claim read the data)
                 self.copy_states[key] = state
         return replace(obs, copy_states=self.copy_states, notes=notes, now=self.rt.clock.now()), recheck
 

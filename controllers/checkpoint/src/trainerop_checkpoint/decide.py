@@ -31,6 +31,7 @@ from trainerop_common.checkpoint_layout import (
     copy_key,
     missing_credential_keys,
 )
+from trainerop_common.checkpoint_storage import Digest
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import GATE_CONDITIONS, SECRET_READER_ROLES
@@ -53,11 +54,11 @@ CopyState = Literal["ok", "missing", "mismatch", "unreadable"]
 CopyId = tuple[str, str, str]  # (checkpoint uid, copy key, reported sha256)
 
 
-def copy_state(found: tuple[str, int] | None, sha256: str, size: int) -> CopyState:
-    """A copy read back (its sha256 and size, None when absent) against what its writer reported."""
+def copy_state(found: Digest | None, sha256: str, size: int) -> CopyState:
+    """A copy found (its sha256 and size, None when absent) against what its writer reported."""
     if found is None:
         return "missing"
-    return "ok" if found == (sha256, size) else "mismatch"
+    return "ok" if (found.sha256, found.size) == (sha256, size) else "mismatch"
 
 
 def quorum(replication: int) -> int:

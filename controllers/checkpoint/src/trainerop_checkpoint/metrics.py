@@ -5,7 +5,9 @@ from prometheus_client import Counter, Histogram
 COMMITS = Counter("checkpoint_commits_total", "Checkpoints committed (every shard reached a quorum).")
 FAILURES = Counter("checkpoint_failures_total", "Checkpoints failed.", ["reason"])
 COLLECTED = Counter("checkpoint_collected_total", "Checkpoints whose data was garbage-collected.")
-VERIFIED = Counter("checkpoint_copies_verified_total", "Shard copies read and checked.", ["verdict"])
+# source: "stored" (S3's checksum, checked against the data when it was written: nothing read),
+# "read" (the data read and hashed).
+VERIFIED = Counter("checkpoint_copies_verified_total", "Shard copies checked.", ["verdict", "source"])
 WRITE_SECONDS = Histogram(
     "checkpoint_write_seconds",
     "Time a training pod took to write all copies of its shard (as it reported).",

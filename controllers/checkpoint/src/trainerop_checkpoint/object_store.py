@@ -18,17 +18,18 @@ PARALLEL_READS = 4
 log = logging.getLogger("trainerop.checkpoint")
 
 
-def check_copy(location: Location, copy: Copy) -> CopyState:
-    """Blocking: read the copy and compare with what its writer reported. A storage error is a
-    state too ("unreadable", read again later): it must not stop the rest of the reconcile."""
+def check_copy(location: Location, copy: Copy) -> tuple[CopyState, str]:
+    """Blocking: the copy's sha256 compared with what its writer reported, and how it was found
+    (SOURCES). A storage error is a state too ("unreadable", read again later): it must not stop the
+    rest of the reconcile."""
     t0 = time.monotonic()
     try:
         found = location.sha256(copy.key)
     except (S3Error, OSError) as err:
         log.warning("reading %s/%s failed: %s", copy.path, copy.key, err)
-        return "unreadable"
+        return "unreadable", "read"
     VERIFY_SECONDS.observe(time.monotonic() - t0)
-    return copy_state(found, copy.sha256, copy.size)
+    return copy_state(found, copy.sha256, copy.size), "stored" if found is not None and found.stored else "read"
 
 
 class ObjectStore:
@@ -41,8 +42,8 @@ class ObjectStore:
 
         async def one(copy: Copy) -> tuple[CopyId, CopyState]:
             async with self._reads:
-                state = await asyncio.to_thread(check_copy, open_location(copy.path, env), copy)
-            VERIFIED.labels(state).inc()
+                state, source = await asyncio.to_thread(check_copy, open_location(copy.path, env), copy)
+            VERIFIED.labels(state, source).inc()
             return copy.id, state
 
         return dict(await asyncio.gather(*(one(c) for c in copies)))

@@ -8,6 +8,7 @@ AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3), AWS_REGION.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -20,12 +21,25 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from .credentials import ENDPOINT_KEYS, REQUIRED_KEYS
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 CHUNK = 1 << 20
 SINGLE_PUT_LIMIT = 5 * 1024**3  # S3's largest single PUT
+SHA256_HEADER = "x-amz-checksum-sha256"
+CHECKSUM_MODE = "x-amz-checksum-mode"  # ENABLED: a HEAD or GET returns the checksum stored
+CHECKSUM_PREFIX = "x-amz-checksum-"  # headers a retried request keeps (signed again)
+
+
+class Digest(NamedTuple):
+    """An object's sha256 (hex) and size as found; ``stored``: the checksum the storage checked the
+    data against when it was written and kept (S3's), not the data read and hashed."""
+
+    sha256: str
+    size: int
+    stored: bool = False
 
 
 class S3Error(Exception):
@@ -36,6 +50,24 @@ class S3Error(Exception):
         match = re.search(r"<Code>([^<]{1,64})</Code>", body)
         super().__init__(f"S3 answered {status} {match.group(1) if match else ''}".rstrip())
         self.status = status
+
+
+def checksum_header(sha256_hex: str) -> dict[str, str]:
+    """The header that has S3 check a PUT's data against its sha256 and store it (S3 answers
+    400 BadDigest to data that does not match)."""
+    return {SHA256_HEADER: base64.b64encode(bytes.fromhex(sha256_hex)).decode()}
+
+
+def whole_object_sha256(stored: str | None) -> str | None:
+    """The object's sha256 (hex) from the checksum header of a HEAD, None when it has none or the
+    one it has is a multipart upload's checksum of its parts' checksums ("<base64>-<parts>")."""
+    if not stored or "-" in stored:
+        return None
+    try:
+        digest = base64.b64decode(stored, validate=True)
+    except ValueError:
+        return None
+    return digest.hex() if len(digest) == hashlib.sha256().digest_size else None
 
 
 def _quote(text: str, safe: str = "") -> str:
@@ -113,10 +145,15 @@ class S3Client:
         return f"{self.creds.endpoint}{path}" + (f"?{qs}" if qs else "")
 
     def _open(
-        self, method: str, url: str, body: bytes = b"", payload_sha256: str | None = None
+        self,
+        method: str,
+        url: str,
+        body: bytes = b"",
+        payload_sha256: str | None = None,
+        extra: Mapping[str, str] | None = None,
     ) -> urllib.request.Request:
         digest = payload_sha256 or (hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256)
-        headers = signature_headers(self.creds, method, url, digest, datetime.now(UTC))
+        headers = signature_headers(self.creds, method, url, digest, datetime.now(UTC), extra)
         return urllib.request.Request(
             url, data=body if method in ("PUT", "POST") else None, method=method, headers=headers
         )
@@ -141,7 +178,8 @@ class S3Client:
         """A fresh signature (x-amz-date) for every attempt."""
         body = request.data if isinstance(request.data, bytes) else b""
         digest = request.get_header("X-amz-content-sha256") or EMPTY_SHA256
-        return self._open(request.get_method(), request.full_url, body, digest)
+        extra = {k: v for k, v in request.header_items() if k.lower().startswith(CHECKSUM_PREFIX)}
+        return self._open(request.get_method(), request.full_url, body, digest, extra)
 
     def create_bucket(self) -> None:
         try:
@@ -151,9 +189,9 @@ class S3Client:
                 raise
 
     def put(self, key: str, data: bytes) -> str:
-        """Write an object; returns its sha256."""
+        """Write an object; returns its sha256 (which S3 checks the data against and stores)."""
         digest = hashlib.sha256(data).hexdigest()
-        self._send(self._open("PUT", self._url(key), data, digest))
+        self._send(self._open("PUT", self._url(key), data, digest, checksum_header(digest)))
         return digest
 
     def put_file(self, key: str, path: str, sha256: str, size: int) -> None:
@@ -162,7 +200,8 @@ class S3Client:
         if size > SINGLE_PUT_LIMIT:
             raise S3Error(413, "<Code>EntityTooLarge</Code>")
         for attempt in range(3):
-            headers = signature_headers(self.creds, "PUT", self._url(key), sha256, datetime.now(UTC))
+            now = datetime.now(UTC)
+            headers = signature_headers(self.creds, "PUT", self._url(key), sha256, now, checksum_header(sha256))
             try:
                 with open(path, "rb") as body:
                     request = urllib.request.Request(
@@ -187,8 +226,28 @@ class S3Client:
                 return None
             raise
 
-    def sha256(self, key: str) -> tuple[str, int] | None:
-        """The sha256 and size of an object, read in chunks (None: it does not exist)."""
+    def stored_sha256(self, key: str) -> tuple[str | None, int] | None:
+        """The sha256 S3 checked the object's data against when it was written and stored with it
+        (None in the pair: it has none, or only a multipart upload's checksum of its parts' ones),
+        and its size, from a HEAD (None: the object does not exist)."""
+        try:
+            with urllib.request.urlopen(
+                self._open("HEAD", self._url(key), extra={CHECKSUM_MODE: "ENABLED"}), timeout=self.timeout
+            ) as response:
+                return whole_object_sha256(response.headers.get(SHA256_HEADER)), int(response.headers["Content-Length"])
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise S3Error(err.code, err.read().decode(errors="replace")) from None
+
+    def sha256(self, key: str) -> Digest | None:
+        """The sha256 and size of an object (None: it does not exist): the one S3 stored where it
+        has one, else read in chunks and hashed."""
+        stored = self.stored_sha256(key)
+        if stored is None:
+            return None
+        if stored[0] is not None:
+            return Digest(stored[0], stored[1], stored=True)
         request = self._open("GET", self._url(key))
         digest, size = hashlib.sha256(), 0
         try:
@@ -200,7 +259,7 @@ class S3Client:
             if err.code == 404:
                 return None
             raise S3Error(err.code, err.read().decode(errors="replace")) from None
-        return digest.hexdigest(), size
+        return Digest(digest.hexdigest(), size)
 
     def keys(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix`` (ListObjectsV2, all pages)."""

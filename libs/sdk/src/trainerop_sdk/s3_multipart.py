@@ -34,8 +34,8 @@ def upload_file(creds: Credentials, bucket: str, key: str, path: str) -> None:
         config=Config(
             s3={"addressing_style": "path"},  # as the SDK's own client: any S3-compatible server
             retries={"mode": "standard", "max_attempts": 5},
-            # botocore's newer default checksums are not understood by every S3-compatible server;
-            # the shard's sha256 is reported and verified by the operator instead.
+            # botocore's newer default checksums (CRC32 in a trailer) are not understood by every
+            # S3-compatible server: the upload asks for SHA256 itself (below).
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         ),
@@ -43,4 +43,8 @@ def upload_file(creds: Credentials, bucket: str, key: str, path: str) -> None:
     transfer = TransferConfig(
         multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=THREADS, use_threads=True
     )
-    client.upload_file(path, bucket, key, Config=transfer)
+    # S3 checks each request's data against its SHA256 and stores it: a file in one PUT keeps the
+    # whole file's sha256, which the operator then verifies without reading the data; a multipart
+    # upload keeps a checksum of its parts' checksums ("<base64>-<parts>"), which it cannot compare
+    # with the shard's reported sha256, so it reads those.
+    client.upload_file(path, bucket, key, Config=transfer, ExtraArgs={"ChecksumAlgorithm": "SHA256"})

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from . import s3_multipart
 from .layout import MOUNT, S3_SCHEME, parse_s3_uri
-from .s3 import CHUNK, SINGLE_PUT_LIMIT, Credentials, S3Client
+from .s3 import CHUNK, SINGLE_PUT_LIMIT, Credentials, Digest, S3Client
 
 
 class Location(Protocol):
@@ -28,7 +28,9 @@ class Location(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
 
-    def sha256(self, key: str) -> tuple[str, int] | None: ...
+    def sha256(self, key: str) -> Digest | None:
+        """The copy's sha256 and size (None: it does not exist)."""
+        ...
 
     def delete_all(self) -> int: ...
 
@@ -63,7 +65,7 @@ class LocalLocation:
         target = self.root / key
         return target.read_bytes() if target.is_file() else None
 
-    def sha256(self, key: str) -> tuple[str, int] | None:
+    def sha256(self, key: str) -> Digest | None:
         target = self.root / key
         if not target.is_file():
             return None
@@ -72,7 +74,7 @@ class LocalLocation:
             while chunk := f.read(CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
-        return digest.hexdigest(), size
+        return Digest(digest.hexdigest(), size)
 
     def delete_all(self) -> int:
         if not self.root.exists():
@@ -109,7 +111,8 @@ class S3Location:
     def get(self, key: str) -> bytes | None:
         return self.client.get(self.prefix + key)
 
-    def sha256(self, key: str) -> tuple[str, int] | None:
+    def sha256(self, key: str) -> Digest | None:
+        """S3's stored checksum where the object has a whole one, else the data read and hashed."""
         return self.client.sha256(self.prefix + key)
 
     def delete_all(self) -> int:
