@@ -8,6 +8,7 @@ trainer-operator-trainer-creations).
 Snapshots: tests/integration/rbac/<controller>.txt. After a deliberate RBAC change, rewrite them
 with TRAINEROP_UPDATE_SNAPSHOTS=1 and review the diff like any other change."""
 
+import ipaddress
 import json
 import os
 import re
@@ -52,6 +53,8 @@ def test_network_policies_let_in_only_the_webhook_and_metrics_ports(cluster: Clu
         "trainer-operator-default-deny-ingress",
         "trainer-operator-webhooks",
         "trainer-operator-metrics",
+        "trainer-operator-egress",
+        "trainer-operator-checkpoint-storage",
     }
     for policy in policies:  # the API server validates them
         cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(policy))
@@ -74,6 +77,65 @@ def test_network_policies_let_in_only_the_webhook_and_metrics_ports(cluster: Clu
     assert metrics["spec"]["ingress"][0]["from"] == [
         {"namespaceSelector": {"matchLabels": {"trainer.operator.kubeflow.org/metrics-scraper": "true"}}}
     ]
+
+
+Destination = tuple[str, int, str]  # address, port, protocol
+
+
+def egress_allows(policies: list[dict[str, Any]], labels: dict[str, str], destination: Destination) -> bool:
+    """Whether a pod with ``labels`` may connect to ``destination`` (the union of the egress rules
+    of every policy that selects it and has Egress in its policyTypes; none selects it: anything)."""
+    selecting = [
+        p for p in policies if "Egress" in p["spec"]["policyTypes"] and selects(p["spec"]["podSelector"], labels)
+    ]
+    address, port, protocol = destination
+    ip = ipaddress.ip_address(address)
+
+    def in_block(peer: dict[str, Any]) -> bool:
+        assert set(peer) == {"ipBlock"}, peer  # the only peer deploy/ uses
+        cidr = ipaddress.ip_network(peer["ipBlock"]["cidr"])
+        excepted = [ipaddress.ip_network(e) for e in peer["ipBlock"].get("except", ())]
+        if ip.version != cidr.version or ip not in cidr:
+            return False
+        return not any(ip in e for e in excepted if e.version == ip.version)
+
+    def allows(rule: dict[str, Any]) -> bool:
+        by_port = any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in rule.get("ports", ()))
+        return by_port and ("to" not in rule or any(in_block(peer) for peer in rule["to"]))
+
+    return not selecting or any(allows(r) for p in selecting for r in p["spec"].get("egress", ()))
+
+
+# destination, whether the checkpoint controller may connect there, whether every other controller may
+EGRESS: list[tuple[Destination, bool, bool]] = [
+    (("10.96.0.10", 53, "UDP"), True, True),  # CoreDNS
+    (("169.254.20.10", 53, "UDP"), True, True),  # a node-local DNS cache
+    (("10.96.0.1", 443, "TCP"), True, True),  # the API server's Service
+    (("192.168.10.4", 6443, "TCP"), True, True),  # the API server itself
+    (("10.1.2.3", 4318, "TCP"), True, True),  # an OTLP collector
+    (("52.216.0.1", 443, "TCP"), True, True),  # S3, a notification webhook
+    (("10.1.2.3", 8333, "TCP"), True, False),  # an in-cluster S3 (SeaweedFS): the checkpoint controller only
+    (("10.1.2.3", 9000, "TCP"), True, False),  # MinIO
+    (("10.1.2.3", 80, "TCP"), True, False),
+    (("169.254.169.254", 80, "TCP"), False, False),  # the cloud's instance metadata: the node's credentials
+    (("169.254.169.254", 443, "TCP"), False, False),
+    (("fd00:ec2::254", 80, "TCP"), False, False),
+    (("10.1.2.3", 5432, "TCP"), False, False),  # anything else
+]
+
+
+def test_egress_reaches_dns_the_api_server_and_storage_never_instance_metadata(cluster: Cluster) -> None:
+    objects = build(cluster, "dev")
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    wrong = []
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        name = deployment["metadata"]["name"]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        for destination, checkpoint, others in EGRESS:
+            expected = checkpoint if name == "trainer-operator-checkpoint" else others
+            if egress_allows(policies, labels, destination) != expected:
+                wrong.append((name, destination, expected))
+    assert not wrong  # (controller, destination, whether it should be reachable)
 
 
 def normalized(rule: str) -> str:
