@@ -462,9 +462,9 @@ def test_a_shard_saved_from_a_file_is_streamed_to_s3_and_commits(
 ) -> None:
     """save_file never holds the shard in memory: with boto3 (trainerop-sdk[s3]) in parts of
     16 MiB, without it in one PUT read from the file; either way the controller verifies every
-    copy against the reported sha256 and commits. S3 keeps the sha256 of an object written in one
-    PUT, and the controller compares that without reading the data; a multipart upload's stored
-    checksum covers its parts only, so those copies are read."""
+    copy against what its writer reported and commits — from the checksum S3 kept (the whole
+    object's sha256 after one PUT, a multipart upload's checksum of its parts' ones), reading no
+    copy back."""
     from trainerop_sdk import s3_multipart
 
     monkeypatch.setattr(s3_multipart, "available", lambda: multipart)
@@ -484,14 +484,19 @@ def test_a_shard_saved_from_a_file_is_streamed_to_s3_and_commits(
     assert reported["size"] == 40 << 20
     assert reported["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
     prefix = checkpoint_path(ckpt.directory, 300).split("/", 3)[3]
-    large, small = (s3(bucket).sha256(f"{prefix}/{copy_key(i, 0)}") for i in (0, 1))
+    large, small = (s3(bucket).stored_checksum(f"{prefix}/{copy_key(i, 0)}") for i in (0, 1))
     assert large is not None
-    assert (large.sha256, large.stored) == (reported["sha256"], not multipart)
+    if multipart:  # S3 keeps a multipart upload's checksum, which the writer computed and reported
+        assert large.parts_sha256 == reported["partsSha256"]
+        assert reported["partsSha256"].endswith("-3")
+    else:
+        assert large.sha256 == reported["sha256"]
+        assert "partsSha256" not in reported
     assert small is not None
-    assert small.stored  # (one PUT either way)
-    # Shard 1's three copies, and shard 0's unless multipart, were verified from the stored checksum.
+    assert small.sha256 == hashlib.sha256(b"the other shard").hexdigest()
+    # Every copy was verified from the checksum S3 kept, none read back.
     verified = cluster.metric("checkpoint", "checkpoint_copies_verified_total", by_stored_checksum) - before
-    assert verified == (3 if multipart else 6)
+    assert verified == 6
 
 
 WRITER = """

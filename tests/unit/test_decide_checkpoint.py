@@ -21,11 +21,12 @@ from trainerop_checkpoint.decide import (
     decide,
     judge_storage,
     quorum,
+    stored_copy_state,
 )
 from trainerop_common.api import Checkpoint
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.checkpoint_layout import missing_credential_keys
-from trainerop_common.checkpoint_storage import Digest
+from trainerop_common.checkpoint_storage import Digest, StoredChecksum
 from trainerop_sdk.layout import checkpoint_path, copy_key
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -398,13 +399,35 @@ def test_an_earlier_trainers_checkpoints_do_not_count() -> None:
     [
         (None, "missing"),
         (Digest("abc", 3), "ok"),
-        (Digest("abc", 3, stored=True), "ok"),  # S3's stored checksum counts as the data's
         (Digest("abc", 4), "mismatch"),
         (Digest("abd", 3), "mismatch"),
-        (Digest("abd", 3, stored=True), "mismatch"),
     ],
 )
 def test_a_copy_is_ok_only_with_the_reported_hash_and_size(found: Digest | None, verdict: str) -> None:
     from trainerop_checkpoint.decide import copy_state
 
     assert copy_state(found, "abc", 3) == verdict
+
+
+PARTS = "SDVxpu2ToDLAnjC47+zayOSqIoJ/+lQvLjGp0+5iERs=-3"
+WHOLE = Copy("c", "uid", "s3://b/p", "shard-00000/copy-0", "ab" * 32, 10)
+MULTIPART = Copy("c", "uid", "s3://b/p", "shard-00000/copy-0", "ab" * 32, 10, PARTS)
+
+
+@pytest.mark.parametrize(
+    ("stored", "copy", "verdict"),
+    [
+        (None, WHOLE, "missing"),
+        (StoredChecksum(10, sha256="ab" * 32), WHOLE, "ok"),  # S3 checked the data against it: not read
+        (StoredChecksum(10, parts_sha256=PARTS), MULTIPART, "ok"),
+        (StoredChecksum(10), WHOLE, None),  # nothing kept: read it
+        (StoredChecksum(10, parts_sha256=PARTS), WHOLE, None),  # the writer reported no parts checksum
+        (StoredChecksum(10, sha256="cd" * 32), WHOLE, None),  # differs: read before calling it a mismatch
+        (StoredChecksum(10, parts_sha256=PARTS.replace("-3", "-4")), MULTIPART, None),  # another part size
+        (StoredChecksum(11, sha256="ab" * 32), WHOLE, None),
+    ],
+)
+def test_a_copy_is_ok_by_its_stored_checksum_only_when_that_is_what_its_writer_reported(
+    stored: StoredChecksum | None, copy: Copy, verdict: str | None
+) -> None:
+    assert stored_copy_state(stored, copy) == verdict

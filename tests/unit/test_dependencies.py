@@ -20,6 +20,7 @@ PROVIDED_BY = {
     "prometheus_client": "prometheus-client",
     "httpx2": "lightkube",  # lightkube's HTTP client, which Kube catches the errors of
     "botocore": "boto3",  # boto3's own core (the SDK's multipart extra configures it)
+    "s3transfer": "boto3",  # boto3's transfer manager (the SDK asks it the part size it uploads with)
 }
 OPENTELEMETRY = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}
 

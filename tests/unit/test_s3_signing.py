@@ -6,7 +6,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from trainerop_sdk.s3 import EMPTY_SHA256, Credentials, checksum_header, signature_headers, whole_object_sha256
+from trainerop_sdk.s3 import (
+    EMPTY_SHA256,
+    Credentials,
+    StoredChecksum,
+    checksum_header,
+    parse_stored_checksum,
+    signature_headers,
+)
+from trainerop_sdk.s3_multipart import PART_BYTES, PartsHasher, part_bytes
 
 AWS_EXAMPLE = Credentials("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "", "us-east-1")
 
@@ -61,16 +69,48 @@ def test_a_put_asks_s3_to_check_and_keep_the_sha256_and_signs_that() -> None:
     assert "SignedHeaders=host;x-amz-checksum-sha256;x-amz-content-sha256;x-amz-date," in headers["authorization"]
 
 
+PARTS = "SDVxpu2ToDLAnjC47+zayOSqIoJ/+lQvLjGp0+5iERs=-3"  # SeaweedFS's, for a 40 MiB upload in 3 parts
+
+
 @pytest.mark.parametrize(
-    ("stored", "sha256"),
+    ("header", "stored"),
     [
-        (HELLO_B64, HELLO),  # a whole object's (one PUT): usable
-        (None, None),  # none stored (written without one, or a server that keeps none)
-        ("", None),
-        ("SDVxpu2ToDLAnjC47+zayOSqIoJ/+lQvLjGp0+5iERs=-3", None),  # multipart: a checksum of 3 parts' ones
-        ("not base64!", None),
-        ("AAAA", None),  # base64, but not 32 bytes
+        (HELLO_B64, StoredChecksum(11, sha256=HELLO)),  # a whole object's (one PUT)
+        (PARTS, StoredChecksum(11, parts_sha256=PARTS)),  # a multipart upload's: the sha256 of 3 parts' ones
+        (None, StoredChecksum(11)),  # none kept (written without one, or a server that keeps none)
+        ("", StoredChecksum(11)),
+        ("not base64!", StoredChecksum(11)),
+        ("AAAA", StoredChecksum(11)),  # base64, but not 32 bytes
+        (HELLO_B64 + "-0", StoredChecksum(11)),
+        (HELLO_B64 + "-x", StoredChecksum(11)),
     ],
 )
-def test_only_a_whole_objects_stored_sha256_stands_for_its_data(stored: str | None, sha256: str | None) -> None:
-    assert whole_object_sha256(stored) == sha256
+def test_a_stored_checksum_is_read_from_a_heads_header(header: str | None, stored: StoredChecksum) -> None:
+    assert parse_stored_checksum(header, 11) == stored
+
+
+def test_a_multipart_uploads_checksum_does_not_depend_on_how_the_file_is_read() -> None:
+    data = bytes(range(256)) * 41  # 10 496 bytes: parts of 4096, 4096, 2304
+    checksums = set()
+    for chunk in (1, 1000, 4096, 5000, len(data)):
+        hasher = PartsHasher(4096)
+        for start in range(0, len(data), chunk):
+            hasher.update(data[start : start + chunk])
+        checksums.add(hasher.checksum())
+    (checksum,) = checksums
+    assert checksum.endswith("-3")
+    assert parse_stored_checksum(checksum, len(data)).parts_sha256 == checksum  # the form S3 returns
+
+
+@pytest.mark.parametrize(
+    ("size", "part"),
+    [
+        (PART_BYTES - 1, None),  # one PUT
+        (PART_BYTES, PART_BYTES),  # boto3 goes multipart at its threshold
+        (40 << 20, PART_BYTES),
+        (12 * 10**9, PART_BYTES),  # 716 parts
+        (200 << 30, 2 * PART_BYTES),  # 12 800 parts of 16 MiB would exceed S3's 10 000
+    ],
+)
+def test_the_part_size_is_the_one_boto3_uploads_with(size: int, part: int | None) -> None:
+    assert part_bytes(size) == part

@@ -31,7 +31,7 @@ from trainerop_common.checkpoint_layout import (
     copy_key,
     missing_credential_keys,
 )
-from trainerop_common.checkpoint_storage import Digest
+from trainerop_common.checkpoint_storage import Digest, StoredChecksum
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import GATE_CONDITIONS, SECRET_READER_ROLES
@@ -143,10 +143,24 @@ class Copy:
     key: str
     sha256: str
     size: int
+    parts_sha256: str | None = None  # as S3 keeps a multipart upload's checksum
 
     @property
     def id(self) -> CopyId:
         return (self.uid, self.key, self.sha256)
+
+
+def stored_copy_state(stored: StoredChecksum | None, copy: Copy) -> CopyState | None:
+    """A copy judged by what its storage says without reading it (None: it must be read): missing,
+    or ok when the checksum S3 checked its data against and kept is the one its writer reported
+    (the whole object's sha256, or a multipart upload's parts checksum). Anything else is read
+    before it is called a mismatch (a writer's part size that differs from the upload's, say)."""
+    if stored is None:
+        return "missing"
+    vouched = stored.sha256 == copy.sha256 or (
+        copy.parts_sha256 is not None and stored.parts_sha256 == copy.parts_sha256
+    )
+    return "ok" if vouched and stored.size == copy.size else None
 
 
 @dataclass(frozen=True)
@@ -232,7 +246,7 @@ def tally(view: CheckpointView, obs: Observed) -> Tally:
             if state == "ok":
                 good += 1
                 continue
-            unread.append(Copy(view.name, view.uid, spec.path, key, report.sha256, report.size))
+            unread.append(Copy(view.name, view.uid, spec.path, key, report.sha256, report.size, report.parts_sha256))
             if state is not None:
                 problems.append(f"shard {index} {key}: {state}")
         weakest = min(weakest, good)

@@ -11,7 +11,7 @@ from trainerop_common.checkpoint_storage import Location, S3Error, open_location
 from trainerop_common.clock import Clock
 from trainerop_common.tracing import record_span
 
-from .decide import Collect, Copy, CopyId, CopyState, copy_state
+from .decide import Collect, Copy, CopyId, CopyState, copy_state, stored_copy_state
 from .metrics import VERIFIED, VERIFY_SECONDS
 
 PARALLEL_READS = 4
@@ -19,17 +19,21 @@ log = logging.getLogger("trainerop.checkpoint")
 
 
 def check_copy(location: Location, copy: Copy) -> tuple[CopyState, str]:
-    """Blocking: the copy's sha256 compared with what its writer reported, and how it was found
-    (SOURCES). A storage error is a state too ("unreadable", read again later): it must not stop the
-    rest of the reconcile."""
+    """Blocking: the copy against what its writer reported, from the checksum its storage kept
+    where that answers, else read and hashed; and which it was ("stored" or "read"). A storage
+    error is a state too ("unreadable", read again later): it must not stop the rest of the
+    reconcile."""
     t0 = time.monotonic()
     try:
-        found = location.sha256(copy.key)
+        state = stored_copy_state(location.stored_checksum(copy.key), copy)
+        source = "stored" if state is not None else "read"
+        if state is None:
+            state = copy_state(location.sha256(copy.key), copy.sha256, copy.size)
     except (S3Error, OSError) as err:
         log.warning("reading %s/%s failed: %s", copy.path, copy.key, err)
         return "unreadable", "read"
     VERIFY_SECONDS.observe(time.monotonic() - t0)
-    return copy_state(found, copy.sha256, copy.size), "stored" if found is not None and found.stored else "read"
+    return state, source
 
 
 class ObjectStore:

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from . import s3_multipart
 from .kubeapi import APPLY, ApiClient, ApiError
-from .layout import checkpoint_name, checkpoint_path, copy_key
+from .layout import S3_SCHEME, checkpoint_name, checkpoint_path, copy_key
 from .names import API_VERSION, TRAINER_NAME_LABEL
 from .storage import Location, open_location
 
@@ -109,12 +110,24 @@ class Checkpointer:
         """As :meth:`save`, from a file the training code wrote (a shard of any size: read twice in
         chunks — to hash it, then to write each copy, multipart on S3 — never held in memory)."""
         digest, size = hashlib.sha256(), 0
+        # A multipart upload's checksum (S3 keeps it), computed in the same pass, so the operator
+        # can verify those copies without reading them.
+        part = s3_multipart.part_bytes(os.path.getsize(path)) if self._multipart() else None
+        parts = s3_multipart.PartsHasher(part) if part else None
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
+                if parts is not None:
+                    parts.update(chunk)
                 size += len(chunk)
         sha = digest.hexdigest()
-        return self._write(step, epoch, shard, shards, sha, size, lambda loc, key: loc.put_file(key, path, sha, size))
+        extra = {"partsSha256": parts.checksum()} if parts is not None else {}
+        put: Callable[[Location, str], None] = lambda loc, key: loc.put_file(key, path, sha, size)  # noqa: E731
+        return self._write(step, epoch, shard, shards, sha, size, put, extra)
+
+    def _multipart(self) -> bool:
+        """Whether a file's copies go up as multipart uploads (S3 with boto3, for a large one)."""
+        return self.directory.startswith(S3_SCHEME) and s3_multipart.available()
 
     def _write(
         self,
@@ -125,6 +138,7 @@ class Checkpointer:
         sha256: str,
         size: int,
         put: Callable[[Location, str], None],
+        extra: Mapping[str, str] | None = None,
     ) -> str:
         """Every copy of the shard with ``put``, then the report (a reader never trusts a copy the
         report does not vouch for: an interrupted write leaves nothing that looks committed)."""
@@ -147,7 +161,8 @@ class Checkpointer:
         for key in keys:
             put(location, key)
         seconds = time.monotonic() - t0
-        report = {"index": shard, "sha256": sha256, "size": size, "copies": keys, "writeSeconds": round(seconds, 3)}
+        report: dict[str, Any] = {"index": shard, "sha256": sha256, "size": size, "copies": keys}
+        report |= {"writeSeconds": round(seconds, 3)} | dict(extra or {})
         return self.report(step, epoch, path, shards, report, replication)
 
     def _existing(self, name: str) -> dict[str, Any] | None:

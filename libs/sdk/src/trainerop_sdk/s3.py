@@ -34,12 +34,20 @@ CHECKSUM_PREFIX = "x-amz-checksum-"  # headers a retried request keeps (signed a
 
 
 class Digest(NamedTuple):
-    """An object's sha256 (hex) and size as found; ``stored``: the checksum the storage checked the
-    data against when it was written and kept (S3's), not the data read and hashed."""
+    """An object's sha256 (hex) and size, its data read and hashed."""
 
     sha256: str
     size: int
-    stored: bool = False
+
+
+class StoredChecksum(NamedTuple):
+    """What S3 says of an object without its data being read: its size, and the checksum S3
+    checked the data against when it was written and kept — the whole object's sha256 (hex) after
+    one PUT, or a multipart upload's, the sha256 of its parts' sha256s ("<base64>-<parts>")."""
+
+    size: int
+    sha256: str | None = None
+    parts_sha256: str | None = None
 
 
 class S3Error(Exception):
@@ -58,16 +66,19 @@ def checksum_header(sha256_hex: str) -> dict[str, str]:
     return {SHA256_HEADER: base64.b64encode(bytes.fromhex(sha256_hex)).decode()}
 
 
-def whole_object_sha256(stored: str | None) -> str | None:
-    """The object's sha256 (hex) from the checksum header of a HEAD, None when it has none or the
-    one it has is a multipart upload's checksum of its parts' checksums ("<base64>-<parts>")."""
-    if not stored or "-" in stored:
-        return None
+def parse_stored_checksum(header: str | None, size: int) -> StoredChecksum:
+    """The x-amz-checksum-sha256 header of a HEAD, as :class:`StoredChecksum` (anything else than
+    32 bytes of base64, or that and "-<parts>", is no checksum at all)."""
+    whole, dash, parts = (header or "").partition("-")
     try:
-        digest = base64.b64decode(stored, validate=True)
+        digest = base64.b64decode(whole, validate=True)
     except ValueError:
-        return None
-    return digest.hex() if len(digest) == hashlib.sha256().digest_size else None
+        return StoredChecksum(size)
+    if len(digest) != hashlib.sha256().digest_size:
+        return StoredChecksum(size)
+    if not dash:
+        return StoredChecksum(size, sha256=digest.hex())
+    return StoredChecksum(size, parts_sha256=header) if parts.isdigit() and int(parts) > 0 else StoredChecksum(size)
 
 
 def _quote(text: str, safe: str = "") -> str:
@@ -226,28 +237,22 @@ class S3Client:
                 return None
             raise
 
-    def stored_sha256(self, key: str) -> tuple[str | None, int] | None:
-        """The sha256 S3 checked the object's data against when it was written and stored with it
-        (None in the pair: it has none, or only a multipart upload's checksum of its parts' ones),
-        and its size, from a HEAD (None: the object does not exist)."""
+    def stored_checksum(self, key: str) -> StoredChecksum | None:
+        """The object's size and stored checksum, from a HEAD (None: it does not exist)."""
         try:
             with urllib.request.urlopen(
                 self._open("HEAD", self._url(key), extra={CHECKSUM_MODE: "ENABLED"}), timeout=self.timeout
             ) as response:
-                return whole_object_sha256(response.headers.get(SHA256_HEADER)), int(response.headers["Content-Length"])
+                return parse_stored_checksum(
+                    response.headers.get(SHA256_HEADER), int(response.headers["Content-Length"])
+                )
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
             raise S3Error(err.code, err.read().decode(errors="replace")) from None
 
     def sha256(self, key: str) -> Digest | None:
-        """The sha256 and size of an object (None: it does not exist): the one S3 stored where it
-        has one, else read in chunks and hashed."""
-        stored = self.stored_sha256(key)
-        if stored is None:
-            return None
-        if stored[0] is not None:
-            return Digest(stored[0], stored[1], stored=True)
+        """The sha256 and size of an object, read in chunks (None: it does not exist)."""
         request = self._open("GET", self._url(key))
         digest, size = hashlib.sha256(), 0
         try:

@@ -6,6 +6,8 @@ up to 5 GiB in one streamed PUT (:meth:`trainerop_sdk.s3.S3Client.put_file`)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 
 from .s3 import Credentials
@@ -17,6 +19,47 @@ THREADS = 4
 def available() -> bool:
     """Whether boto3 is installed (pip install 'trainerop-sdk[s3]')."""
     return importlib.util.find_spec("boto3") is not None
+
+
+def part_bytes(size: int) -> int | None:
+    """The size of the parts boto3 uploads a file of ``size`` bytes in (None: one PUT, below
+    PART_BYTES; boto3 doubles the part size of a file that would need more than 10 000 parts)."""
+    if size < PART_BYTES:
+        return None
+    from s3transfer.utils import ChunksizeAdjuster
+
+    adjusted: int = ChunksizeAdjuster().adjust_chunksize(PART_BYTES, size)
+    return adjusted
+
+
+class PartsHasher:
+    """S3's checksum of a multipart upload, computed from the file as it is read: the sha256 of
+    the parts' sha256 digests, base64, then "-" and the number of parts."""
+
+    def __init__(self, part: int) -> None:
+        self.part = part
+        self.digests: list[bytes] = []
+        self._current = hashlib.sha256()
+        self._filled = 0
+
+    def update(self, chunk: bytes) -> None:
+        while chunk:
+            take = chunk[: self.part - self._filled]
+            self._current.update(take)
+            self._filled += len(take)
+            chunk = chunk[len(take) :]
+            if self._filled == self.part:
+                self._next()
+
+    def _next(self) -> None:
+        self.digests.append(self._current.digest())
+        self._current, self._filled = hashlib.sha256(), 0
+
+    def checksum(self) -> str:
+        if self._filled:
+            self._next()
+        combined = base64.b64encode(hashlib.sha256(b"".join(self.digests)).digest()).decode()
+        return f"{combined}-{len(self.digests)}"
 
 
 def upload_file(creds: Credentials, bucket: str, key: str, path: str) -> None:
@@ -44,7 +87,6 @@ def upload_file(creds: Credentials, bucket: str, key: str, path: str) -> None:
         multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=THREADS, use_threads=True
     )
     # S3 checks each request's data against its SHA256 and stores it: a file in one PUT keeps the
-    # whole file's sha256, which the operator then verifies without reading the data; a multipart
-    # upload keeps a checksum of its parts' checksums ("<base64>-<parts>"), which it cannot compare
-    # with the shard's reported sha256, so it reads those.
+    # whole file's sha256; a multipart upload the sha256 of its parts' ones ("<base64>-<parts>"),
+    # which the writer reports too (PartsHasher). The operator compares either without reading.
     client.upload_file(path, bucket, key, Config=transfer, ExtraArgs={"ChecksumAlgorithm": "SHA256"})

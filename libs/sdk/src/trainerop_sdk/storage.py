@@ -14,7 +14,7 @@ from typing import Protocol
 
 from . import s3_multipart
 from .layout import MOUNT, S3_SCHEME, parse_s3_uri
-from .s3 import CHUNK, SINGLE_PUT_LIMIT, Credentials, Digest, S3Client
+from .s3 import CHUNK, SINGLE_PUT_LIMIT, Credentials, Digest, S3Client, StoredChecksum
 
 
 class Location(Protocol):
@@ -29,7 +29,12 @@ class Location(Protocol):
     def get(self, key: str) -> bytes | None: ...
 
     def sha256(self, key: str) -> Digest | None:
-        """The copy's sha256 and size (None: it does not exist)."""
+        """The copy's sha256 and size, its data read (None: it does not exist)."""
+        ...
+
+    def stored_checksum(self, key: str) -> StoredChecksum | None:
+        """The copy's size and the checksum its storage kept, without reading it (None: it does
+        not exist)."""
         ...
 
     def delete_all(self) -> int: ...
@@ -64,6 +69,11 @@ class LocalLocation:
     def get(self, key: str) -> bytes | None:
         target = self.root / key
         return target.read_bytes() if target.is_file() else None
+
+    def stored_checksum(self, key: str) -> StoredChecksum | None:
+        """A file keeps no checksum: its size only."""
+        target = self.root / key
+        return StoredChecksum(target.stat().st_size) if target.is_file() else None
 
     def sha256(self, key: str) -> Digest | None:
         target = self.root / key
@@ -111,8 +121,10 @@ class S3Location:
     def get(self, key: str) -> bytes | None:
         return self.client.get(self.prefix + key)
 
+    def stored_checksum(self, key: str) -> StoredChecksum | None:
+        return self.client.stored_checksum(self.prefix + key)
+
     def sha256(self, key: str) -> Digest | None:
-        """S3's stored checksum where the object has a whole one, else the data read and hashed."""
         return self.client.sha256(self.prefix + key)
 
     def delete_all(self) -> int:

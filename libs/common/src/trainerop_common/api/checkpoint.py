@@ -44,6 +44,13 @@ class ShardReport(K8sModel):
     size: int = Field(ge=0)
     copies: list[CopyKey] = Field(min_length=1, max_length=MAX_COPIES)
     write_seconds: float | None = Field(default=None, ge=0, description="How long writing every copy took.")
+    parts_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9+/]{43}=-[1-9][0-9]{0,4}$",
+        description="Copies written as S3 multipart uploads: the checksum S3 keeps of such an upload (the sha256 "
+        "of its parts' sha256s, base64, then '-' and the number of parts), which the controller compares instead "
+        "of reading the copy.",
+    )
 
 
 class CheckpointSpec(K8sModel):
