@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from trainerop_sdk.checkpoint import default_shard
+from trainerop_sdk.checksums import Digest
 from trainerop_sdk.layout import (
     Claim,
     S3Bucket,
@@ -16,7 +17,6 @@ from trainerop_sdk.layout import (
     copy_key,
     parse_bucket,
 )
-from trainerop_sdk.s3 import Digest
 from trainerop_sdk.storage import LocalLocation, open_location
 
 

@@ -25,8 +25,7 @@ from trainerop_checkpoint.decide import (
 )
 from trainerop_common.api import Checkpoint
 from trainerop_common.api.trainer import TrainerSpec
-from trainerop_common.checkpoint_layout import missing_credential_keys
-from trainerop_common.checkpoint_storage import Digest, StoredChecksum
+from trainerop_common.checkpoint_layout import Digest, StoredChecksum, missing_credential_keys
 from trainerop_sdk.layout import checkpoint_path, copy_key
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -6,14 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from trainerop_sdk.s3 import (
-    EMPTY_SHA256,
-    Credentials,
-    StoredChecksum,
-    checksum_header,
-    parse_stored_checksum,
-    signature_headers,
-)
+from trainerop_sdk.checksums import StoredChecksum, checksum_header, parse_stored_checksum
+from trainerop_sdk.s3 import EMPTY_SHA256, Credentials, signature_headers
 from trainerop_sdk.s3_multipart import PART_BYTES, PartsHasher, part_bytes
 
 AWS_EXAMPLE = Credentials("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "", "us-east-1")

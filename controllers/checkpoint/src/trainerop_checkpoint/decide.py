@@ -26,12 +26,13 @@ from trainerop_common.checkpoint_layout import (
     MOUNT,
     REQUIRED_CREDENTIAL_KEYS,
     Claim,
+    Digest,
+    StoredChecksum,
     checkpoint_dir,
     checkpoint_path,
     copy_key,
     missing_credential_keys,
 )
-from trainerop_common.checkpoint_storage import Digest, StoredChecksum
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import GATE_CONDITIONS, SECRET_READER_ROLES

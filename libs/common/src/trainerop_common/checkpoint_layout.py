@@ -1,7 +1,9 @@
-"""Where checkpoints live and the keys of the Secret that opens an S3 bucket (pure), as the
-training-side SDK has them: one definition for the pods that write and the controller that
-verifies (re-exported from trainerop_sdk.layout and trainerop_sdk.credentials)."""
+"""Where checkpoints live, what their data is checked against, and the keys of the Secret that
+opens an S3 bucket (pure), as the training-side SDK has them: one definition for the pods that
+write and the controller that verifies (re-exported from trainerop_sdk.layout, .credentials and
+.checksums)."""
 
+from trainerop_sdk.checksums import Digest, StoredChecksum
 from trainerop_sdk.credentials import KEYS as CREDENTIAL_KEYS
 from trainerop_sdk.credentials import REQUIRED_KEYS as REQUIRED_CREDENTIAL_KEYS
 from trainerop_sdk.credentials import missing_keys as missing_credential_keys
@@ -22,8 +24,10 @@ __all__ = [
     "MOUNT",
     "REQUIRED_CREDENTIAL_KEYS",
     "Claim",
+    "Digest",
     "S3Bucket",
     "StorageLocation",
+    "StoredChecksum",
     "checkpoint_dir",
     "checkpoint_name",
     "checkpoint_path",

@@ -2,7 +2,7 @@
 same code the training pods write it with (re-exported from trainerop_sdk)."""
 
 from trainerop_sdk.layout import MOUNT
-from trainerop_sdk.s3 import Digest, S3Error, StoredChecksum
+from trainerop_sdk.s3 import S3Error
 from trainerop_sdk.storage import Location, open_location
 
-__all__ = ["MOUNT", "Digest", "Location", "S3Error", "StoredChecksum", "open_location"]
+__all__ = ["MOUNT", "Location", "S3Error", "open_location"]

@@ -8,7 +8,6 @@ AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3), AWS_REGION.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import os
@@ -21,33 +20,15 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NamedTuple
 
+from .checksums import SHA256_HEADER, Digest, StoredChecksum, checksum_header, parse_stored_checksum
 from .credentials import ENDPOINT_KEYS, REQUIRED_KEYS
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 CHUNK = 1 << 20
 SINGLE_PUT_LIMIT = 5 * 1024**3  # S3's largest single PUT
-SHA256_HEADER = "x-amz-checksum-sha256"
 CHECKSUM_MODE = "x-amz-checksum-mode"  # ENABLED: a HEAD or GET returns the checksum stored
 CHECKSUM_PREFIX = "x-amz-checksum-"  # headers a retried request keeps (signed again)
-
-
-class Digest(NamedTuple):
-    """An object's sha256 (hex) and size, its data read and hashed."""
-
-    sha256: str
-    size: int
-
-
-class StoredChecksum(NamedTuple):
-    """What S3 says of an object without its data being read: its size, and the checksum S3
-    checked the data against when it was written and kept — the whole object's sha256 (hex) after
-    one PUT, or a multipart upload's, the sha256 of its parts' sha256s ("<base64>-<parts>")."""
-
-    size: int
-    sha256: str | None = None
-    parts_sha256: str | None = None
 
 
 class S3Error(Exception):
@@ -58,27 +39,6 @@ class S3Error(Exception):
         match = re.search(r"<Code>([^<]{1,64})</Code>", body)
         super().__init__(f"S3 answered {status} {match.group(1) if match else ''}".rstrip())
         self.status = status
-
-
-def checksum_header(sha256_hex: str) -> dict[str, str]:
-    """The header that has S3 check a PUT's data against its sha256 and store it (S3 answers
-    400 BadDigest to data that does not match)."""
-    return {SHA256_HEADER: base64.b64encode(bytes.fromhex(sha256_hex)).decode()}
-
-
-def parse_stored_checksum(header: str | None, size: int) -> StoredChecksum:
-    """The x-amz-checksum-sha256 header of a HEAD, as :class:`StoredChecksum` (anything else than
-    32 bytes of base64, or that and "-<parts>", is no checksum at all)."""
-    whole, dash, parts = (header or "").partition("-")
-    try:
-        digest = base64.b64decode(whole, validate=True)
-    except ValueError:
-        return StoredChecksum(size)
-    if len(digest) != hashlib.sha256().digest_size:
-        return StoredChecksum(size)
-    if not dash:
-        return StoredChecksum(size, sha256=digest.hex())
-    return StoredChecksum(size, parts_sha256=header) if parts.isdigit() and int(parts) > 0 else StoredChecksum(size)
 
 
 def _quote(text: str, safe: str = "") -> str:

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Protocol
 
 from . import s3_multipart
+from .checksums import Digest, StoredChecksum
 from .layout import MOUNT, S3_SCHEME, parse_s3_uri
-from .s3 import CHUNK, SINGLE_PUT_LIMIT, Credentials, Digest, S3Client, StoredChecksum
+from .s3 import CHUNK, SINGLE_PUT_LIMIT, Credentials, S3Client
 
 
 class Location(Protocol):
