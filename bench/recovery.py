@@ -23,6 +23,9 @@ GPU = "nvidia.com/gpu"
 # A replacement's stages, seen from outside: the failure's status write answered (the API server's
 # latency), the failed pod's deletion seen (the trainer's reaction), the replacement seen (its create).
 STAGES = ("failure_written", "deletion_seen", "replacement_seen")
+# Each of the ramp probe's workers fails at most this often: five give a failure a second at most,
+# a few hundred samples over three N = 1000 ramps, for a small share of the ramp's own writes.
+PROBE_EVERY_SECONDS = 5.0
 
 
 class Replacements:
@@ -55,14 +58,20 @@ class Replacements:
         for stage, seconds in zip(STAGES, (failed - t0, deleting - failed, created - deleting), strict=True):
             self.stages[stage].append(seconds)
 
-    def meanwhile(self, parallel: int = 5) -> None:
+    def meanwhile(self, parallel: int = 5, every_seconds: float = PROBE_EVERY_SECONDS) -> None:
         """Keep failing workers in the background until ``result``: replacements while something
-        else loads the cluster (the N = 1000 ramp). ``parallel`` workers at once, each failed again
-        once its replacement runs (one at a time gave a handful of samples per ramp)."""
+        else loads the cluster (the N = 1000 ramp). ``parallel`` workers, each failed again once
+        its replacement runs but at most every ``every_seconds`` (their starts spread over it), so
+        the probe's own load is the same in every repetition whatever the replacements take (one
+        worker gave a handful of samples per ramp; five failed back to back gave 15 failures in one
+        N = 1000 ramp and about 465 in each of two others, the slow ones)."""
 
         def loop(worker: int) -> None:
+            self._stop.wait(every_seconds * worker / parallel)
             while not self._stop.is_set():
+                started = time.monotonic()
                 self.fail_one(worker)
+                self._stop.wait(max(0.0, every_seconds - (time.monotonic() - started)))
 
         self._threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in range(parallel)]
         for thread in self._threads:
