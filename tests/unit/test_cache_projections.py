@@ -8,7 +8,7 @@ import pytest
 
 from trainerop_audit.decide import manager_of
 from trainerop_common.cache import Derived, ObjectCache
-from trainerop_common.objects import Keep, managers_only, slim
+from trainerop_common.objects import Keep, holds, managers_only, slim
 from trainerop_quota.views import pod_essentials as quota_keeps
 from trainerop_quota.views import pod_info
 from trainerop_trainer.views import owner_of, pod_view
@@ -166,3 +166,33 @@ def test_derived_values_are_computed_again_only_for_objects_that_changed() -> No
     derived.over([b_changed])  # a left this round: it is forgotten
     assert derived.over([a]) == ["a"]
     assert calls == ["a", "b", "b2", "a"]
+
+
+BINDING = {
+    "kind": "RoleBinding",
+    "metadata": {"name": "b", "namespace": "ns", "labels": {"app": "x"}},
+    "roleRef": {"kind": "Role", "name": "r"},
+    "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}],
+}
+SERVED = {  # as the API server returns it: metadata and defaults added
+    **BINDING,
+    "metadata": {**BINDING["metadata"], "uid": "u", "resourceVersion": "7", "labels": {"app": "x", "more": "y"}},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+}
+
+
+@pytest.mark.parametrize(
+    ("live", "held"),
+    [
+        (SERVED, True),
+        (BINDING, True),
+        ({**SERVED, "roleRef": {"kind": "Role", "name": "other"}}, False),  # edited
+        ({**SERVED, "subjects": []}, False),  # a subject removed
+        ({**SERVED, "subjects": [*BINDING["subjects"], {"kind": "User", "name": "eve"}]}, False),  # one added
+        ({**SERVED, "metadata": {"name": "b", "namespace": "ns"}}, False),  # its labels gone
+        ({k: v for k, v in SERVED.items() if k != "subjects"}, False),
+        ({**SERVED, "subjects": "sa"}, False),  # not even a list
+    ],
+)
+def test_an_object_holds_what_an_apply_would_say_whatever_the_server_added(live: object, held: bool) -> None:
+    assert holds(live, BINDING) is held

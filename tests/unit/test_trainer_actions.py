@@ -1,7 +1,8 @@
 """Carrying out the trainer's decisions: a pod created but not yet delivered by the watch counts as
 existing (no reconcile in between creates it twice), until it is seen or 30 s have passed; the
 runner identity is applied once per namespace however many Trainers there start together, and
-again for pods created there after a resync period (one deleted by hand comes back)."""
+checked again for pods created there after a resync period: applied only when one was deleted or
+edited by hand (it comes back), never when it is as it should be (a no-op resync writes nothing)."""
 
 import asyncio
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from lightkube.models.meta_v1 import Status
 
 from tests.factories import trainer_spec
 from trainerop_common.clock import FixedClock
+from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
 from trainerop_common.runtime import Runtime
 from trainerop_trainer.actions import Actions
 from trainerop_trainer.decide import Decision
@@ -43,7 +45,8 @@ class Kube:
         self.deleted: list[str] = []
         self.existing = existing  # names a create finds taken (409)
         self.failing = failing  # names whose create the API server fails (500)
-        self.others: dict[str, dict[str, Any]] = {}  # what get_core finds
+        self.others: dict[str, dict[str, Any]] = {}  # Services get_core finds
+        self.stored: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name) -> what was applied
         self.events: list[tuple[str, str, str]] = []  # the Events the controller posted
 
     async def create_core(self, body: dict[str, Any]) -> bool:
@@ -58,7 +61,7 @@ class Kube:
         return True
 
     async def get_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.others.get(name)
+        return self.stored.get((kind, namespace, name)) or (self.others.get(name) if kind == "Service" else None)
 
     async def delete_core(
         self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
@@ -68,7 +71,10 @@ class Kube:
 
     async def apply_core(self, body: dict[str, Any]) -> None:
         await asyncio.sleep(0.001)  # the first apply is still in flight when the others come
-        self.applied.append(f"{body['kind']}/{body['metadata']['namespace']}")
+        meta = body["metadata"]
+        self.applied.append(f"{body['kind']}/{meta['namespace']}")
+        served = {**meta, "uid": f"uid-{len(self.applied)}", "resourceVersion": "1"}  # what the server adds
+        self.stored[(body["kind"], meta["namespace"], meta["name"])] = {**body, "metadata": served}
 
 
 def actions(existing: tuple[str, ...] = (), failing: tuple[str, ...] = ()) -> tuple[Actions, Kube, FixedClock]:
@@ -186,7 +192,13 @@ async def test_the_runner_is_applied_once_for_the_trainers_of_a_namespace_starti
     assert len(kube.applied) == 3  # within the resync period: not again
     clock.advance(300)
     await act.carry_out(BODY, owners[0], decision, ())
-    assert kube.applied[3:] == ["ServiceAccount/ns", "Role/ns", "RoleBinding/ns"]
+    assert len(kube.applied) == 3  # checked after it, and as they should be: nothing written
+
+    del kube.stored[("RoleBinding", "ns", RUNNER_SERVICE_ACCOUNT)]  # deleted by hand
+    kube.stored[("Role", "ns", RUNNER_SERVICE_ACCOUNT)]["rules"] = []  # edited by hand
+    clock.advance(300)
+    await act.carry_out(BODY, owners[0], decision, ())
+    assert kube.applied[3:] == ["Role/ns", "RoleBinding/ns"]
 
 
 @pytest.mark.parametrize(
@@ -262,6 +274,7 @@ async def test_the_secret_grants_come_with_the_first_trainer_of_a_namespace_befo
     starting = Decision(status={}, conditions=(), runner=tuple(runner_manifests("ns")))
     await act.carry_out(BODY, owners[0], starting, ())
     assert kube.applied[2:] == ["ServiceAccount/ns", "Role/ns", "RoleBinding/ns"]  # the runner, once
+    kube.stored.clear()  # the namespace's RoleBindings deleted by hand
     clock.advance(300)
     await act.carry_out(BODY, owners[0], waiting, ())
     assert kube.applied[5:] == ["RoleBinding/ns", "RoleBinding/ns"]  # again after the resync period

@@ -14,6 +14,7 @@ from prometheus_client import Counter
 
 from trainerop_common.contracts import REPLICA_TYPE_LABEL
 from trainerop_common.kube import is_namespace_terminating
+from trainerop_common.objects import holds
 from trainerop_common.parallel import bounded, first_error, settled
 from trainerop_common.runtime import Body, Runtime
 
@@ -180,10 +181,11 @@ class Actions:
 
     async def _once(self, key: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
         """Namespace-wide objects (the pods' ServiceAccount, Role and RoleBinding; the Secret
-        grants): applied by this process once per namespace (server-side apply: the same again
-        after a restart), not per Trainer, and again when needed there more than --resync-seconds
-        later (one deleted by hand comes back); the Trainers of a namespace reconciled together
-        wait for one apply."""
+        grants): checked by this process once per namespace, not per Trainer, and again when
+        needed there more than --resync-seconds later, each read first and applied (server-side
+        apply) only when it is missing or says less than it should (one deleted or edited by hand
+        comes back; a resync of a cluster that is as it should be writes nothing); the Trainers of
+        a namespace reconciled together wait for one check."""
         namespace = key[1]
         if not objects or not self._due(key):
             return
@@ -191,12 +193,18 @@ class Actions:
             if self._due(key) and not self.namespace_going(namespace):
                 try:
                     for obj in objects:
-                        await self.rt.kube.apply_core(obj)
+                        await self._apply_unless_held(obj)
                 except ApiError as err:
                     if not self._refused_as_going(namespace, err):
                         raise
                     return
                 self._applied[key] = self.rt.clock.now()
+
+    async def _apply_unless_held(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        live = await self.rt.kube.get_core(obj["kind"], meta["namespace"], meta["name"])
+        if live is None or not holds(live, obj):
+            await self.rt.kube.apply_core(obj)
 
     def _due(self, key: tuple[str, str]) -> bool:
         applied = self._applied.get(key)

@@ -28,3 +28,14 @@ def managers_only(obj: dict[str, Any]) -> dict[str, Any]:
         return obj
     managers = [{k: e[k] for k in MANAGER_KEYS if k in e} for e in meta["managedFields"] if isinstance(e, dict)]
     return {**obj, "metadata": {**meta, "managedFields": managers}}
+
+
+def holds(live: object, wanted: object) -> bool:
+    """Whether ``live`` already says everything ``wanted`` says: each key of a mapping with a value
+    that holds, lists item by item and of the same length, anything else equal. What the API
+    server added (metadata, defaults) is ignored, so an apply of ``wanted`` would change nothing."""
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(k in live and holds(live[k], v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(live, list) and len(live) == len(wanted) and all(map(holds, live, wanted))
+    return live == wanted
