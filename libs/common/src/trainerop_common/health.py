@@ -1,5 +1,6 @@
-"""``/healthz`` (the event loop answers), ``/readyz`` (watching, webhooks listening) and
-``/metrics`` of a controller, on --metrics-port."""
+"""``/healthz`` (the event loop answers), ``/readyz`` (watching, webhooks listening),
+``/metrics`` and ``/debug/memory`` (what holds the memory, when traced) of a controller, on
+--metrics-port."""
 
 import asyncio
 import contextlib
@@ -7,6 +8,7 @@ import contextlib
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .memory import NOT_TRACING, allocation_report
 from .runtime import Runtime
 
 
@@ -23,6 +25,7 @@ class Health:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/debug/memory", self._memory)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, address, port)
@@ -62,3 +65,7 @@ class Health:
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _memory(self, _: web.Request) -> web.Response:
+        report = allocation_report()  # (a snapshot holds the GIL whatever thread takes it)
+        return web.Response(status=404, text=NOT_TRACING) if report is None else web.Response(text=report)

@@ -4,10 +4,15 @@ A burst of watch events (a thousand Trainers starting) allocates and frees a lot
 the freed heap pages for reuse, so a controller's resident memory stays at the burst's peak.
 ``malloc_trim(0)`` returns every free page: measured at 1000 Trainers, the trainer controller
 went from 155 to 130 MiB (docs/design/performance.md). Elsewhere than glibc it does nothing.
+
+What holds the memory: a controller started with ``PYTHONTRACEMALLOC=N`` (Python's own allocation
+tracing, N frames per allocation) answers ``/debug/memory`` on its metrics port with the largest
+allocation sites (:func:`allocation_report`).
 """
 
 import ctypes
 import logging
+import tracemalloc
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -37,3 +42,22 @@ async def trim_periodically() -> None:
     """One pass of the runtime's periodic job (``--trim-memory-seconds``)."""
     if not trim():
         log.debug("no glibc malloc_trim here: nothing to return")
+
+
+NOT_TRACING = "not tracing: start the controller with PYTHONTRACEMALLOC=1 (or more frames) to see what holds memory\n"
+
+
+def allocation_report(top: int = 40) -> str | None:
+    """The ``top`` allocation sites holding the most memory now, largest first, with the total
+    traced (None when Python does not trace its allocations)."""
+    if not tracemalloc.is_tracing():
+        return None
+    snapshot = tracemalloc.take_snapshot().filter_traces((tracemalloc.Filter(False, tracemalloc.__file__),))
+    frames = tracemalloc.get_traceback_limit()
+    stats = snapshot.statistics("traceback" if frames > 1 else "lineno")
+    total = sum(s.size for s in stats)
+    lines = [f"traced {total / 2**20:.1f} MiB in {sum(s.count for s in stats)} blocks; the top {top} sites:"]
+    for stat in stats[:top]:
+        where = " <- ".join(f"{f.filename}:{f.lineno}" for f in stat.traceback)
+        lines.append(f"{stat.size / 2**10:10.1f} KiB {stat.count:8d} blocks  {where}")
+    return "\n".join(lines) + "\n"
