@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import threading
 import time
 from typing import Any
@@ -21,8 +22,9 @@ from tests.harness import REPO, Cluster, eventually
 
 GPU = "nvidia.com/gpu"
 # A replacement's stages, seen from outside: the failure's status write answered (the API server's
-# latency), the failed pod's deletion seen (the trainer's reaction), the replacement seen (its create).
-STAGES = ("failure_written", "deletion_seen", "replacement_seen")
+# latency), the failure counted in the Trainer's status (the trainer saw it, reconciled, wrote), the
+# failed pod's deletion seen (its delete, sent after that write), the replacement seen (its create).
+STAGES = ("failure_written", "failure_counted", "deletion_seen", "replacement_seen")
 # Each of the ramp probe's workers fails at most this often: five give a failure a second at most,
 # a few hundred samples over three N = 1000 ramps, for a small share of the ramp's own writes.
 PROBE_EVERY_SECONDS = 5.0
@@ -31,12 +33,12 @@ PROBE_EVERY_SECONDS = 5.0
 class Replacements:
     """Worker failures of a Trainer of its own (exit code 137 reported as a node would), one after
     another: the time until the replacement pod exists, and until it runs. Each failure is also
-    split in stages seen from outside: the failure's write answered, the failed pod's deletion seen
-    (the trainer's reaction), the replacement seen."""
+    split in stages seen from outside (STAGES)."""
 
     def __init__(self, client: Client, namespace: str, workers: int = 10) -> None:
         self.client, self.namespace, self.workers = client, namespace, workers
         client.create(TRAINER.from_dict(bench_trainer("recovery", workers)), namespace=namespace)
+        self.counted = CountedFailures(client, namespace)
         self.pods = Timeline(client, Pod, namespace, running)
         self.pods.wait(workers, "recovery: workers running")
         self.created: list[float] = []
@@ -53,9 +55,12 @@ class Replacements:
         failed = time.monotonic()
         created = self.pods.replaced(victim, old, ready=False)
         deleting = self.pods.deleting.get(old, created)  # (seen before the replacement: same watch)
+        # Another watch: its delivery can trail the pods' by a little; a stage is never negative.
+        counted = min(max(self.counted.at.get(old, deleting), failed), deleting)
         self.created.append(created - t0)
         self.started.append(self.pods.replaced(victim, old) - t0)
-        for stage, seconds in zip(STAGES, (failed - t0, deleting - failed, created - deleting), strict=True):
+        ends = (failed - t0, counted - failed, deleting - counted, created - deleting)
+        for stage, seconds in zip(STAGES, ends, strict=True):
             self.stages[stage].append(seconds)
 
     def meanwhile(self, parallel: int = 5, every_seconds: float = PROBE_EVERY_SECONDS) -> None:
@@ -82,6 +87,7 @@ class Replacements:
         for thread in self._threads:
             thread.join(timeout=600)
         self.pods.stop()
+        self.counted.stop()
         return {  # (a ramp over before any replacement ran gives no samples)
             "failures": len(self.created),
             "replacement_created_seconds": spread(self.created) if self.created else None,
@@ -91,6 +97,37 @@ class Replacements:
             "running_samples": [round(x, 3) for x in self.started],
             "stage_samples": {stage: [round(x, 3) for x in values] for stage, values in self.stages.items()},
         }
+
+
+class CountedFailures:
+    """When each failed pod's UID was first seen among its Trainer's counted failures
+    (``status.topology.replicas[*].countedFailures``): the trainer's status write that precedes
+    the failed pod's deletion."""
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        self.at: dict[str, float] = {}
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, args=(client, namespace), daemon=True).start()
+
+    def _run(self, client: Client, namespace: str) -> None:
+        while not self._stop.is_set():
+            try:
+                for _, obj in client.watch(TRAINER, namespace=namespace):
+                    self._record(obj.to_dict())
+                    if self._stop.is_set():
+                        return
+            except Exception as err:  # resumed from scratch: a UID seen stays seen
+                print(f"watch of the probe's Trainer restarted: {err}", file=sys.stderr)
+
+    def _record(self, trainer: dict[str, Any]) -> None:
+        now = time.monotonic()
+        replicas = ((trainer.get("status") or {}).get("topology") or {}).get("replicas") or {}
+        for replica in replicas.values():
+            for uid in replica.get("countedFailures") or ():
+                self.at.setdefault(uid, now)
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def replacements(client: Client, namespace: str, failures: int, workers: int = 10) -> dict[str, Any]:

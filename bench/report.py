@@ -9,7 +9,8 @@ from bench.repeats import SHARES, figure, spread_text
 # The stages of a replacement during a ramp (bench.recovery.STAGES), as the report names them.
 STAGE_TITLES = {
     "failure_written": "the failure's write answered (API server)",
-    "deletion_seen": "then the failed pod's deletion seen (the trainer's reaction)",
+    "failure_counted": "then the failure counted in the Trainer's status (the trainer saw it and wrote)",
+    "deletion_seen": "then the failed pod's deletion seen (its delete)",
     "replacement_seen": "then the replacement seen (its create)",
 }
 
