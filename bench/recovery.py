@@ -28,6 +28,7 @@ STAGES = ("failure_written", "failure_counted", "deletion_seen", "replacement_se
 # Each of the ramp probe's workers fails at most this often: five give a failure a second at most,
 # a few hundred samples over three N = 1000 ramps, for a small share of the ramp's own writes.
 PROBE_EVERY_SECONDS = 5.0
+PROBE_WORKERS = 10  # workers of the Trainer whose failures the probes time
 
 
 class Replacements:
@@ -35,7 +36,7 @@ class Replacements:
     another: the time until the replacement pod exists, and until it runs. Each failure is also
     split in stages seen from outside (STAGES)."""
 
-    def __init__(self, client: Client, namespace: str, workers: int = 10) -> None:
+    def __init__(self, client: Client, namespace: str, workers: int = PROBE_WORKERS) -> None:
         self.client, self.namespace, self.workers = client, namespace, workers
         client.create(TRAINER.from_dict(bench_trainer("recovery", workers)), namespace=namespace)
         self.counted = CountedFailures(client, namespace)
@@ -130,7 +131,7 @@ class CountedFailures:
         self._stop.set()
 
 
-def replacements(client: Client, namespace: str, failures: int, workers: int = 10) -> dict[str, Any]:
+def replacements(client: Client, namespace: str, failures: int, workers: int = PROBE_WORKERS) -> dict[str, Any]:
     """``failures`` worker failures one after another on an otherwise idle cluster."""
     probe = Replacements(client, namespace, workers)
     for _ in range(failures):

@@ -137,6 +137,18 @@ def same_qps(c: Cluster, client: Client, sizes: list[int], workers: int) -> dict
     return out
 
 
+def check_capacity(p: argparse.ArgumentParser, trainers: int, workers: int, nodes: int) -> None:
+    """Refuse, before anything starts, a largest N whose pods the local cluster's nodes cannot all
+    run (N = 3000 of 4 workers once waited forever at 10 990 of 12 000 pods running)."""
+    pods = trainers * workers + recovery.PROBE_WORKERS
+    if pods > nodes * cluster_tool.FAKE_NODE_PODS:
+        wanted = -(-pods // cluster_tool.FAKE_NODE_PODS)
+        p.error(
+            f"{trainers} Trainers of {workers} workers and the probe need {pods} pods; {nodes} kwok nodes run "
+            f"{nodes * cluster_tool.FAKE_NODE_PODS} ({cluster_tool.FAKE_NODE_PODS} each): use --nodes {wanted} or more"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--trainers", default="100,1000", help="comma-separated N")
@@ -193,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         args.resync_seconds = 30  # the no-op resync round comes sooner
     CONTROLLER_ENV["TRAINEROP_RESYNC_SECONDS"] = f"{args.resync_seconds:g}"
     sizes = [int(n) for n in args.trainers.split(",") if n]
+    if not os.environ.get("KUBECONFIG"):
+        check_capacity(p, max(sizes), args.workers, args.nodes)
     cluster_tool.FAKE_NODES = args.nodes
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {

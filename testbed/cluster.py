@@ -55,6 +55,7 @@ CACHE_ROOT = (
 RUN_DIR = Path(os.environ.get("TRAINER_OPERATOR_RUN_DIR", CACHE_ROOT / "cluster"))
 PORT_BASE = int(os.environ.get("TRAINER_OPERATOR_PORT_BASE", "16440"))
 FAKE_NODES = int(os.environ.get("TRAINER_OPERATOR_FAKE_NODES", "16"))
+FAKE_NODE_PODS = 110  # pods a fake node holds (a kubelet's default --max-pods)
 
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.244.0.1/16"
@@ -599,7 +600,13 @@ def fake_nodes(count: int) -> list[dict[str, Any]]:
     nodes: list[dict[str, object]] = []
     for i in range(count):
         name = f"kwok-gpu-{i}"
-        capacity = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "2Ti"}
+        capacity = {
+            "cpu": "96",
+            "memory": "1Ti",
+            "pods": str(FAKE_NODE_PODS),
+            "nvidia.com/gpu": "8",
+            "ephemeral-storage": "2Ti",
+        }
         nodes.append(
             {
                 "apiVersion": "v1",

@@ -3,13 +3,14 @@ reports the first broken link (trainerop_audit.seal)."""
 
 import copy
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from trainerop_audit.record import stamp_of, subject_uid
 from trainerop_audit.retention import Retention, pruned_record
-from trainerop_audit.seal import held, next_seal, record_hash, verify
+from trainerop_audit.seal import forgettable, held, next_seal, record_hash, verify
 from trainerop_common.clock import parse_time
 
 NS = "team-a"
@@ -134,3 +135,29 @@ def test_the_controller_holds_a_record_as_what_its_seals_and_decisions_read() ->
     assert "user" not in kept[0]["spec"]
     assert [(subject_uid(k), stamp_of(k)) for k in kept] == [(subject_uid(w), stamp_of(w)) for w in whole]
     assert next_seal(NS, kept, "2026-12-01T12:00:05.000000Z") == next_seal(NS, whole, "2026-12-01T12:00:05.000000Z")
+
+
+def about(trainer_uid: str, rec: dict[str, Any]) -> dict[str, Any]:
+    return rec | {"spec": rec["spec"] | {"objectRef": {"resource": "trainers", "uid": trainer_uid}}}
+
+
+@pytest.mark.parametrize(
+    ("name", "live", "minutes_later", "forgotten"),
+    [
+        ("a", set(), 5, True),  # sealed, old, its Trainer gone: no longer held
+        ("a", {"t-1"}, 5, False),  # its Trainer still there: its reconciles read it
+        ("a", set(), 4, False),  # young: may be about a Trainer the watch has not delivered yet
+        ("c", set(), 5, True),  # about no Trainer at all, sealed and old
+        ("d", set(), 60, False),  # not sealed yet: the next seal needs it
+        ("audit-seal-00000001", set(), 60, False),  # seals stay: the next one chains to them
+    ],
+)
+def test_a_sealed_old_record_of_a_gone_trainer_is_no_longer_held(
+    name: str, live: set[str], minutes_later: int, forgotten: bool
+) -> None:
+    """The audit controller's cache would otherwise grow with every Trainer ever run (the trail
+    stays in the cluster until retention): 24 MiB over 5000 Trainers in the benchmark's leak check."""
+    records = [about("t-1", r) if r["metadata"]["name"] in ("a", "b") else r for r in trail()]
+    now = parse_time("2026-12-01T12:00:06Z") + timedelta(minutes=minutes_later)
+    gone = {r["metadata"]["name"] for r in forgettable(records, live, now)}
+    assert (name in gone) is forgotten

@@ -32,13 +32,14 @@ from .delivery import NOTIFICATIONS, Notifier
 from .notices import Notified, RoleFailures, Settings, due, retry_delay
 from .record import TRAINER_LABEL, subject_uid
 from .retention import Retention, expired, pruned_record
-from .seal import held, next_seal
+from .seal import forgettable, held, next_seal
 from .user_recorder import RESOURCES, WEBHOOK, UserRecorder
 
 log = logging.getLogger("trainerop.audit")
 RECORDS = Counter("audit_records_total", "AuditLog records created.", ["source"])
 PRUNED = Counter("audit_records_pruned_total", "AuditLog records deleted by retention.")
 HELD = Gauge("audit_summaries_held", "Trainers whose status.audit does not yet say all their records.")
+RECORDS_HELD = Gauge("audit_records_held", "AuditLog records held in memory (not sealed ones of gone Trainers).")
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -98,6 +99,7 @@ class AuditController:
         # Trainers whose status.audit waits (summary_wait): the uid, since when, and what it will say
         self._held: dict[Key, tuple[str, float, dict[str, Any]]] = {}
         HELD.set_function(lambda: len(self._held))
+        RECORDS_HELD.set_function(lambda: len(self.records.items))
 
     async def write(self, record: dict[str, Any], source: str, print_existing: bool = False) -> bool:
         """Create one record (idempotent by name) and print it; False if it existed already (then
@@ -182,8 +184,12 @@ class AuditController:
 
     async def seal(self) -> int:
         """Seal, in each namespace, the records no seal lists yet (trainerop_audit.seal); returns
-        the seals written. A seal another replica wrote first (same sequence) is left to it."""
+        the seals written. A seal another replica wrote first (same sequence) is left to it. The
+        records sealed before, old, and of Trainers gone are then no longer held (``forgettable``)."""
         records = await self.records.values()
+        live = {str(t["metadata"].get("uid")) for t in self.rt.trainers.values()}
+        for record in forgettable(records, live, self.rt.clock.now()):
+            self.records.forget(ObjectCache.key(record))
         now = rfc3339_micro(self.rt.clock.now())
         written = 0
         for namespace in sorted({str(r["metadata"].get("namespace", "")) for r in records}):

@@ -12,21 +12,26 @@ Records written since the newest seal are not yet covered; the log forwarder's c
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from trainerop_common.api import GROUP, VERSION
 from trainerop_common.clock import parse_time
 from trainerop_common.objects import slim
 
-from .record import audit_record, derived_audit_id, operator_user
+from .record import audit_record, derived_audit_id, operator_user, subject_uid
 
 SEAL_RECORDS = 5000  # record hashes per seal (an AuditLog stays well below the API's object size limit)
 # A record this much older than a seal's reading of the trail must be in a seal: younger ones may
 # not have reached the controller's cache yet and go into the next.
 SEAL_GRACE = timedelta(seconds=60)
+# A sealed record this old about a Trainer that no longer exists (or about none) is no longer held
+# by the controller: nothing reads it again (decisions read a live Trainer's records, seals the
+# unsealed ones), and the trail it stays in grows with every Trainer ever run. Younger ones may be
+# about a Trainer the controller's watch has not delivered yet (the webhook records a creation first).
+FORGET_AFTER = timedelta(minutes=5)
 
 
 IDENTITY = ("namespace", "name", "uid", "creationTimestamp")
@@ -69,6 +74,26 @@ def is_seal(record: Mapping[str, Any]) -> bool:
 def seals_of(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The seals among ``records``, in chain order."""
     return sorted((r for r in records if is_seal(r)), key=lambda r: int(r["spec"]["seal"]["sequence"]))
+
+
+def forgettable(records: Iterable[Mapping[str, Any]], live: Set[str], now: datetime) -> list[Mapping[str, Any]]:
+    """The records among ``records`` the controller need not hold any more: listed by a seal of
+    their namespace, older than FORGET_AFTER, and about no Trainer of ``live`` (uids). Seals stay
+    (the next seal chains to the newest and skips what any of them lists)."""
+    seals = [r for r in records if is_seal(r)]
+    sealed = {(s["metadata"].get("namespace"), n) for s in seals for n in s["spec"]["seal"]["records"]}
+    return [
+        r
+        for r in records
+        if (r["metadata"].get("namespace"), r["metadata"].get("name")) in sealed
+        and subject_uid(r) not in live
+        and _older_than(r, now - FORGET_AFTER)
+    ]
+
+
+def _older_than(record: Mapping[str, Any], when: datetime) -> bool:
+    created = record["metadata"].get("creationTimestamp")
+    return bool(created) and parse_time(str(created)) <= when
 
 
 def seal_name(sequence: int) -> str:

@@ -199,6 +199,11 @@ class ObjectCache:
             if not group:
                 self._groups.pop(self._index(old), None)
 
+    def forget(self, key: Key) -> None:
+        """Stop holding ``key`` (it stays on the server): what its controller will not read again.
+        A later event of it, or a relist, holds it again."""
+        self._drop(key)
+
     async def grouped(self, value: Hashable) -> list[dict[str, Any]]:
         """The objects whose ``index`` is ``value``."""
         await self.ensure_listed()
