@@ -150,24 +150,34 @@ def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 KEPT_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
 KEPT_ANNOTATIONS = (ADMISSION_ANNOTATION, NODE_ANNOTATION)
-KEPT_STATUS = ("phase", "reason", "conditions")
+KEPT_STATUS = ("phase", "reason")
 
 
 def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
     """What the trainer holds of each of its pods: what :func:`pod_view` and the owner lookups read
-    (names, labels, owners, our annotations, the node, phase, conditions, each container's state),
-    not the spec it wrote itself (the env alone is most of a pod) nor the rest of the status."""
+    (names, labels, its owners' uids, our annotations, the node, phase, readiness, each container's
+    state), not the spec it wrote itself (the env alone is most of a pod) nor the rest of the status
+    (the other conditions and their times were a quarter of what it held of a running pod)."""
     meta = body.get("metadata") or {}
     kept = {k: meta[k] for k in KEPT_METADATA if k in meta}
+    if "ownerReferences" in kept:
+        kept["ownerReferences"] = [{"uid": ref.get("uid")} for ref in kept["ownerReferences"]]
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in KEPT_ANNOTATIONS}
     if annotations:
         kept["annotations"] = annotations
     status = body.get("status")
     if status is not None:
         containers = [{"name": c.get("name"), "state": c.get("state")} for c in status.get("containerStatuses") or ()]
+        ready = [
+            {"type": "Ready", "status": c.get("status")}
+            for c in status.get("conditions") or ()
+            if c.get("type") == "Ready"
+        ]
         status = {k: status[k] for k in KEPT_STATUS if k in status}
         if containers:
             status["containerStatuses"] = containers
+        if ready:
+            status["conditions"] = ready
     return {"metadata": kept, "spec": {"nodeName": (body.get("spec") or {}).get("nodeName")}, "status": status}
 
 
