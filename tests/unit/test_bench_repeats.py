@@ -51,7 +51,7 @@ def test_three_repetitions_give_median_range_and_paired_shares() -> None:
     # and reported under the replacement's own row
     lines = recovery_lines({"throughput": {"1000": first}})
     row = lines.index(next(x for x in lines if "during the N = 1000 ramp" in x))
-    assert lines[row + 1].startswith("| … of which then the failed pod's deletion seen (the trainer's reaction) | 3 |")
+    assert lines[row + 1].startswith("| … of which then the failed pod's deletion seen (its delete) | 3 |")
     # the first repetition's whole result stays: its memory is the one reported
     assert first["operator"]["memory_mib"] == {"trainer": 100.0}
 

@@ -177,13 +177,13 @@ def test_derived_values_are_computed_again_only_for_objects_that_changed() -> No
     assert calls == ["a", "b", "b2", "a"]
 
 
-BINDING = {
+BINDING: dict[str, Any] = {
     "kind": "RoleBinding",
     "metadata": {"name": "b", "namespace": "ns", "labels": {"app": "x"}},
     "roleRef": {"kind": "Role", "name": "r"},
     "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}],
 }
-SERVED = {  # as the API server returns it: metadata and defaults added
+SERVED: dict[str, Any] = {  # as the API server returns it: metadata and defaults added
     **BINDING,
     "metadata": {**BINDING["metadata"], "uid": "u", "resourceVersion": "7", "labels": {"app": "x", "more": "y"}},
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
