@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import functools
 import ssl
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,8 @@ from kopf._core.reactor import inventory
 from trainerop_common import webhooks
 from trainerop_common.admission import Request, Verdict
 from trainerop_common.api import GROUP, KINDS, VERSION
+from trainerop_common.cache import ObjectCache
+from trainerop_common.loops import HOME, LoopThread, on_loop
 from trainerop_common.webhook_tls import issue, make_ca, write_pair
 from trainerop_common.webhooks import ReviewServer, register_admission, register_observer
 
@@ -48,14 +51,20 @@ class Served:
         self.ca = make_ca(NOW)
         self.tmp = tmp
         self.seen: list[Mapping[str, Any]] = []
+        self.threads: dict[str, str] = {}  # what ran on which thread
         registry = kopf.OperatorRegistry()
 
         async def observer(review: Mapping[str, Any]) -> None:
             self.seen.append(review)
+            self.threads["observer"] = threading.current_thread().name
             raise RuntimeError("an observer's failure never denies")
 
         async def refuse(request: Request) -> Verdict:
+            self.threads["check"] = threading.current_thread().name
             return Verdict(problems=(f"no {request.name}",))
+
+        async def close() -> None:
+            self.threads["close"] = threading.current_thread().name
 
         resources = [("trainers", "*"), ("clustertrainingprofiles", None), ("auditlogs", None)]
         register_observer(registry, "audit", resources, observer)
@@ -81,15 +90,20 @@ class Served:
             pkeyfile=str(tmp / "tls.key"),
             observers=frozenset({"audit"}),
             wait_for_files=wait_for_files,
+            close=close,
         )
 
     def mount_certificate(self) -> None:
         write_pair(issue(self.ca, ["127.0.0.1"], NOW), self.tmp / "tls.crt", self.tmp / "tls.key")
 
-    async def start(self) -> tuple[AsyncGenerator[Any, None], str]:
-        served = cast(AsyncGenerator[Any, None], self.server(self.fn))
-        config = await anext(served)
-        return served, str(config["url"])
+    async def start(self) -> str:
+        """Served as kopf serves it: the server is a context manager that closes what it yielded."""
+        await self.server.__aenter__()
+        config = await anext(cast(AsyncGenerator[Any, None], self.server(self.fn)))
+        return str(config["url"])
+
+    async def stop(self) -> None:
+        await self.server.__aexit__(None, None, None)
 
     async def post(self, url: str, path: str, body: Any) -> tuple[int, Any]:
         (self.tmp / "ca.crt").write_bytes(self.ca.cert)
@@ -102,9 +116,9 @@ class Served:
 async def served(tmp_path: Path) -> AsyncIterator[tuple[Served, str]]:
     s = Served(tmp_path)
     s.mount_certificate()
-    generator, url = await s.start()
+    url = await s.start()
     yield s, url
-    await generator.aclose()
+    await s.stop()
 
 
 @pytest.mark.parametrize(
@@ -150,9 +164,67 @@ async def test_an_observing_server_waits_for_its_certificate(tmp_path: Path, mon
     await asyncio.sleep(0.1)  # several looks: nothing to serve with yet
     assert not starting.done()
     s.mount_certificate()
-    generator, url = await asyncio.wait_for(starting, 10)
+    url = await asyncio.wait_for(starting, 10)
     try:
         status, _ = await s.post(url, "/audit", review("trainers", "CREATE"))
     finally:
-        await generator.aclose()
+        await s.stop()
     assert status == 200
+
+
+async def test_a_check_is_answered_while_the_controllers_own_loop_is_busy(served: tuple[Served, str]) -> None:
+    s, url = served
+    answered = threading.Event()
+
+    def post() -> Any:
+        _, answer = asyncio.run(s.post(url, "/validate-trainer", review("trainers", "CREATE")))
+        answered.set()
+        return answer
+
+    asking = threading.Thread(target=lambda: result.append(post()))
+    result: list[Any] = []
+    asking.start()
+    # This loop (the controller's) runs nothing until the answer came: a backlog of reconciles.
+    came_while_busy = answered.wait(60)
+    asking.join()
+    assert came_while_busy
+    assert result[0]["response"]["allowed"] is False
+    assert s.threads["check"] == "admission"
+
+
+async def test_an_observer_runs_on_the_controllers_own_loop(served: tuple[Served, str]) -> None:
+    s, url = served
+    await s.post(url, "/audit", review("trainers", "CREATE"))
+    assert s.threads["observer"] == threading.current_thread().name != "admission"
+
+
+async def test_the_admission_thread_ends_with_the_server_and_closes_the_checks_client(tmp_path: Path) -> None:
+    s = Served(tmp_path)
+    s.mount_certificate()
+    await s.start()
+    await s.stop()
+    assert s.threads["close"] == "admission"
+    assert "admission" not in {t.name for t in threading.enumerate()}
+
+
+async def test_a_cache_first_read_by_a_check_is_listed_on_the_controllers_loop() -> None:
+    listed_on: list[str] = []
+
+    async def lister(keep: Any) -> list[dict[str, Any]]:
+        listed_on.append(threading.current_thread().name)
+        return [keep({"metadata": {"name": "n1", "namespace": ""}})]
+
+    nodes = ObjectCache(lister, "", "v1", "nodes")
+    home = asyncio.get_running_loop()
+
+    async def check() -> list[dict[str, Any]]:
+        HOME.set(home)  # as ReviewServer sets it for each review
+        return await nodes.values()
+
+    admission = LoopThread("admission")
+    try:
+        held = await on_loop(admission.loop, check())
+    finally:
+        await admission.stop()
+    assert [o["metadata"]["name"] for o in held] == ["n1"]
+    assert listed_on == [threading.current_thread().name]

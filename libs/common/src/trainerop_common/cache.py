@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import kopf
 
 from .api import GROUP, VERSION, kind_info
+from .loops import at_home
 from .objects import Keep, slim
 
 if TYPE_CHECKING:
@@ -170,8 +171,12 @@ class ObjectCache:
                 on_change(key, dict(body), deleted)
 
     async def ensure_listed(self) -> None:
-        if self._listed:
-            return
+        """The first read lists (on the controller's own loop, also when an admission check on
+        the admission loop reads first: the lister's client belongs there)."""
+        if not self._listed:
+            await at_home(self._list)
+
+    async def _list(self) -> None:
         async with self._lock:
             if self._listed:
                 return

@@ -56,6 +56,7 @@ def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None
             "(deploy/components/cert-manager), or run with --webhook-tls self-signed, or --webhook-port 0"
         )
     config = runtime.config
+    # The checks' own client, used (and closed) only on the admission loop: webhooks.ReviewServer.
     runtime.admission_kube = Kube.from_environment(config.controller, config.qps, config.burst)
     client_ca = webhook.webhook_client_ca_file or None
     settings.admission.server = ReviewServer(
@@ -65,6 +66,7 @@ def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None
         pkeyfile=webhook.webhook_key_file,
         observers=frozenset(runtime.observers),
         wait_for_files=not runtime.admission_checks,
+        close=runtime.admission_kube.close,
         # A caller may come without a certificate (its reviews then cause nothing: register_observer);
         # one with a certificate must hold the API server's.
         verify_cafile=client_ca,
@@ -94,8 +96,6 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
         UP.labels(config.controller).set(0)
         await health.stop()
         await kube.close()
-        if runtime.admission_kube is not kube:
-            await runtime.admission_kube.close()
 
 
 async def _operate(runtime: Runtime, registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings) -> None:

@@ -20,6 +20,7 @@ from .api import GROUP, VERSION
 from .clock import Clock
 from .config import ControllerConfig
 from .kube import Kube
+from .loops import HOME, LoopThread, on_loop
 from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS, UNAUTHENTICATED
 from .names import component
 from .webhook_tls import SelfSignedTLS, ca_secret_name, serving_names
@@ -120,40 +121,95 @@ def register_observer(
         kopf.on.validate(GROUP, VERSION, plural, id=webhook, subresource=subresource, registry=registry)(observed)
 
 
-class ReviewServer(kopf.WebhookServer):
-    """kopf's HTTPS webhook server, which also hands each raw review to the handlers (:data:`REVIEW`),
-    takes reviews up to 16 MiB (kopf's server stops at 1 MiB), answers "allowed" for the webhooks
-    that only observe, and, with ``wait_for_files``, waits for its certificate files instead of
-    failing (an observing controller works without its webhook until the Secret is mounted)."""
-
-    def __init__(self, *, observers: frozenset[str] = frozenset(), wait_for_files: bool = False, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.observers = observers
-        self.wait_for_files = wait_for_files
-
-    async def __call__(self, fn: reviews.WebhookFn) -> AsyncIterator[reviews.WebhookClientConfig]:
-        if self.wait_for_files:
-            await self._certificate_files()
-
-        async def reviewed(request: reviews.Request, **kw: Any) -> reviews.Response:
-            token = REVIEW.set(request)
-            try:
-                response = await fn(request, **kw)
-            finally:
-                REVIEW.reset(token)
-            if kw.get("webhook") in self.observers:
-                answer: dict[str, Any] = dict(response["response"])
-                answer["allowed"] = True
-                answer.pop("status", None)
-                response["response"] = answer  # type: ignore[typeddict-item]
-            return response
-
-        async for config in super().__call__(reviewed):
-            yield config
+class _LargeReviews(kopf.WebhookServer):
+    """kopf's server, taking reviews up to 16 MiB; what :class:`ReviewServer` runs on the admission
+    loop (a server of its own: kopf's context manager closes only what ran on the home loop)."""
 
     @staticmethod
     async def _serve(fn: reviews.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:
         return await kopf.WebhookServer._serve(fn, request.clone(client_max_size=MAX_REVIEW_BYTES))
+
+
+class ReviewServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server, served from a thread with an event loop of its own (the
+    checks answer there, behind no backlog of reconciles: :mod:`.loops`), which also hands each raw
+    review to the handlers (:data:`REVIEW`), takes reviews up to 16 MiB (kopf's server stops at
+    1 MiB), answers "allowed" for the webhooks that only observe (those run on the controller's own
+    loop: they act through its state), and, with ``wait_for_files``, waits for its certificate
+    files instead of failing (an observing controller works without its webhook until the Secret is
+    mounted). ``close`` (the checks' own API client) is awaited on the admission loop as it stops."""
+
+    def __init__(
+        self,
+        *,
+        observers: frozenset[str] = frozenset(),
+        wait_for_files: bool = False,
+        close: Callable[[], Awaitable[None]] | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self._server_kw = kw
+        self.observers = observers
+        self.wait_for_files = wait_for_files
+        self.close = close
+
+    async def __call__(self, fn: reviews.WebhookFn) -> AsyncIterator[reviews.WebhookClientConfig]:
+        if self.wait_for_files:
+            await self._certificate_files()
+        home = asyncio.get_running_loop()
+        configs: asyncio.Queue[reviews.WebhookClientConfig | BaseException] = asyncio.Queue()
+        admission_loop = LoopThread("admission")
+        served = _LargeReviews(**self._server_kw)(self._reviewed(fn, home))
+
+        def deliver(item: reviews.WebhookClientConfig | BaseException) -> None:
+            home.call_soon_threadsafe(configs.put_nowait, item)
+
+        admission_loop.spawn(self._serve_there(served, deliver))
+        try:
+            while True:
+                item = await configs.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            await admission_loop.stop()
+
+    async def _serve_there(
+        self,
+        served: AsyncIterator[reviews.WebhookClientConfig],
+        deliver: Callable[[reviews.WebhookClientConfig | BaseException], None],
+    ) -> None:
+        """On the admission loop: kopf's server, each client configuration (or its failure, e.g.
+        the port taken) delivered to the home loop; the checks' client closed as it ends."""
+        try:
+            async for config in served:
+                deliver(config)
+        except Exception as err:
+            deliver(err)
+        finally:
+            if self.close is not None:
+                await self.close()
+
+    def _reviewed(self, fn: reviews.WebhookFn, home: asyncio.AbstractEventLoop) -> reviews.WebhookFn:
+        async def answered(request: reviews.Request, **kw: Any) -> reviews.Response:
+            review, loop = REVIEW.set(request), HOME.set(home)
+            try:
+                return await fn(request, **kw)
+            finally:
+                REVIEW.reset(review)
+                HOME.reset(loop)
+
+        async def reviewed(request: reviews.Request, **kw: Any) -> reviews.Response:
+            if kw.get("webhook") not in self.observers:
+                return await answered(request, **kw)
+            response = await on_loop(home, answered(request, **kw))
+            answer: dict[str, Any] = dict(response["response"])
+            answer["allowed"] = True
+            answer.pop("status", None)
+            response["response"] = answer  # type: ignore[typeddict-item]
+            return response
+
+        return reviewed
 
     async def _certificate_files(self) -> None:
         said = False
