@@ -1,6 +1,9 @@
 """The controllers' requests against the real API server where the server's own rules matter: a
 delete by UID (the precondition the kubelet sends) leaves an object made since under the same name,
-through the aiohttp path and through lightkube's (exec or basic auth)."""
+through the aiohttp path and through lightkube's (exec or basic auth); a delete's answer says
+whether the object is gone already."""
+
+import json
 
 import pytest
 from lightkube import AsyncClient
@@ -36,11 +39,13 @@ async def test_a_delete_by_uid_leaves_the_object_made_since_under_that_name(
     cluster.apply(SERVICE, namespace)
     second = cluster.get("service", "rank-names", namespace)["metadata"]["uid"]
 
-    assert await client.delete_core("Service", namespace, "rank-names", uid=first) is False  # that one is gone
+    assert await client.delete_core("Service", namespace, "rank-names", uid=first) == "gone"  # that one is
     assert cluster.get("service", "rank-names", namespace)["metadata"]["uid"] == second
-    assert await client.delete_core("Service", namespace, "rank-names", uid=second) is True
+    # lightkube's path reads no answer: it cannot tell that the Service went at once
+    removed = "removed" if path == "aiohttp" else "deleting"
+    assert await client.delete_core("Service", namespace, "rank-names", uid=second) == removed
     assert "rank-names" not in cluster.names("services", namespace)
-    assert await client.delete_core("Service", namespace, "rank-names", uid=second) is False  # 404
+    assert await client.delete_core("Service", namespace, "rank-names", uid=second) == "gone"  # 404
 
 
 @pytest.mark.parametrize("path", ["aiohttp", "lightkube"])
@@ -60,5 +65,31 @@ async def test_a_forced_delete_by_uid_removes_the_pod_at_once(
     }
     cluster.apply(pod, namespace)
     uid = cluster.get("pod", "stranded", namespace)["metadata"]["uid"]
-    assert await client.delete_core("Pod", namespace, "stranded", force=True, uid=uid) is True
+    assert await client.delete_core("Pod", namespace, "stranded", force=True, uid=uid) != "gone"
     assert "stranded" not in cluster.names("pods", namespace)  # gone, not waiting with a deletionTimestamp
+
+
+async def test_a_failed_pod_is_removed_by_its_delete_and_a_running_one_is_not(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server gives a Failed pod no grace period: its delete's answer says it is gone, so
+    the trainer replaces it without waiting for the watch (Actions.removed). A running pod's
+    deletion waits for its kubelet."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    client = kube(cluster, "aiohttp")
+    for name, phase in (("failed", "Failed"), ("running", "Running")):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {"nodeName": "a-node-of-nobody", "containers": [{"name": "c", "image": "none"}]},
+        }
+        cluster.apply(pod, namespace)
+        status = json.dumps({"status": {"phase": phase}})
+        cluster.kubectl("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", status)
+    uids = {n: cluster.get("pod", n, namespace)["metadata"]["uid"] for n in ("failed", "running")}
+    assert await client.delete_core("Pod", namespace, "failed", uid=uids["failed"]) == "removed"
+    assert "failed" not in cluster.names("pods", namespace)
+    assert await client.delete_core("Pod", namespace, "running", uid=uids["running"]) == "deleting"
+    assert cluster.get("pod", "running", namespace)["metadata"]["deletionTimestamp"]
+    await client.delete_core("Pod", namespace, "running", force=True)

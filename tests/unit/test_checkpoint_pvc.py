@@ -370,9 +370,9 @@ class DeleteRecorder:
 
     async def delete_core(
         self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
-    ) -> bool:
+    ) -> str:
         self.deleted.append((kind, name, uid, force))
-        return True
+        return "deleting"
 
 
 class StoragePods:

@@ -16,6 +16,7 @@ from lightkube.models.meta_v1 import Status
 from tests.factories import trainer_spec
 from trainerop_common.clock import FixedClock
 from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
+from trainerop_common.kube import Deletion
 from trainerop_common.runtime import Runtime
 from trainerop_trainer.actions import Actions
 from trainerop_trainer.decide import Decision
@@ -48,6 +49,8 @@ class Kube:
         self.others: dict[str, dict[str, Any]] = {}  # Services get_core finds
         self.stored: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name) -> what was applied
         self.events: list[tuple[str, str, str]] = []  # the Events the controller posted
+        self.removing: tuple[str, ...] = ()  # names the API server removes on their delete (Failed pods)
+        self.requeued: list[tuple[str, str]] = []  # the Trainers the actions asked to reconcile soon
 
     async def create_core(self, body: dict[str, Any]) -> bool:
         await asyncio.sleep(0)
@@ -65,9 +68,9 @@ class Kube:
 
     async def delete_core(
         self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
-    ) -> bool:
+    ) -> Deletion:
         self.deleted.append(name if uid is None else f"{name}@{uid}")
-        return True
+        return "removed" if name in self.removing else "deleting"
 
     async def apply_core(self, body: dict[str, Any]) -> None:
         await asyncio.sleep(0.001)  # the first apply is still in flight when the others come
@@ -81,7 +84,11 @@ def actions(existing: tuple[str, ...] = (), failing: tuple[str, ...] = ()) -> tu
     kube, clock = Kube(existing, failing), FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
     events: list[tuple[str, str, str]] = []
     runtime = SimpleNamespace(
-        kube=kube, clock=clock, event=lambda _, *e: events.append(e), config=SimpleNamespace(resync_seconds=300)
+        kube=kube,
+        clock=clock,
+        event=lambda _, *e: events.append(e),
+        config=SimpleNamespace(resync_seconds=300),
+        requeue=lambda keys, within=0: kube.requeued.extend(keys),
     )
     kube.events = events
     kube.act = Actions(cast(Runtime, runtime))
@@ -145,6 +152,22 @@ async def test_pods_are_deleted_by_the_uid_decided_on() -> None:
     decision = Decision(status={}, conditions=(), delete_pods=("t-worker-0", "t-worker-1"))
     await act.carry_out(BODY, OWNER, decision, [seen])
     assert sorted(kube.deleted) == ["t-worker-0@u0", "t-worker-1"]
+
+
+async def test_a_failed_pod_removed_by_its_delete_is_replaced_without_waiting_for_the_watch() -> None:
+    """The API server removes a Failed pod on its delete (no grace period): the Trainer is
+    reconciled again at once and that pod counts as gone (Actions.removed), where a pod whose
+    deletion waits for its kubelet stays "deleting" until the watch delivers the deletion."""
+    act, kube, _ = actions()
+    kube.removing = ("t-worker-0",)
+    views = [pod_view({**p, "metadata": {**p["metadata"], "uid": f"u{i}"}}, "trainer") for i, p in enumerate(PODS)]
+    seen = [v for v in views if v is not None]
+    await act.replace_failed(OWNER, Decision(status={}, conditions=(), restarted=("t-worker-1",)), seen)
+    assert (act.removed, act.deleted, kube.requeued) == (set(), {"u1"}, [])  # graceful: the watch will say
+    await act.replace_failed(OWNER, Decision(status={}, conditions=(), restarted=("t-worker-0",)), seen)
+    assert (act.removed, act.deleted, kube.requeued) == ({"u0"}, {"u0", "u1"}, [("ns", "t")])
+    act.forget_gone({"u1"})  # the watch delivered u0's deletion
+    assert (act.removed, act.deleted) == (set(), {"u1"})
 
 
 async def test_a_reconcile_reads_its_own_expectations_and_lapsed_ones_of_others_go() -> None:

@@ -61,6 +61,10 @@ class Actions:
         # UIDs of pods this process deleted: treated as going away until the watch says so, so a
         # stale event cannot make one failure count twice.
         self.deleted: set[str] = set()
+        # Of those, the ones the API server removed on the delete itself (a Failed pod has no grace
+        # period): treated as gone at once, so a replacement is created without waiting for the
+        # watch to deliver the deletion (behind every other event of a busy cluster).
+        self.removed: set[str] = set()
         # Pods this process created that the watch has not delivered yet, by their Trainer
         # (namespace, name) and name: counted as existing, so a reconcile in between creates none
         # twice. Grouped, so a reconcile reads its own, not every Trainer's.
@@ -112,9 +116,11 @@ class Actions:
         still there, and deletes it without counting it again; killed before the write, it finds
         the failure uncounted and counts it. Either way it is counted exactly once."""
         force = set(decision.force_delete)
-        await self._delete_pods(owner, sorted(decision.restarted), force, {p.name: p for p in pods})
+        removed = await self._delete_pods(owner, sorted(decision.restarted), force, {p.name: p for p in pods})
         for name in decision.restarted:
             RESTARTS.labels(next((p.role for p in pods if p.name == name), "unknown")).inc()
+        if removed:  # their replacements need no event: the next reconcile at once
+            self.rt.requeue([(owner.namespace, owner.name)])
 
     async def _create_pods(self, body: Body, owner: Owner, pods: Sequence[dict[str, Any]]) -> list[bool | None]:
         """Create the pods together (for each: created, existed already, or refused). Each one
@@ -230,16 +236,22 @@ class Actions:
 
     async def _delete_pods(
         self, owner: Owner, names: Sequence[str], force: Set[str], pods: Mapping[str, PodView]
-    ) -> None:
-        """Delete the pods ``names``, those in ``force`` without waiting for their lost node."""
+    ) -> bool:
+        """Delete the pods ``names``, those in ``force`` without waiting for their lost node;
+        whether the API server removed any of them on the spot (:attr:`removed`)."""
         # Each by the UID decided on: a replacement made since under its name is not deleted with it.
         uids = {n: pods[n].uid or None for n in names if n in pods}
         kube = self.rt.kube
-        await bounded(kube.delete_core("Pod", owner.namespace, n, force=n in force, uid=uids.get(n)) for n in names)
+        done = await bounded(
+            kube.delete_core("Pod", owner.namespace, n, force=n in force, uid=uids.get(n)) for n in names
+        )
         # gone already (404) counts as deleted too: never count it twice
         self.deleted |= {pods[n].uid for n in names if n in pods and pods[n].uid}
+        removed = {u for n, how in zip(names, done, strict=True) if how == "removed" and (u := uids.get(n))}
+        self.removed |= removed
         for name in names:  # a pod deleted before the watch delivered it is no longer expected
             self.delivered((owner.namespace, name), owner.name)
+        return bool(removed)
 
     async def _delete_others(self, owner: Owner, decision: Decision) -> None:
         kube, ns = self.rt.kube, owner.namespace
@@ -295,3 +307,4 @@ class Actions:
     def forget_gone(self, existing: set[str]) -> None:
         """Forget deletions whose pods are gone (``existing``: the UIDs of the pods that exist)."""
         self.deleted &= existing
+        self.removed &= existing

@@ -114,7 +114,8 @@ class TrainerController:
         self.rt.requeue([k for k in owners if k in self.rt.trainers])
 
     def _pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
-        self.actions.delivered(key, owner_of(body)[1])
+        if body.get("metadata", {}).get("uid") not in self.actions.removed:  # not its replacement's news
+            self.actions.delivered(key, owner_of(body)[1])
         if deleted:
             self.spawns.forget(body.get("metadata", {}).get("uid", ""))
             return self._child_changed(key, body, deleted)
@@ -145,7 +146,9 @@ class TrainerController:
         owner = replace(owner, per_replica_services=bool(services - {owner.name}))
         status = trainer.status or TrainerStatus()
         container = CONTRACTS[trainer.spec.framework].container
-        cached = await self._children(self.pods, owner)
+        # A pod the API server removed on its delete is gone, whatever the watch has not said yet.
+        removed = self.actions.removed
+        cached = [p for p in await self._children(self.pods, owner) if p["metadata"].get("uid") not in removed]
         created = self.actions.expected_pods(owner, {p["metadata"]["name"] for p in cached})  # not seen yet
         pods = [v for p in [*cached, *created] if (v := pod_view(p, container)) is not None]
         pods = [replace(v, deleting=True) if v.uid in self.actions.deleted else v for v in pods]

@@ -10,7 +10,7 @@ import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
 from lightkube import ApiError, AsyncClient, operators
@@ -44,7 +44,7 @@ from lightkube.types import PatchType
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
 from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
-from .objects import Keep, slim
+from .objects import Keep, removed_at_once, slim
 from .ratelimit import TokenBucket
 from .rest import APPLY, Rest, refusal
 
@@ -120,6 +120,10 @@ def _selector(text: str) -> dict[str, Any]:
         key, sep, value = part.partition("=")
         out[key] = value if sep else operators.exists()
     return out
+
+
+# What a DELETE did (Kube.delete_core).
+Deletion = Literal["gone", "removed", "deleting"]
 
 
 def is_conflict(err: ApiError) -> bool:
@@ -336,19 +340,21 @@ class Kube:
 
     async def delete_core(
         self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
-    ) -> bool:
-        """Delete a Pod or Service; False if it is already gone. ``force`` skips the grace period
-        (for a pod whose node is lost and will never confirm the deletion). ``uid``: only the object
-        with that UID (the API server's precondition, as the kubelet deletes): one made since under
-        the same name (a replacement) stays, and the one meant counts as gone."""
+    ) -> Deletion:
+        """Delete a Pod or Service: "gone" if it was already, "removed" if this request removed it
+        (:func:`.objects.removed_at_once`: e.g. a Failed pod, which has no grace period), else
+        "deleting". ``force`` skips the grace period (for a pod whose node is lost and will never
+        confirm the deletion). ``uid``: only the object with that UID (the API server's
+        precondition, as the kubelet deletes): one made since under the same name (a replacement)
+        stays, and the one meant counts as gone."""
         grace = 0 if force else None
         try:
-            await self._call("delete", self._delete(CORE[kind], name, namespace, grace, uid))
+            answer = await self._call("delete", self._delete(CORE[kind], name, namespace, grace, uid))
         except ApiError as err:
             if is_not_found(err) or (uid is not None and is_conflict(err)):
-                return False
+                return "gone"
             raise
-        return True
+        return "removed" if removed_at_once(answer) else "deleting"
 
     async def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:
         """Delete one of the operator's objects; False if it is already gone."""

@@ -39,3 +39,17 @@ def holds(live: object, wanted: object) -> bool:
     if isinstance(wanted, list):
         return isinstance(live, list) and len(live) == len(wanted) and all(map(holds, live, wanted))
     return live == wanted
+
+
+def removed_at_once(answer: object) -> bool:
+    """Whether the API server's answer to a DELETE says the object is gone already, with nothing
+    left to wait for: the object as it was, with no grace period running and no finalizer (the
+    API server removes at once a pod not scheduled yet, a Failed or Succeeded one, or one deleted
+    with grace 0), or a Status of success (kinds that do not return the object). Anything else
+    (a graceful deletion under way, finalizers, no answer read) is not."""
+    if not isinstance(answer, dict):
+        return False
+    if answer.get("kind") == "Status":
+        return answer.get("status") == "Success"
+    meta = answer.get("metadata")
+    return isinstance(meta, dict) and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds")
