@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -37,7 +36,7 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Pod
 
-from bench.measure import machine, spread
+from bench.measure import Watched, machine, spread
 from bench.setup import operator_running
 from testbed import containerd, deploy, images, localdev, node
 from tests.e2e.test_training import RESUME_LINE, example, trainer
@@ -53,16 +52,7 @@ class PodWatch:
     def __init__(self, client: Client, namespace: str) -> None:
         self.seen: dict[str, dict[str, float]] = {}
         self.names: dict[str, str] = {}
-        self._stop = threading.Event()
-        threading.Thread(target=self._run, args=(client, namespace), daemon=True).start()
-
-    def _run(self, client: Client, namespace: str) -> None:
-        while not self._stop.is_set():
-            try:
-                for kind, pod in client.watch(Pod, namespace=namespace):
-                    self._record(kind, pod.to_dict())
-            except Exception as err:  # a dropped watch resumes (states seen stay seen)
-                print(f"pod watch restarted: {err}", file=sys.stderr)
+        self._watched = Watched(client, Pod, namespace, self._record)
 
     def _record(self, kind: str, pod: dict[str, Any]) -> None:
         now, meta = time.time(), pod["metadata"]
@@ -80,7 +70,7 @@ class PodWatch:
                 states.setdefault(state, now)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watched.stop()
 
 
 def restored_at(c: Cluster, namespace: str, pod: str) -> float | None:

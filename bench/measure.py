@@ -31,6 +31,40 @@ Obj = dict[str, Any]
 CREATORS = 8  # concurrent create requests of the benchmark's own client (operator and ceiling alike)
 
 
+class Watched:
+    """A daemon thread that lists one resource in one namespace, then watches it from the list's
+    version, handing each object (a dict; "ADDED" for the listed ones) to ``record``; a dropped
+    watch is resumed from a new list (what was recorded stays). The constructor returns once the
+    first list is in, so no event after it is missed."""
+
+    def __init__(self, client: Client, resource: Any, namespace: str, record: Callable[[str, Obj], None]) -> None:
+        self._record = record
+        self._started = threading.Event()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, args=(client, resource, namespace), daemon=True).start()
+        if not self._started.wait(30):
+            raise SystemExit(f"the watch of {resource.__name__} in {namespace} did not start within 30 s")
+
+    def _run(self, client: Client, resource: Any, namespace: str) -> None:
+        while not self._stop.is_set():
+            try:
+                listed = client.list(resource, namespace=namespace, chunk_size=500)
+                for obj in listed:
+                    self._record("ADDED", obj.to_dict())
+                self._started.set()
+                # Events after the list are replayed from its version, so none is lost while the watch connects.
+                for kind, obj in client.watch(resource, namespace=namespace, resource_version=listed.resourceVersion):
+                    self._record(kind, obj.to_dict())
+                    if self._stop.is_set():
+                        return
+            except Exception as err:  # resumed from a new list (objects seen stay seen)
+                print(f"watch of {resource.__name__} restarted: {err}", file=sys.stderr)
+                time.sleep(1)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 class Timeline:
     """When each object of one resource in one namespace was first seen, first seen ``ready``, and
     first seen being deleted."""
@@ -41,28 +75,8 @@ class Timeline:
         self.uids: dict[str, str] = {}
         self.deleting: dict[str, float] = {}  # uid -> when its deletion (or its deletionTimestamp) was first seen
         self._ready = ready
-        self._started = threading.Event()
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        threading.Thread(target=self._run, args=(client, resource, namespace), daemon=True).start()
-        if not self._started.wait(30):
-            raise SystemExit(f"the watch of {resource.__name__} in {namespace} did not start within 30 s")
-
-    def _run(self, client: Client, resource: Any, namespace: str) -> None:
-        while not self._stop.is_set():
-            listed = client.list(resource, namespace=namespace, chunk_size=500)
-            for obj in listed:
-                self._record("ADDED", obj.to_dict())
-            version = listed.resourceVersion
-            # Events after the list are replayed from its version, so none is lost while the watch connects.
-            self._started.set()
-            try:
-                for kind, obj in client.watch(resource, namespace=namespace, resource_version=version):
-                    self._record(kind, obj.to_dict())
-                    if self._stop.is_set():
-                        return
-            except Exception as err:  # a dropped watch is resumed from a new list (objects seen stay seen)
-                print(f"watch of {resource.__name__} restarted: {err}", file=sys.stderr)
+        self._watched = Watched(client, resource, namespace, self._record)
 
     def _record(self, kind: str, obj: Obj) -> None:
         now = time.monotonic()
@@ -116,7 +130,7 @@ class Timeline:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watched.stop()
 
 
 def in_parallel(call: Callable[[Any], object], items: list[Any], at_once: int = CREATORS) -> float:

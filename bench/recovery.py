@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 import threading
 import time
 from typing import Any
@@ -14,7 +13,7 @@ import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
-from bench.measure import Timeline, spread
+from bench.measure import Timeline, Watched, spread
 from bench.throughput import TRAINER, bench_trainer, running
 from bench.trainer_pods import fail
 from testbed import cluster as cluster_tool
@@ -107,18 +106,7 @@ class CountedFailures:
 
     def __init__(self, client: Client, namespace: str) -> None:
         self.at: dict[str, float] = {}
-        self._stop = threading.Event()
-        threading.Thread(target=self._run, args=(client, namespace), daemon=True).start()
-
-    def _run(self, client: Client, namespace: str) -> None:
-        while not self._stop.is_set():
-            try:
-                for _, obj in client.watch(TRAINER, namespace=namespace):
-                    self._record(obj.to_dict())
-                    if self._stop.is_set():
-                        return
-            except Exception as err:  # resumed from scratch: a UID seen stays seen
-                print(f"watch of the probe's Trainer restarted: {err}", file=sys.stderr)
+        self._watched = Watched(client, TRAINER, namespace, lambda _, trainer: self._record(trainer))
 
     def _record(self, trainer: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -128,7 +116,7 @@ class CountedFailures:
                 self.at.setdefault(uid, now)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watched.stop()
 
 
 def replacements(client: Client, namespace: str, failures: int, workers: int = PROBE_WORKERS) -> dict[str, Any]:
