@@ -31,11 +31,11 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
 from bench import kubeflow, leak, recovery, repeats, webhooks
-from bench.measure import CREATORS, Profile, machine, resident_mib
+from bench.measure import CREATORS, Obj, Profile, machine, resident_mib
 from bench.plot import plot
 from bench.report import markdown
 from bench.setup import gone, operator_running, scratch_namespace
-from bench.throughput import ceiling_run, memory_after_restart, operator_run
+from bench.throughput import ceiling_run, made_by_operator, memory_after_restart, operator_run
 from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.harness import Cluster
@@ -56,7 +56,7 @@ def scratch(c: Cluster, prefix: str) -> Any:
     return scratch_namespace(c, prefix)
 
 
-def ceiling(c: Cluster, client: Client, source: str, n: int, workers: int, levels: list[int]) -> dict[str, Any]:
+def ceiling(c: Cluster, client: Client, made: tuple[list[Obj], list[Obj]], n: int, levels: list[int]) -> dict[str, Any]:
     """The ceiling at each concurrency of ``levels`` (the sweep), with every controller stopped; the
     best of them is the ceiling."""
     localdev.stop()  # no operator sees or answers anything while the ceiling is measured
@@ -65,7 +65,7 @@ def ceiling(c: Cluster, client: Client, source: str, n: int, workers: int, level
         for level in levels:
             print(f"== ceiling: the same pods and Services from a plain client, {level} at once", file=sys.stderr)
             with scratch(c, f"bench-plain{n}-{level}") as plain_ns:
-                sweep[level] = ceiling_run(c, client, source, plain_ns, n, workers, level)
+                sweep[level] = ceiling_run(c, client, made, plain_ns, level)
             gone(c, plain_ns)
     finally:
         localdev.start(extra_env=CONTROLLER_ENV)
@@ -102,12 +102,15 @@ def throughput(
             )
             operator["replacements_during_ramp"] = during_ramp
             hot = profile[0].summary() if profile else None
-            top = ceiling(c, client, op_ns, n, workers, levels)
-            # The controllers were restarted after the ceiling with this run's N Trainers and their
-            # pods still there: what they hold once they have relisted everything and caught up.
-            if details:
+            if details:  # restarted among this run's N Trainers and their pods: what they hold once caught up
+                localdev.stop()
+                localdev.start(extra_env=CONTROLLER_ENV)
                 operator["memory_mib_after_restart"] = memory_after_restart(c, n)
+            made = made_by_operator(client, op_ns)
+        # The ceiling runs on a cluster without the operator's pods: with them still there (12 000
+        # at N = 3000), kwok ran the ceiling's pods at a fraction of its pace.
         gone(c, op_ns)
+        top = ceiling(c, client, made, n, levels)
     gone(c, probe_ns)
     out = {"operator": operator, "ceiling": top}
     if hot is not None:
@@ -139,10 +142,8 @@ def same_qps(c: Cluster, client: Client, sizes: list[int], workers: int) -> dict
 
 def check_capacity(p: argparse.ArgumentParser, trainers: int, workers: int, nodes: int) -> None:
     """Refuse, before anything starts, a largest N whose pods the local cluster's nodes cannot all
-    run: the operator's pods stay while the ceiling runs its own copies (the restart after the
-    ceiling measures memory with them), so both at once, and the probe's (N = 3000 of 4 workers
-    once waited forever at 10 990 of 12 000; on 150 nodes, its ceiling at 4490)."""
-    pods = 2 * trainers * workers + recovery.PROBE_WORKERS
+    run, and the probe's (N = 3000 of 4 workers once waited forever at 10 990 of 12 000)."""
+    pods = trainers * workers + recovery.PROBE_WORKERS
     if pods > nodes * cluster_tool.FAKE_NODE_PODS:
         wanted = -(-pods // cluster_tool.FAKE_NODE_PODS)
         p.error(

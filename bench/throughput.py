@@ -215,13 +215,20 @@ def plain_copy(obj: Obj, namespace: str) -> Obj:
     return out
 
 
+def made_by_operator(client: Client, source: str) -> tuple[list[Obj], list[Obj]]:
+    """The Services and pods the operator made in ``source`` (what the ceiling copies), read before
+    that namespace goes."""
+    services = [s.to_dict() for s in client.list(Service, namespace=source)]
+    return services, [p.to_dict() for p in client.list(Pod, namespace=source)]
+
+
 def ceiling_run(
-    c: Cluster, client: Client, source: str, namespace: str, count: int, workers: int, at_once: int
+    c: Cluster, client: Client, made: tuple[list[Obj], list[Obj]], namespace: str, at_once: int
 ) -> dict[str, Any]:
-    """The operator's pods and Services, created by a plain client (``at_once`` requests in
-    flight, unthrottled) with no operator."""
-    services = [plain_copy(s.to_dict(), namespace) for s in client.list(Service, namespace=source)]
-    pods = [plain_copy(p.to_dict(), namespace) for p in client.list(Pod, namespace=source)]
+    """The operator's pods and Services (``made``), created by a plain client (``at_once``
+    requests in flight, unthrottled) with no operator."""
+    services = [plain_copy(s, namespace) for s in made[0]]
+    pods = [plain_copy(p, namespace) for p in made[1]]
     objects = [Service.from_dict(s) for s in services] + [Pod.from_dict(p) for p in pods]
     timeline = Timeline(client, Pod, namespace, running)
     cpu_before = cpu_seconds(c)
