@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from testbed import containerd, localdev, node
+from testbed.cluster import ClusterError
 from tests.harness import Cluster, eventually
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jax" / "trainer.yaml"
@@ -37,6 +38,19 @@ def finished(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | No
 
 def logs(cluster: Cluster, namespace: str, pod: str) -> str:
     return cluster.kubectl("logs", "-n", namespace, pod, "-c", "jax")
+
+
+def last_lines(cluster: Cluster, namespace: str, name: str, workers: int = 3, lines: int = 25) -> str:
+    """Each worker's last log lines, for a failure's message (a pod already gone says so)."""
+    tails = []
+    for index in range(workers):
+        pod = f"{name}-worker-{index}"
+        try:
+            tail = cluster.kubectl("logs", "-n", namespace, pod, "-c", "jax", f"--tail={lines}")
+        except ClusterError as err:
+            tail = str(err)
+        tails.append(f"--- {pod}\n{tail}")
+    return "\n".join(tails)
 
 
 def epochs(log: str) -> list[tuple[int, int, float]]:
@@ -166,7 +180,7 @@ def test_a_killed_worker_comes_back_from_the_latest_committed_checkpoint(
 
     done = eventually(lambda: finished(cluster, real_namespace, "resumes"), timeout=600, what="the run to finish")
     status = done["status"]
-    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1) + last_lines(cluster, real_namespace, "resumes")
     # One failure or more: the survivors may fail on the broken collective before the gang restarts.
     assert status["topology"]["replicas"]["worker"]["restarts"] >= 1
 

@@ -47,7 +47,7 @@ def review(resource: str, operation: str, subresource: str = "", size: int = 0, 
 class Served:
     """A ReviewServer on a free port with kopf's admission engine behind it."""
 
-    def __init__(self, tmp: Path, wait_for_files: bool = False) -> None:
+    def __init__(self, tmp: Path, wait_for_files: bool = False, own_loop: bool = True) -> None:
         self.ca = make_ca(NOW)
         self.tmp = tmp
         self.seen: list[Mapping[str, Any]] = []
@@ -89,6 +89,7 @@ class Served:
             certfile=str(tmp / "tls.crt"),
             pkeyfile=str(tmp / "tls.key"),
             observers=frozenset({"audit"}),
+            own_loop=own_loop,
             wait_for_files=wait_for_files,
             close=close,
         )
@@ -112,9 +113,9 @@ class Served:
             return r.status, await r.json(content_type=None) if r.status == 200 else None
 
 
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[Served, str]]:
-    s = Served(tmp_path)
+@pytest.fixture(params=[True, False], ids=["own loop", "observers only: the controller's loop"])
+async def served(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[tuple[Served, str]]:
+    s = Served(tmp_path, own_loop=request.param)
     s.mount_certificate()
     url = await s.start()
     yield s, url
@@ -150,7 +151,7 @@ async def test_a_review_larger_than_kopfs_limit_is_observed(served: tuple[Served
 
 
 async def test_a_check_that_refuses_is_not_made_to_allow(served: tuple[Served, str]) -> None:
-    s, url = served
+    s, url = served  # (a server without a loop of its own serves no checks in a controller: runtime.admit)
     _, answer = await s.post(url, "/validate-trainer", review("trainers", "CREATE"))
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"]["message"] == "no x"
@@ -172,8 +173,10 @@ async def test_an_observing_server_waits_for_its_certificate(tmp_path: Path, mon
     assert status == 200
 
 
-async def test_a_check_is_answered_while_the_controllers_own_loop_is_busy(served: tuple[Served, str]) -> None:
-    s, url = served
+async def test_a_check_is_answered_while_the_controllers_own_loop_is_busy(tmp_path: Path) -> None:
+    s = Served(tmp_path)
+    s.mount_certificate()
+    url = await s.start()
     answered = threading.Event()
 
     def post() -> Any:
@@ -187,6 +190,7 @@ async def test_a_check_is_answered_while_the_controllers_own_loop_is_busy(served
     # This loop (the controller's) runs nothing until the answer came: a backlog of reconciles.
     came_while_busy = answered.wait(60)
     asking.join()
+    await s.stop()
     assert came_while_busy
     assert result[0]["response"]["allowed"] is False
     assert s.threads["check"] == "admission"
@@ -205,6 +209,22 @@ async def test_the_admission_thread_ends_with_the_server_and_closes_the_checks_c
     await s.stop()
     assert s.threads["close"] == "admission"
     assert "admission" not in {t.name for t in threading.enumerate()}
+
+
+async def test_a_server_of_observers_only_runs_no_thread_and_closes_the_client_on_the_controllers_loop(
+    tmp_path: Path,
+) -> None:
+    s = Served(tmp_path, own_loop=False)
+    s.mount_certificate()
+    url = await s.start()
+    try:
+        status, _ = await s.post(url, "/audit", review("trainers", "CREATE"))
+        threads = {t.name for t in threading.enumerate()}
+    finally:
+        await s.stop()
+    assert status == 200
+    assert "admission" not in threads
+    assert s.threads == {"observer": threading.current_thread().name, "close": threading.current_thread().name}
 
 
 async def test_a_cache_first_read_by_a_check_is_listed_on_the_controllers_loop() -> None:

@@ -65,6 +65,9 @@ def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None
         certfile=webhook.webhook_cert_file,
         pkeyfile=webhook.webhook_key_file,
         observers=frozenset(runtime.observers),
+        # A loop of its own only for checks: observers run on the controller's loop anyway, and the
+        # hand-over there and back cost the audit webhook twice its time under a burst.
+        own_loop=bool(runtime.admission_checks),
         wait_for_files=not runtime.admission_checks,
         close=runtime.admission_kube.close,
         # A caller may come without a certificate (its reviews then cause nothing: register_observer);

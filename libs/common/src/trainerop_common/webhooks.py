@@ -4,12 +4,13 @@ server's TLS (files mounted from cert-manager's Secret, or issued by each contro
 CA of its own)."""
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp.web
 import kopf
@@ -131,18 +132,21 @@ class _LargeReviews(kopf.WebhookServer):
 
 
 class ReviewServer(kopf.WebhookServer):
-    """kopf's HTTPS webhook server, served from a thread with an event loop of its own (the
-    checks answer there, behind no backlog of reconciles: :mod:`.loops`), which also hands each raw
+    """kopf's HTTPS webhook server, served from a thread with an event loop of its own when
+    ``own_loop`` (the checks answer there, behind no backlog of reconciles: :mod:`.loops`; a server
+    of observers only stays on the controller's loop, where they run anyway), which also hands each raw
     review to the handlers (:data:`REVIEW`), takes reviews up to 16 MiB (kopf's server stops at
     1 MiB), answers "allowed" for the webhooks that only observe (those run on the controller's own
     loop: they act through its state), and, with ``wait_for_files``, waits for its certificate
     files instead of failing (an observing controller works without its webhook until the Secret is
-    mounted). ``close`` (the checks' own API client) is awaited on the admission loop as it stops."""
+    mounted). ``close`` (the checks' own API client) is awaited on the loop it served from as it
+    stops."""
 
     def __init__(
         self,
         *,
         observers: frozenset[str] = frozenset(),
+        own_loop: bool = True,
         wait_for_files: bool = False,
         close: Callable[[], Awaitable[None]] | None = None,
         **kw: Any,
@@ -150,6 +154,7 @@ class ReviewServer(kopf.WebhookServer):
         super().__init__(**kw)
         self._server_kw = kw
         self.observers = observers
+        self.own_loop = own_loop
         self.wait_for_files = wait_for_files
         self.close = close
 
@@ -157,9 +162,14 @@ class ReviewServer(kopf.WebhookServer):
         if self.wait_for_files:
             await self._certificate_files()
         home = asyncio.get_running_loop()
+        served = _LargeReviews(**self._server_kw)(self._reviewed(fn, home))
+        if not self.own_loop:  # closed by kopf (aclose), closing what it serves
+            async with contextlib.aclosing(self._served_here(served)) as here:
+                async for config in here:
+                    yield config
+            return
         configs: asyncio.Queue[reviews.WebhookClientConfig | BaseException] = asyncio.Queue()
         admission_loop = LoopThread("admission")
-        served = _LargeReviews(**self._server_kw)(self._reviewed(fn, home))
 
         def deliver(item: reviews.WebhookClientConfig | BaseException) -> None:
             home.call_soon_threadsafe(configs.put_nowait, item)
@@ -173,6 +183,18 @@ class ReviewServer(kopf.WebhookServer):
                 yield item
         finally:
             await admission_loop.stop()
+
+    async def _served_here(
+        self, served: AsyncIterator[reviews.WebhookClientConfig]
+    ) -> AsyncGenerator[reviews.WebhookClientConfig, None]:
+        """On the controller's own loop: kopf's server; the checks' client closed as it ends."""
+        try:
+            async with contextlib.aclosing(cast(AsyncGenerator[reviews.WebhookClientConfig, None], served)) as server:
+                async for config in server:
+                    yield config
+        finally:
+            if self.close is not None:
+                await self.close()
 
     async def _serve_there(
         self,
@@ -202,7 +224,8 @@ class ReviewServer(kopf.WebhookServer):
         async def reviewed(request: reviews.Request, **kw: Any) -> reviews.Response:
             if kw.get("webhook") not in self.observers:
                 return await answered(request, **kw)
-            response = await on_loop(home, answered(request, **kw))
+            here = asyncio.get_running_loop() is home
+            response = await (answered(request, **kw) if here else on_loop(home, answered(request, **kw)))
             answer: dict[str, Any] = dict(response["response"])
             answer["allowed"] = True
             answer.pop("status", None)
