@@ -125,6 +125,22 @@ NODE_TOLERATIONS = {
 }
 
 
+def pod_on_the_node(name: str, container: dict[str, Any]) -> dict[str, Any]:
+    """A bare Pod of one ``container`` (an image already on the node) that runs once on the real node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {NODE_LABEL: "true"},
+            "tolerations": [{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+            "automountServiceAccountToken": False,
+            "containers": [{"imagePullPolicy": "Never", **container}],
+        },
+    }
+
+
 def team_namespace(name: str) -> dict[str, Any]:
     """A namespace whose pods run on the real node."""
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": NODE_TOLERATIONS}}

@@ -20,7 +20,9 @@ With the Trainer Operator's training-side package (trainerop_sdk):
 
 Settings (environment): EPOCHS (from the Trainer), STEPS_PER_EPOCH (default 32), LEARNING_RATE
 (0.5), MIN_EPOCH_SECONDS (0: an epoch takes what it takes; more stretches each epoch so the run
-can be watched, or a worker killed, while it trains).
+can be watched, or a worker killed, while it trains), INIT_TIMEOUT_SECONDS (300, JAX's: how long
+the processes wait for each other at start; past it JAX ends the process with a signal, which
+restartPolicy ExitCode retries).
 
 Run outside a cluster (one process, no checkpoints): ``python train.py``.
 """
@@ -102,7 +104,12 @@ def initialize_distributed() -> None:
     address = f"{os.environ['COORDINATOR_ADDRESS']}:{os.environ.get('COORDINATOR_PORT', '6666')}"
     process_id = int(os.environ["PROCESS_ID"])
     print(f"[process {process_id}] joining {processes} processes at {address}", flush=True)
-    jax.distributed.initialize(coordinator_address=address, num_processes=processes, process_id=process_id)
+    jax.distributed.initialize(
+        coordinator_address=address,
+        num_processes=processes,
+        process_id=process_id,
+        initialization_timeout=int(os.environ.get("INIT_TIMEOUT_SECONDS", "300")),
+    )
 
 
 def operator_hooks() -> tuple[Any, Any]:
@@ -116,8 +123,20 @@ def operator_hooks() -> tuple[Any, Any]:
     return Heartbeat.in_cluster(), checkpointer
 
 
+def save_checkpoint(checkpointer: Any, data: bytes, step: int, epoch: int) -> None:
+    """Save this process's shard; a save that fails (storage or the API server unreachable, after
+    the SDK's own retries) does not stop training: the next epoch saves again, and the Trainer's
+    CheckpointOverdue condition says when commits stop coming."""
+    try:
+        name = checkpointer.save(data, step=step, epoch=epoch)
+    except Exception as err:  # whatever the storage raised: training goes on
+        log(f"checkpoint at step {step} not saved ({type(err).__name__}: {err}); training goes on")
+        return
+    log(f"checkpoint {name} saved")
+
+
 def main() -> int:
-    initialize_distributed()
+    initialize_distributed()  # past INIT_TIMEOUT_SECONDS JAX ends the process itself (a signal: retried)
     epochs = int(os.environ.get("EPOCHS", "10"))
     steps_per_epoch = int(os.environ.get("STEPS_PER_EPOCH", "32"))
     learning_rate = float(os.environ.get("LEARNING_RATE", "0.5"))
@@ -181,8 +200,7 @@ def main() -> int:
                 log(f"first step done: global step {step}, loss {losses[0]:.4f}")
         log(f"epoch {epoch + 1}/{epochs} step {step} loss {np.mean(losses):.4f}")
         if checkpointer is not None:
-            name = checkpointer.save(serialize(state, step), step=step, epoch=epoch + 1)
-            log(f"checkpoint {name} saved")
+            save_checkpoint(checkpointer, serialize(state, step), step, epoch + 1)
         if heartbeat is not None:
             try:
                 heartbeat.send(epoch=epoch + 1, step=step)

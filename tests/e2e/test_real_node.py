@@ -10,25 +10,7 @@ from tests.harness import Cluster, eventually
 
 
 def pod(name: str, script: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {node.NODE_LABEL: "true"},
-            "tolerations": [{"key": node.NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": node.BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", script],
-                }
-            ],
-        },
-    }
+    return node.pod_on_the_node(name, {"name": "main", "image": node.BUSYBOX_IMAGE, "command": ["sh", "-c", script]})
 
 
 def finished(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:

@@ -152,6 +152,26 @@ def test_the_example_trains_across_three_pods_to_completion(
     assert {step for step, phase in phases.items() if phase == "Committed"} == {320, 352, 384}
 
 
+def test_a_process_whose_peers_never_come_ends_with_a_code_that_is_retried(
+    cluster: Cluster, real_namespace: str, jax_image: str
+) -> None:
+    """A gang's processes start far apart on a loaded node: one that waits past JAX's start-up
+    timeout for the others must end with a code restartPolicy ExitCode retries (128-255: JAX's
+    runtime ends it with a signal), not 1 (permanent: a bug in train.py)."""
+    env = {"NUM_PROCESSES": "2", "PROCESS_ID": "0", "COORDINATOR_ADDRESS": "127.0.0.1", "INIT_TIMEOUT_SECONDS": "5"}
+    container = {"name": "jax", "image": jax_image, "env": [{"name": k, "value": v} for k, v in env.items()]}
+    cluster.apply(node.pod_on_the_node("alone", container), real_namespace)
+
+    def done() -> dict[str, Any] | None:
+        pod = cluster.get("pod", "alone", real_namespace)
+        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = eventually(done, timeout=180, what="the lone process to give up")
+    log = logs(cluster, real_namespace, "alone")
+    assert 128 <= pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] <= 255, log
+    assert "DEADLINE_EXCEEDED" in log  # JAX's runtime gave up waiting for the other process
+
+
 def test_a_killed_worker_comes_back_from_the_latest_committed_checkpoint(
     cluster: Cluster, real_namespace: str, jax_image: str
 ) -> None:

@@ -153,17 +153,19 @@ class Heartbeat:
             return None
 
     def _beat(self, api: ApiClient, epoch: int, step: int, timeout: float) -> None:
+        """One attempt per call (the next beat is the retry): training does not wait on an
+        unreachable API server."""
         leases = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
         try:
-            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout)
+            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout, attempts=1)
             return
         except ApiError as err:
             if err.code != 404 or self.replica is None:
                 raise
         try:
-            api.request("POST", leases, self.lease_body(self.replica, epoch, step), timeout=timeout)
+            api.request("POST", leases, self.lease_body(self.replica, epoch, step), timeout=timeout, attempts=1)
         except ApiError as err:
             if err.code != 409:
                 raise
             # another process of the pod (a local rank) created it first: renew that one
-            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout)
+            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout, attempts=1)

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from time import sleep
 from typing import Any
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -18,12 +19,22 @@ APPLY = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
 MERGE = "application/merge-patch+json"
 
 
-class ApiError(Exception):
-    """The API server refused the request or could not be reached."""
+# A call the API server could not take (overloaded, restarting, a timeout under load) is tried
+# again: a checkpoint's load or report failing on it would otherwise end a training process with an
+# error that reads as a bug in the training code (exit code 1: permanent under restartPolicy ExitCode).
+ATTEMPTS = 4
+RETRY_DELAYS = (0.5, 1.0, 2.0)  # between attempts (4 attempts: 3.5 s of waiting, plus their timeouts)
+MAX_RETRY_AFTER = 10.0
+RETRIED_SERVER_ERRORS = frozenset({500, 502, 503, 504})
 
-    def __init__(self, message: str, code: int = 0) -> None:
+
+class ApiError(Exception):
+    """The API server refused the request (``code``) or could not be reached (code 0)."""
+
+    def __init__(self, message: str, code: int = 0, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.retry_after = retry_after  # seconds the server asked to wait before the next attempt
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,24 @@ class ApiClient:
         body: object | None = None,
         content_type: str = "application/json",
         timeout: float = 10.0,
+        attempts: int = ATTEMPTS,
     ) -> dict[str, Any]:
+        """One API call; a transient failure (:func:`transient`) is tried again, up to ``attempts``
+        in all, after RETRY_DELAYS (or the server's Retry-After, at most MAX_RETRY_AFTER)."""
+        for attempt in range(attempts):
+            try:
+                return self._send(method, path, body, content_type, timeout)
+            except ApiError as err:
+                if attempt == attempts - 1 or not transient(method, err):
+                    raise
+                sleep(
+                    err.retry_after
+                    if err.retry_after is not None
+                    else RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
+                )
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _send(self, method: str, path: str, body: object | None, content_type: str, timeout: float) -> dict[str, Any]:
         request = urllib.request.Request(
             f"{self.server}{path}",
             data=json.dumps(body).encode() if body is not None else None,
@@ -68,8 +96,26 @@ class ApiClient:
             detail = err.read().decode(errors="replace")
             with contextlib.suppress(ValueError):
                 detail = json.loads(detail).get("message", detail)
-            raise ApiError(f"{method} {path} refused: {err.code} {detail}", err.code) from err
+            raise ApiError(f"{method} {path} refused: {err.code} {detail}", err.code, retry_after(err)) from err
         except OSError as err:
             raise ApiError(f"{method} {path} failed: {err}") from err
         out: dict[str, Any] = json.loads(data) if data else {}
         return out
+
+
+def transient(method: str, err: ApiError) -> bool:
+    """Worth another attempt: the server could not be reached or answered in time (code 0), was
+    too busy (429: not processed, so a create too), or failed (5xx: a create may have gone through,
+    so only a read or an idempotent update is sent again)."""
+    if err.code == 429:
+        return True
+    return method != "POST" and (err.code == 0 or err.code in RETRIED_SERVER_ERRORS)
+
+
+def retry_after(err: urllib.error.HTTPError) -> float | None:
+    """The server's Retry-After in seconds (at most MAX_RETRY_AFTER), if it said one."""
+    value = err.headers.get("Retry-After") if err.headers is not None else None
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER) if value is not None else None
+    except ValueError:
+        return None
