@@ -1,7 +1,8 @@
 """The controllers' requests against the real API server where the server's own rules matter: a
 delete by UID (the precondition the kubelet sends) leaves an object made since under the same name,
 through the aiohttp path and through lightkube's (exec or basic auth); a delete's answer says
-whether the object is gone already."""
+whether the object is gone already; a list comes in pages, the same through both paths, and a list
+for keys asks the server for metadata alone."""
 
 import json
 
@@ -10,7 +11,9 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
 from tests.harness import Cluster
+from trainerop_common import kube as kube_module
 from trainerop_common.kube import Kube
+from trainerop_common.objects import metadata_only, slim
 from trainerop_common.ratelimit import TokenBucket
 
 SERVICE = {
@@ -93,3 +96,32 @@ async def test_a_failed_pod_is_removed_by_its_delete_and_a_running_one_is_not(
     assert await client.delete_core("Pod", namespace, "running", uid=uids["running"]) == "deleting"
     assert cluster.get("pod", "running", namespace)["metadata"]["deletionTimestamp"]
     await client.delete_core("Pod", namespace, "running", force=True)
+
+
+@pytest.mark.parametrize("path", ["aiohttp", "lightkube"])
+async def test_a_list_reads_every_page_and_a_list_for_keys_reads_only_metadata(
+    cluster: Cluster, namespace: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    monkeypatch.setattr(kube_module, "LIST_PAGE", 2)  # 5 objects: three pages
+    client = kube(cluster, path)
+    names = [f"listed-{i}" for i in range(5)]
+    for name in names:
+        labelled = {**SERVICE, "metadata": {"name": name, "labels": {"listing": namespace}}}
+        cluster.apply(labelled, namespace)
+    cluster.apply({**SERVICE, "metadata": {"name": "unlabelled"}}, namespace)
+
+    listed = await client.list_core("Service", f"listing={namespace}")
+    assert sorted(o["metadata"]["name"] for o in listed) == names
+    assert {(o["kind"], o["apiVersion"]) for o in listed} == {("Service", "v1")}
+    assert all(o["spec"]["clusterIP"] == "None" and "managedFields" not in o["metadata"] for o in listed)
+    as_kubectl = json.loads(
+        cluster.kubectl("get", "services", "-n", namespace, "-l", f"listing={namespace}", "-o", "json")
+    )
+    assert sorted(listed, key=lambda o: o["metadata"]["name"]) == [
+        slim({"apiVersion": "v1", "kind": "Service", **o}) for o in as_kubectl["items"]
+    ]
+
+    keys = await client.list_core("Service", f"listing={namespace}", metadata_only)
+    assert sorted(o["metadata"]["name"] for o in keys) == names
+    assert all(set(o) == {"metadata"} and o["metadata"]["namespace"] == namespace for o in keys)

@@ -1,11 +1,18 @@
-"""The allocator's free memory goes back to the system (glibc malloc_trim)."""
+"""The allocator's free memory goes back to the system (glibc malloc_trim); a TLS connection
+holds a small read buffer, not asyncio's 256 KiB."""
 
+import asyncio
+import asyncio.sslproto
 import ctypes
+import datetime as dt
+import ssl
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
-from trainerop_common.memory import MALLOC_TRIM, allocation_report, trim
+from trainerop_common.memory import MALLOC_TRIM, allocation_report, smaller_tls_buffers, trim
+from trainerop_common.webhook_tls import issue, make_ca, write_pair
 
 
 def resident_mib() -> int:
@@ -58,3 +65,50 @@ def test_the_memory_report_names_the_sites_holding_the_most() -> None:
     first_site = report.splitlines()[1]
     assert "test_memory.py" in first_site
     assert int(first_site.split("KiB")[1].split()[0]) >= 20_000  # the blocks held there
+
+
+PAYLOAD = bytes(range(256)) * 4096  # 1 MiB: many reads of the smaller buffer
+
+
+async def tls_connections(tmp: Path, count: int) -> tuple[int, list[bytes]]:
+    """Open ``count`` TLS connections to a local server that echoes PAYLOAD; returns the bytes
+    traced as held while they are all open, and what each client received."""
+    ca = make_ca(dt.datetime.now(dt.UTC))
+    write_pair(issue(ca, ["127.0.0.1"], dt.datetime.now(dt.UTC)), tmp / "tls.crt", tmp / "tls.key")
+    (tmp / "ca.crt").write_bytes(ca.cert)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
+    client = ssl.create_default_context(cafile=str(tmp / "ca.crt"))
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(PAYLOAD)
+        await writer.drain()
+        await reader.read()  # until the client closes
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=served)
+    port = server.sockets[0].getsockname()[1]
+    tracemalloc.start(1)
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        opened = [await asyncio.open_connection("127.0.0.1", port, ssl=client) for _ in range(count)]
+        received = [await reader.readexactly(len(PAYLOAD)) for reader, _ in opened]
+        held = tracemalloc.get_traced_memory()[0] - before - sum(len(r) for r in received)
+    finally:
+        tracemalloc.stop()
+    for _, writer in opened:
+        writer.close()
+        await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+    return held, received
+
+
+async def test_a_tls_connection_holds_a_small_read_buffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ends of 10 connections (a controller's pooled API connections, the API server's to its
+    webhooks): asyncio's own buffers would hold 5 MiB; data still arrives whole."""
+    monkeypatch.setattr(asyncio.sslproto.SSLProtocol, "max_size", asyncio.sslproto.SSLProtocol.max_size)
+    smaller_tls_buffers()
+    held, received = await tls_connections(tmp_path, 10)
+    assert all(r == PAYLOAD for r in received)
+    assert held < 20 * 128 * 1024  # 20 ends: at 256 KiB each they would hold 5 MiB

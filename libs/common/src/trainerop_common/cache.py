@@ -10,7 +10,7 @@ import kopf
 
 from .api import GROUP, VERSION, kind_info
 from .loops import at_home
-from .objects import Keep, slim
+from .objects import Keep, metadata_only, slim
 
 if TYPE_CHECKING:
     from .kube import Kube
@@ -117,7 +117,7 @@ class ObjectCache:
         self.relists = Relists(self._list_keys, lambda: self.items.keys(), self._vanished)
 
     async def _list_keys(self) -> set[Key]:
-        return {self.key(o) for o in await self._lister(lambda o: {"metadata": o.get("metadata", {})})}
+        return {self.key(o) for o in await self._lister(metadata_only)}
 
     def _vanished(self, key: Key) -> None:
         """Gone in a watch's gap (see :class:`Relists`): dropped as if its deletion had been seen."""

@@ -44,9 +44,9 @@ from lightkube.types import PatchType
 from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
 from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
-from .objects import Keep, removed_at_once, slim
+from .objects import Keep, metadata_only, removed_at_once, slim
 from .ratelimit import TokenBucket
-from .rest import APPLY, Rest, refusal
+from .rest import APPLY, JSON, Rest, refusal
 
 Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
 
@@ -97,6 +97,7 @@ def urgent_requests(urgent: bool = True) -> Iterator[None]:
 
 # Ask the API server for an object's metadata only (as `kubectl get --raw` with this Accept does).
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
 def resource_path(res: Any, namespace: str | None, name: str | None = None) -> str:
@@ -231,18 +232,41 @@ class Kube:
     async def list_all(self, kind: str, keep: Keep = slim) -> list[dict[str, Any]]:
         """Every object of ``kind`` the controller may see (all namespaces), each as ``keep``
         projects it."""
-        ns: dict[str, Any] = {"namespace": "*"} if kind_info(kind).scope == "Namespaced" else {}
-        return await self._list(RESOURCES[kind], keep, **ns)
+        return await self._list(RESOURCES[kind], keep, "*" if kind_info(kind).scope == "Namespaced" else None)
 
-    async def _list(self, res: Any, keep: Keep, **selectors: Any) -> list[dict[str, Any]]:
-        """A list read in pages of LIST_PAGE, each object projected by ``keep`` as it arrives:
-        a controller (re)starting at thousands of pods never holds them all whole at once."""
+    async def _list(self, res: Any, keep: Keep, namespace: str | None = None, labels: str = "") -> list[dict[str, Any]]:
+        """A list read in pages of LIST_PAGE (``namespace`` "*": every namespace), each object
+        projected by ``keep`` as it arrives: a controller (re)starting at thousands of pods never
+        holds them all whole at once. On the aiohttp path the objects are never decoded into
+        lightkube's models (at N = 1000 a relist of the trainer's pods held 100 MiB of them), and
+        a list for :func:`.objects.metadata_only` asks the API server for the metadata alone."""
+        if self._rest is not None:
+            return await self._list_pages(res, keep, namespace, labels)
+        selectors: dict[str, Any] = {"labels": _selector(labels)} if labels else {}
+        if namespace is not None:
+            selectors["namespace"] = namespace
 
         async def collect() -> list[dict[str, Any]]:
             return [keep(dict(o.to_dict())) async for o in self._client.list(res, chunk_size=LIST_PAGE, **selectors)]
 
         result: list[dict[str, Any]] = await self._call("list", collect())
         return result
+
+    async def _list_pages(self, res: Any, keep: Keep, namespace: str | None, labels: str) -> list[dict[str, Any]]:
+        assert self._rest is not None
+        path = resource_path(res, None if namespace == "*" else namespace)
+        accept = METADATA_LIST if keep is metadata_only else JSON
+        params = {"limit": str(LIST_PAGE)} | ({"labelSelector": labels} if labels else {})
+        kept: list[dict[str, Any]] = []
+        while True:
+            page = await self._call("list", self._rest.send("GET", path, params, accept=accept))
+            # Items come without their kind (watch events and lightkube's objects have it).
+            kind, api_version = str(page.get("kind", "")).removesuffix("List"), page.get("apiVersion")
+            kept.extend(keep({"apiVersion": api_version, "kind": kind, **item}) for item in page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return kept
+            params["continue"] = token
 
     async def secret_exists(self, namespace: str, name: str) -> bool | None:
         """Whether a Secret exists (None: not allowed to look in that namespace). Only its metadata
@@ -307,7 +331,7 @@ class Kube:
 
     async def list_core(self, kind: str, label_selector: str, keep: Keep = slim) -> list[dict[str, Any]]:
         """Pods or Services in every namespace that match ``label_selector``."""
-        return await self._list(CORE[kind], keep, namespace="*", labels=_selector(label_selector))
+        return await self._list(CORE[kind], keep, "*", label_selector)
 
     async def apply_core(self, body: dict[str, Any]) -> None:
         """Server-side apply of a namespaced built-in object under this controller's field manager."""

@@ -5,11 +5,17 @@ the freed heap pages for reuse, so a controller's resident memory stays at the b
 ``malloc_trim(0)`` returns every free page: measured at 1000 Trainers, the trainer controller
 went from 155 to 130 MiB (docs/design/performance.md). Elsewhere than glibc it does nothing.
 
+asyncio gives every TLS connection a read buffer of 256 KiB for as long as it lives (the API
+client's pooled connections, kopf's watches, the API server's connections to the webhooks): at
+N = 1000 the trainer held 81 of them, 20.7 MiB, the largest allocation site traced. Each controller
+sets it to :data:`TLS_READ_BUFFER` before its loop starts (:func:`smaller_tls_buffers`).
+
 What holds the memory: a controller started with ``PYTHONTRACEMALLOC=N`` (Python's own allocation
 tracing, N frames per allocation) answers ``/debug/memory`` on its metrics port with the largest
 allocation sites (:func:`allocation_report`).
 """
 
+import asyncio.sslproto
 import ctypes
 import logging
 import tracemalloc
@@ -28,6 +34,15 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 MALLOC_TRIM = _malloc_trim()
+# A TLS connection's read buffer (asyncio's is 256 KiB): a watch event or an API answer arrives in
+# reads of up to this much, each handed on as it comes, so a larger one only costs memory.
+TLS_READ_BUFFER = 32 * 1024
+
+
+def smaller_tls_buffers(size: int = TLS_READ_BUFFER) -> None:
+    """Give TLS connections opened from now on a read buffer of ``size`` bytes (asyncio reads the
+    buffer size from its protocol class: ``SSLProtocol.max_size``)."""
+    asyncio.sslproto.SSLProtocol.max_size = size
 
 
 def trim() -> bool:

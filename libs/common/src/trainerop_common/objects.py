@@ -16,6 +16,12 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
+def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """Only ``obj``'s metadata: a list read with this projection asks the API server for nothing
+    else (:meth:`.kube.Kube.list_core`)."""
+    return {"metadata": obj.get("metadata", {})}
+
+
 MANAGER_KEYS = ("manager", "operation", "subresource")
 
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import kopf
 from lightkube import ApiError
 
-from . import jsonlog, kopf_settings, tracing
+from . import jsonlog, kopf_settings, memory, tracing
 from .config import ControllerConfig, parse_args
 from .health import Health
 from .kube import Kube
@@ -139,6 +139,7 @@ def main(controller: str, make: Make[F], own: type[F], webhooks: bool, argv: Seq
     """The body of every controller's console entry point."""
     config, flags = parse_args(controller, own, argv, webhooks=webhooks)
     jsonlog.setup(controller, config.log_level)
+    memory.smaller_tls_buffers()
     provider = tracing.setup(component(controller), config.pod_name, config.otlp_endpoint, config.trace_sample_ratio)
     if provider is not None:
         log.info("exporting spans over OTLP", extra={"endpoint": config.otlp_endpoint or "from OTEL_EXPORTER_OTLP_*"})

@@ -107,14 +107,21 @@ class Rest:
         return self._session
 
     async def send(
-        self, method: str, path: str, params: dict[str, str], body: Any = None, content_type: str = JSON
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str],
+        body: Any = None,
+        content_type: str = JSON,
+        accept: str = JSON,
     ) -> dict[str, Any]:
         """The response's object (``{}`` when it has none); ApiError for a refusal."""
         data = orjson.dumps(body) if body is not None else None
         sent = self._token.header()
-        status, raw = await self._exchange(method, path, params, data, content_type, sent)
+        status, raw = await self._exchange(method, path, params, data, content_type, sent | {"Accept": accept})
         if status == 401 and self._token.renewed(sent):
-            status, raw = await self._exchange(method, path, params, data, content_type, self._token.header())
+            auth = self._token.header() | {"Accept": accept}
+            status, raw = await self._exchange(method, path, params, data, content_type, auth)
         if status >= 400:
             raise refusal(status, raw)
         parsed = orjson.loads(raw) if raw else {}
@@ -127,9 +134,10 @@ class Rest:
         params: dict[str, str],
         data: bytes | None,
         content_type: str,
-        auth: dict[str, str],
+        headers: dict[str, str],
     ) -> tuple[int, bytes]:
-        headers = {"Accept": JSON, **auth}
+        """One request; ``headers`` says what it accepts and with which authorization."""
+        headers = dict(headers)
         if data is not None:
             headers["Content-Type"] = content_type
         try:
