@@ -85,7 +85,8 @@ def record_throughput(into: dict[str, Any], run: dict[str, Any]) -> None:
             "failures": len(pooled["created"]),
             "ramps": len(into["repetitions"]),
             "replacement_created_seconds": spread(pooled["created"]),
-            "replacement_running_seconds": spread(pooled["running"]),
+            # None when no replacement was Running before its ramp's end (as recovery.py says it)
+            "replacement_running_seconds": spread(pooled["running"]) if pooled["running"] else None,
             "stages_seconds": {stage: spread(values) for stage, values in stages.items() if values},
         }
 

@@ -56,6 +56,17 @@ def test_three_repetitions_give_median_range_and_paired_shares() -> None:
     assert first["operator"]["memory_mib"] == {"trainer": 100.0}
 
 
+def test_a_ramp_whose_replacements_were_created_but_none_running_is_recorded() -> None:
+    """The probe's replacements were created, none Running before the ramp ended: the run's
+    figures are kept (an N = 1000 run lost them all at this point)."""
+    only = run(100, 200, (20, 40), [0.1, 0.2])
+    only["operator"]["replacements_during_ramp"]["running_samples"] = []
+    record_throughput(only, only)
+    ramp = only["operator"]["replacements_during_ramp"]
+    assert (ramp["replacement_created_seconds"]["count"], ramp["replacement_running_seconds"]) == (2, None)
+    assert any("during the N = 1000 ramp" in x for x in recovery_lines({"throughput": {"1000": only}}))
+
+
 @pytest.mark.parametrize(
     ("path", "single"),
     [
