@@ -14,6 +14,8 @@ from pathlib import Path
 from time import sleep
 from typing import Any
 
+from .retry import backoff_seconds
+
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 APPLY = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
 MERGE = "application/merge-patch+json"
@@ -23,7 +25,6 @@ MERGE = "application/merge-patch+json"
 # again: a checkpoint's load or report failing on it would otherwise end a training process with an
 # error that reads as a bug in the training code (exit code 1: permanent under restartPolicy ExitCode).
 ATTEMPTS = 4
-RETRY_DELAYS = (0.5, 1.0, 2.0)  # between attempts (4 attempts: 3.5 s of waiting, plus their timeouts)
 MAX_RETRY_AFTER = 10.0
 RETRIED_SERVER_ERRORS = frozenset({500, 502, 503, 504})
 
@@ -67,18 +68,15 @@ class ApiClient:
         attempts: int = ATTEMPTS,
     ) -> dict[str, Any]:
         """One API call; a transient failure (:func:`transient`) is tried again, up to ``attempts``
-        in all, after RETRY_DELAYS (or the server's Retry-After, at most MAX_RETRY_AFTER)."""
+        in all, after :func:`.retry.backoff_seconds` (or the server's Retry-After, at most
+        MAX_RETRY_AFTER): four attempts wait 3.5 s in all, plus their timeouts."""
         for attempt in range(attempts):
             try:
                 return self._send(method, path, body, content_type, timeout)
             except ApiError as err:
                 if attempt == attempts - 1 or not transient(method, err):
                     raise
-                sleep(
-                    err.retry_after
-                    if err.retry_after is not None
-                    else RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
-                )
+                sleep(err.retry_after if err.retry_after is not None else backoff_seconds(attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _send(self, method: str, path: str, body: object | None, content_type: str, timeout: float) -> dict[str, Any]:

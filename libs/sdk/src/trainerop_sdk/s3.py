@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 
 from .checksums import SHA256_HEADER, Digest, StoredChecksum, checksum_header, parse_stored_checksum
 from .credentials import ENDPOINT_KEYS, REQUIRED_KEYS
+from .retry import backoff_seconds
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 CHUNK = 1 << 20
@@ -142,7 +143,7 @@ class S3Client:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if attempt == 2:
                     raise
-            time.sleep(0.5 * 2**attempt)
+            time.sleep(backoff_seconds(attempt))
         raise AssertionError("unreachable")
 
     def _resign(self, request: urllib.request.Request) -> urllib.request.Request:
@@ -187,7 +188,7 @@ class S3Client:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if attempt == 2:
                     raise
-            time.sleep(0.5 * 2**attempt)
+            time.sleep(backoff_seconds(attempt))
 
     def get(self, key: str) -> bytes | None:
         try:
