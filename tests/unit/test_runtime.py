@@ -16,7 +16,7 @@ from trainerop_common.config import ControllerConfig, WebhookConfig
 from trainerop_common.kube import URGENT, Kube
 from trainerop_common.outcome import Outcome, StatusSection
 from trainerop_common.runtime import Body, PermanentError, Runtime
-from trainerop_common.workqueue import Backoff
+from trainerop_common.workqueue import Backoff, key_of
 
 BODY = trainer_body("t", "ns")
 
@@ -176,8 +176,8 @@ async def test_cache_groups_by_index_and_drops_deleted_objects() -> None:
     assert [o["metadata"]["name"] for o in await cache.grouped("b")] == ["b-0"]
 
 
-async def test_outside_kopfs_context_an_event_is_posted_with_the_controllers_own_client() -> None:
-    """kopf.event needs kopf's context vars; a reconcile started by a timer has none (it crashed)."""
+async def test_an_event_is_posted_with_the_controllers_own_client() -> None:
+    """kopf.event needs kopf's context vars, which no reconcile has (a timer's crashed with it)."""
     created: list[dict[str, Any]] = []
 
     class Recorder:
@@ -186,7 +186,7 @@ async def test_outside_kopfs_context_an_event_is_posted_with_the_controllers_own
             return True
 
     rt = Runtime(ControllerConfig(controller="trainer", pod_name="trainer-0"), cast(Kube, Recorder()))
-    rt.event(BODY, "Normal", "TTLExpired", "deleting; API_TOKEN=abc")  # not inside a kopf handler
+    rt.event(BODY, "Normal", "TTLExpired", "deleting; API_TOKEN=abc")
     for task in list(rt.tasks._tasks):
         await task
     (event,) = created
@@ -521,3 +521,58 @@ async def test_events_during_a_reconcile_make_one_more_on_the_latest_state() -> 
     await first
     assert seen == ["1", "6"]
     assert queue.depth == 0
+
+
+async def test_with_a_limit_at_most_that_many_reconciles_run_and_the_others_wait_their_turn() -> None:
+    """--workers: pokes of five Trainers with a limit of two; two run at a time, each on the
+    state it has when its turn comes, and a Trainer deleted while waiting is not reconciled."""
+    from trainerop_common.workqueue import Tasks, WorkQueue
+
+    release = asyncio.Event()
+    running: list[str] = []
+    most = 0
+    done: list[str] = []
+
+    async def work(body: Body) -> None:
+        nonlocal most
+        running.append(body["metadata"]["name"])
+        most = max(most, len(running))
+        await release.wait()
+        running.remove(body["metadata"]["name"])
+        done.append(f"{body['metadata']['name']}@{body['metadata']['resourceVersion']}")
+
+    tasks = Tasks()
+    queue = WorkQueue(tasks, work, limit=2)
+    for name in "abcde":
+        queue.poke(key_of(queue.seen(trainer_body(name, "ns", resource_version="1"))))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sorted(running) == ["a", "b"]
+    queue.seen(trainer_body("c", "ns", resource_version="9"))  # a newer state while c waits
+    queue.forget(trainer_body("d", "ns"))
+    release.set()
+    while tasks._tasks:
+        await asyncio.gather(*tasks._tasks)
+    assert most == 2
+    assert sorted(done) == ["a@1", "b@1", "c@9", "e@1"]
+
+
+async def test_a_trainer_event_from_the_stream_starts_its_reconcile_without_waiting_for_it() -> None:
+    """The runtime's Trainer handler runs on the watch stream (watch_events): it hands the
+    reconcile to the queue and returns; a deletion forgets the Trainer."""
+    from trainerop_common import watch_events
+
+    controller = FailingController(None)
+    rt = Runtime(ControllerConfig(controller="quota", resync_seconds=0, trim_memory_seconds=0), cast(Kube, None))
+    registry = rt.registry_for(controller)
+    (handler,) = [h.fn for h in registry._watching.get_all_handlers()]  # kopf keeps no public list
+    on_trainer = watch_events.handler_of(handler)
+    assert on_trainer is not None
+    on_trainer("ADDED", BODY)
+    assert controller.calls == 0  # started, not awaited on the stream
+    while rt.tasks._tasks:
+        await asyncio.gather(*rt.tasks._tasks)
+    assert controller.calls == 1
+    on_trainer("DELETED", BODY)
+    assert rt.trainers == {}
+    assert watch_events.route(kopf.OperatorSettings(), registry) == ["trainers.trainer.operator.kubeflow.org"]

@@ -11,6 +11,7 @@ import kopf
 from .api import GROUP, VERSION, kind_info
 from .loops import at_home
 from .objects import Keep, metadata_only, slim
+from .watch_events import on_event
 
 if TYPE_CHECKING:
     from .kube import Kube
@@ -154,11 +155,10 @@ class ObjectCache:
         resource = (group, version, plural) if group else (version, plural)
         self._on_change = on_change
 
-        @kopf.on.event(*resource, labels=self._labels, registry=registry)
-        async def watch(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        def watch(event_type: str | None, body: dict[str, Any]) -> None:
             key = self.key(body)
-            deleted = event.get("type") == "DELETED"
-            self.relists.seen(key, event.get("type"))
+            deleted = event_type == "DELETED"
+            self.relists.seen(key, event_type)
             if deleted:
                 current = self.items.get(key)
                 if current is None or current["metadata"].get("uid") == body["metadata"].get("uid"):
@@ -166,9 +166,11 @@ class ObjectCache:
                 if not self._listed:
                     self._gone.add((key, body["metadata"].get("uid", "")))
             else:
-                self._put(key, dict(body))
+                self._put(key, body)
             if on_change is not None:
-                on_change(key, dict(body), deleted)
+                on_change(key, body, deleted)
+
+        on_event(registry, resource, watch, self._labels)
 
     async def ensure_listed(self) -> None:
         """The first read lists (on the controller's own loop, also when an admission check on

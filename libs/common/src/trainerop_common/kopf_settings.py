@@ -114,17 +114,23 @@ def resource_name(selector: Any) -> str:
     return str(selector.plural or selector.kind or selector.any_name or selector)
 
 
+def watch_handlers(registry: kopf.OperatorRegistry) -> dict[tuple[str, str], list[Any]]:
+    """The watch handlers registered, by resource (its group, "" for the core API, and plural)."""
+    by_resource: dict[tuple[str, str], list[Any]] = {}
+    for handler in registry._watching.get_all_handlers():  # kopf keeps no public list of them
+        if handler.selector is not None:
+            key = (handler.selector.group or "", resource_name(handler.selector))
+            by_resource.setdefault(key, []).append(handler)
+    return by_resource
+
+
 def filter_on_server(settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry) -> dict[str, str]:
     """Have the API server send only what a watch's handlers would keep: a resource whose every
     handler filters by the same labels is watched with that label selector, so the events a
     controller would drop (the checkpoint controller's watch of its storage pods among every pod of
     the cluster) are neither sent nor decoded. Returns the selectors set, by resource."""
-    by_name: dict[str, list[Any]] = {}
-    for handler in registry._watching.get_all_handlers():  # kopf keeps no public list of them
-        if handler.selector is not None:
-            by_name.setdefault(resource_name(handler.selector), []).append(handler)
     chosen = {}
-    for name, handlers in by_name.items():
+    for (_, name), handlers in watch_handlers(registry).items():
         selectors = {label_selector(h.labels) for h in handlers}
         only = selectors.pop() if len(selectors) == 1 else None
         if only is not None:

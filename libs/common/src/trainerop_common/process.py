@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import kopf
 from lightkube import ApiError
 
-from . import jsonlog, kopf_settings, memory, tracing
+from . import jsonlog, kopf_settings, memory, tracing, watch_events
 from .config import ControllerConfig, parse_args
 from .health import Health
 from .kube import Kube
@@ -86,6 +86,7 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
     selectors = kopf_settings.filter_on_server(settings, registry)
     if selectors:
         log.info("watching with label selectors", extra={"selectors": selectors})
+    log.info("watch events handled on the stream", extra={"resources": watch_events.route(settings, registry)})
     if config.webhook.webhook_port and config.webhook.webhook_tls == "self-signed":
         await _webhook_tls(runtime)
     if runtime.serves_webhooks:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 import kopf
 from lightkube import ApiError
@@ -34,6 +34,7 @@ from .outcome import Outcome, StatusSection, soonest
 from .redaction import redact_text
 from .status_writer import StatusWriter
 from .tracing import reconcile_span
+from .watch_events import on_event
 from .webhooks import Observer, register_admission, register_observer
 from .workqueue import Body, Key, Tasks, Trigger, WorkQueue, key_of, periodic
 
@@ -77,10 +78,6 @@ class Controller(Protocol):
 EventPoster = Callable[[Body, str, str, str], None]
 
 
-def post_with_kopf(body: Body, type_: str, reason: str, message: str) -> None:
-    kopf.event(cast(kopf.Body, dict(body)), type=type_, reason=reason, message=message)
-
-
 class Runtime:
     def __init__(
         self, config: ControllerConfig, kube: Kube, clock: Clock | None = None, post_event: EventPoster | None = None
@@ -88,11 +85,13 @@ class Runtime:
         self.config = config
         self.kube = kube
         self.clock = clock or SystemClock()
-        self._post_event = post_event or post_with_kopf
+        # Events go through the controller's own client (None) unless a poster is given (tests):
+        # no reconcile runs in kopf's handler context, where kopf's own poster would work.
+        self._post_event = post_event
         # (generation, reason) of the last permanent error reported per object: one Event, not one per resync
         self._reported: dict[Key, tuple[int, str]] = {}
         self.tasks = Tasks()
-        self.queue = WorkQueue(self.tasks, self._reconcile_once)
+        self.queue = WorkQueue(self.tasks, self._reconcile_once, limit=config.workers)
         self._controller: Controller | None = None
         self.writer: StatusWriter | None = None  # the controller's, on Trainers (set with the controller)
         self.ready = asyncio.Event()
@@ -116,11 +115,9 @@ class Runtime:
     def event(self, body: Body, type_: str, reason: str, message: str) -> None:
         """Post a Kubernetes Event about ``body`` (message redacted)."""
         EVENTS_POSTED.labels(self.config.controller, type_, reason).inc()
-        try:
+        if self._post_event is not None:
             self._post_event(body, type_, reason, redact_text(message))
-        except LookupError:
-            # kopf posts only from its own context (a watch handler); a reconcile started by our
-            # timers (backoff, TTL, stall, resync) posts with the controller's own client instead.
+        else:
             self.tasks.spawn(self._post_directly(body, type_, reason, redact_text(message)))
 
     async def _post_directly(self, body: Body, type_: str, reason: str, message: str) -> None:
@@ -327,15 +324,15 @@ class Runtime:
         def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
             return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
-        @kopf.on.event(GROUP, VERSION, "trainers", registry=registry)
-        async def on_trainer(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
-            self.relists.seen(key_of(body), event.get("type"))
-            if event.get("type") == "DELETED":
+        def on_trainer(event_type: str | None, body: dict[str, Any]) -> None:
+            self.relists.seen(key_of(body), event_type)
+            if event_type == "DELETED":
                 self._gone(body)
                 return
             # Held until the next event: the body without its managers' field sets (decide from the
             # spec and the status; the audit names the spec's manager)
-            await self.reconcile(self.queue.seen(managers_only(dict(body))))
+            self.queue.poke(key_of(self.queue.seen(managers_only(body))))
 
+        on_event(registry, (GROUP, VERSION, "trainers"), on_trainer)
         controller.register(registry, self)
         return registry

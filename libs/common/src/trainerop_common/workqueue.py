@@ -9,6 +9,7 @@
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,10 +65,14 @@ class Tasks:
 class WorkQueue:
     """The objects seen, and the reconciles of them: serialised per object, rescheduled by timers."""
 
-    def __init__(self, tasks: Tasks, work: Work) -> None:
+    def __init__(self, tasks: Tasks, work: Work, limit: int = 0) -> None:
         self.objects: dict[Key, Body] = {}  # the latest state the watch has seen, by key
         self._tasks = tasks
         self._work = work
+        # at most ``limit`` reconciles at once (0: no limit); the others wait their turn
+        self._slots: asyncio.Semaphore | contextlib.nullcontext[None] = (
+            asyncio.Semaphore(limit) if limit > 0 else contextlib.nullcontext()
+        )
         self.backoff = Backoff()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._running: set[Key] = set()  # objects being reconciled now
@@ -108,16 +113,24 @@ class WorkQueue:
         self._running.add(key)
         try:
             while True:
-                self._dirty.discard(key)
-                latest = self.objects.get(key)
-                if latest is None:  # deleted meanwhile: nothing to reconcile
-                    return
-                await self._work(latest)
+                async with self._slots:  # with --workers, a turn may be waited for
+                    self._dirty.discard(key)
+                    latest = self.objects.get(key)
+                    if latest is None:  # deleted meanwhile: nothing to reconcile
+                        return
+                    await self._work(latest)
                 if key not in self._dirty:
                     return
         finally:
             self._running.discard(key)
             self._dirty.discard(key)
+
+    def poke(self, key: Key) -> None:
+        """Reconcile ``key`` now, without waiting for it: once more after the reconcile in progress."""
+        if key in self._running:
+            self._dirty.add(key)
+        else:
+            self._tasks.spawn(self.process(key))
 
     def has_timer(self, key: Key) -> bool:
         return key in self._timers
