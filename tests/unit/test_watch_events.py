@@ -2,6 +2,7 @@
 watcher then gets (its real ``watcher``, over a stream standing in for the API server's)."""
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -144,3 +145,16 @@ def test_a_resource_not_routed_goes_through_kopf_as_before(monkeypatch: pytest.M
     processed = run_kopf_watcher(settings, PODS)
     assert [e["type"] for e in processed] == [None, "ADDED", "MODIFIED", "DELETED"]
     assert seen == []  # kopf calls the handlers from those (its processing is not run here)
+
+
+def test_at_debug_each_event_is_logged_with_its_object(caplog: pytest.LogCaptureFixture) -> None:
+    """kopf's processing logged every handled object at DEBUG; the stream does too, so a
+    controller run with --log-level DEBUG still says what it saw."""
+    seen: list[tuple[str | None, str]] = []
+    with caplog.at_level(logging.DEBUG, logger="trainerop.watch"):
+        for raw in POD_EVENTS:
+            if isinstance(raw, dict) and raw.get("type") != "BOOKMARK":
+                watch_events.deliver(raw, [recorder(seen)], "pods")
+    logged = [(r.__dict__["event"], r.__dict__["object"]) for r in caplog.records if r.message == "watch event"]
+    assert logged == [("LISTED", "ns/a"), ("ADDED", "ns/b"), ("MODIFIED", "ns/a"), ("DELETED", "ns/b")]
+    assert len(seen) == 4

@@ -73,29 +73,36 @@ def _stream(*, settings: kopf.OperatorSettings, resource: Any, **kwargs: Any) ->
     stream = _kopf_stream(settings=settings, resource=resource, **kwargs)
     handlers = getattr(settings, _ROUTES, {}).get((resource.group or "", resource.plural))
     # kopf's stream is an async generator (closed here when its watch ends)
-    return stream if handlers is None else _handled(cast(AsyncGenerator[Any, None], stream), handlers)
+    generator = cast(AsyncGenerator[Any, None], stream)
+    return stream if handlers is None else _handled(generator, handlers, resource.plural)
 
 
-async def _handled(stream: AsyncGenerator[Any, None], handlers: list[Handler]) -> AsyncIterator[Any]:
+async def _handled(stream: AsyncGenerator[Any, None], handlers: list[Handler], resource: str) -> AsyncIterator[Any]:
     """The stream's events handled here; kopf's watcher gets its bookmarks only (the end of a
     list makes it count the resource as listed)."""
     async with contextlib.aclosing(stream):
         async for raw in stream:
             if isinstance(raw, dict) and raw.get("type") != "BOOKMARK":
-                deliver(raw, handlers)
+                deliver(raw, handlers, resource)
             else:
                 yield raw
 
 
-def deliver(raw: Mapping[str, Any], handlers: list[Handler]) -> None:
+def deliver(raw: Mapping[str, Any], handlers: list[Handler], resource: str = "") -> None:
     """One event to each handler; a handler's error is logged (as kopf does for event handlers)
-    and the stream goes on."""
+    and the stream goes on. At DEBUG each event is logged, as kopf's processing did."""
     event_type, obj = raw.get("type"), raw.get("object")
     if not isinstance(obj, dict):
         return
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("watch event", extra=_about(obj, resource, event_type or "LISTED"))
     for handler in handlers:
         try:
             handler(event_type, obj)
         except Exception:
-            meta = obj.get("metadata", {})
-            log.exception("watch handler failed", extra={"object": f"{meta.get('namespace')}/{meta.get('name')}"})
+            log.exception("watch handler failed", extra=_about(obj, resource, event_type or "LISTED"))
+
+
+def _about(obj: Mapping[str, Any], resource: str, event: str) -> dict[str, str]:
+    meta = obj.get("metadata", {})
+    return {"resource": resource, "event": event, "object": f"{meta.get('namespace') or ''}/{meta.get('name')}"}
