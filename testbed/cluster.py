@@ -817,9 +817,19 @@ def down(args: argparse.Namespace) -> int:
         for stopped in stop_processes(run, [name]):
             say(f"stopped {stopped}")
     shutil.rmtree(run)
-    subprocess.run(["ip", "addr", "del", f"{SERVICES_ADDRESS}/32", "dev", "lo"], capture_output=True)
+    release_services_address()
     say(f"removed {run}")
     return 0
+
+
+def release_services_address() -> None:
+    """Take SERVICES_ADDRESS off lo unless another cluster of this machine (another
+    TRAINER_OPERATOR_RUN_DIR) still listens on it: its S3 server would answer no more."""
+    listening = subprocess.run(["ss", "-Hltn", "src", SERVICES_ADDRESS], capture_output=True, text=True).stdout
+    if listening.strip():
+        say(f"{SERVICES_ADDRESS} stays on lo: another cluster listens on it")
+        return
+    subprocess.run(["ip", "addr", "del", f"{SERVICES_ADDRESS}/32", "dev", "lo"], capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,3 +92,13 @@ def test_status_command_reports_every_component_healthy(cluster: Cluster) -> Non
     for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
         assert f"{component}" in result.stdout
     assert "UNHEALTHY" not in result.stdout
+
+
+def test_another_clusters_teardown_leaves_the_s3_address_of_this_one(cluster: Cluster) -> None:
+    """Clusters of one machine (each its TRAINER_OPERATOR_RUN_DIR) share SERVICES_ADDRESS: one
+    going down must leave it on lo while this one's S3 server listens there."""
+    if cluster_tool.services_address() != cluster_tool.SERVICES_ADDRESS:
+        pytest.skip("SeaweedFS listens on 127.0.0.1: the cluster was started without root (CI runs as root)")
+    cluster_tool.release_services_address()  # what another cluster's `down` does last
+    assert cluster_tool.services_address() == cluster_tool.SERVICES_ADDRESS
+    assert cluster_tool.s3_ready()
