@@ -126,11 +126,16 @@ class Timeline:
                 last, progress_at = done, time.monotonic()
                 print(f"  {what}: {done}/{count}", file=sys.stderr, flush=True)
             if time.monotonic() - progress_at > stall_seconds:
-                raise SystemExit(f"{what}: {done} of {count} after {stall_seconds:.0f} s without progress")
+                raise Stalled(f"{what}: {done} of {count} after {stall_seconds:.0f} s without progress")
             time.sleep(0.2)
 
     def stop(self) -> None:
         self._watched.stop()
+
+
+class Stalled(SystemExit):
+    """A wait saw no progress for its stall time. Uncaught, the run ends with its message; a phase
+    that can record a peer's stall (bench/kubeflow.py) catches it."""
 
 
 def in_parallel(call: Callable[[Any], object], items: list[Any], at_once: int = CREATORS) -> float:

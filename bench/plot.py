@@ -27,7 +27,8 @@ def series(results: dict[str, Any]) -> dict[str, dict[int, float]]:
         out["Trainer Operator"][int(n)] = figure(t, "operator", "all_pods_running_seconds") / int(n)
         out["ceiling (plain client)"][int(n)] = figure(t, "ceiling", "all_pods_running_seconds") / int(n)
     for n, k in (results.get("kubeflow") or {}).items():
-        out["Kubeflow v1"][int(n)] = figure(k, "all_pods_running_seconds") / int(n)
+        if (seconds := figure(k, "all_pods_running_seconds")) is not None:  # None: its wait stalled
+            out["Kubeflow v1"][int(n)] = seconds / int(n)
     return {name: points for name, points in out.items() if points}
 
 

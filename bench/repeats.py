@@ -8,6 +8,7 @@ ramps are pooled over the repetitions (one ramp has too few for a p99)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -29,6 +30,7 @@ KUBEFLOW_TIMES = (
     "all_pods_running_seconds",
     "all_jobs_running_seconds",
 )
+STALLED = "stalled"  # how the report writes a figure whose wait stalled (None)
 # The ceiling's time over ours, per repetition: named by the time compared.
 SHARES = {"created": "all_pods_created_seconds", "running": "all_pods_running_seconds"}
 
@@ -39,11 +41,18 @@ def order(sizes: list[int], count: int) -> list[tuple[int, int]]:
     return [(rep, n) for rep in range(count) for n in sizes]
 
 
-def median_spread(values: list[float]) -> dict[str, Any]:
+def median_spread(values: list[float | None]) -> dict[str, Any]:
+    """Median, min and max of ``values``. A value None (a wait that stalled) ranks slower than any:
+    the median is None once half or more stalled, the max None once one did."""
+    ranked = [math.inf if v is None else v for v in values]
+
+    def kept(x: float) -> float | None:
+        return None if x == math.inf else round(x, 3)
+
     return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
+        "median": kept(statistics.median(ranked)),
+        "min": kept(min(ranked)),
+        "max": kept(max(ranked)),
         "values": values,
     }
 
@@ -64,7 +73,7 @@ def summarize(repetitions: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         k: summarize([r[k] for r in repetitions])
         if isinstance(v, dict)
-        else median_spread([float(r[k]) for r in repetitions])
+        else median_spread([None if r[k] is None else float(r[k]) for r in repetitions])
         for k, v in first.items()
     }
 
@@ -121,8 +130,10 @@ def spread_text(result: dict[str, Any], *path: str) -> str:
     """'233.7 (229.1 to 240.2, 3 runs)' for a repeated figure, else the single value."""
     repeated = _repeated(result, path)
     if repeated is not None and len(repeated["values"]) > 1:
-        return f"{repeated['median']:g} ({repeated['min']:g} to {repeated['max']:g}, {len(repeated['values'])} runs)"
-    return str(figure(result, *path))
+        median, low, high = (STALLED if repeated[k] is None else f"{repeated[k]:g}" for k in ("median", "min", "max"))
+        return f"{median} ({low} to {high}, {len(repeated['values'])} runs)"
+    single = figure(result, *path)
+    return STALLED if single is None else str(single)
 
 
 def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:

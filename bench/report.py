@@ -24,8 +24,8 @@ def _spread_row(title: str, f: dict[str, Any]) -> str:
     return _row(title, f["count"], f["p50"], f["p95"], f["p99"], f["max"])
 
 
-def _ratio(a: float, b: float) -> str:
-    """a / b, or '-' when either is missing."""
+def _ratio(a: float | None, b: float | None) -> str:
+    """a / b, or '-' when either is missing (a stalled wait's figure is None)."""
     return f"{a / b:.2f}" if a and b else "-"
 
 
@@ -114,45 +114,7 @@ def markdown(r: dict[str, Any]) -> str:
                 _share(t, "running"),
             )
         )
-    kf = r.get("kubeflow") or {}
-    if kf:
-        lines += [
-            "",
-            "Kubeflow Training Operator v1 (PyTorchJob, 1 master + workers, same pod count) on the same cluster:",
-            "",
-            _row(
-                "N jobs",
-                "all pods created",
-                "all pods running",
-                "all jobs Running",
-                "of the ceiling: running",
-                "ours faster: created",
-                "running",
-                "memory MiB",
-                "writes per job to Running",
-                "409s",
-            ),
-            _row(*["---"] * 10),
-        ]
-        for n, k in kf.items():
-            t = r.get("throughput", {}).get(n)
-            ceiling_running = figure(t, "ceiling", "all_pods_running_seconds") if t else 0
-            ours_created = figure(t, "operator", "all_pods_created_seconds") if t else 0
-            ours_running = figure(t, "operator", "all_pods_running_seconds") if t else 0
-            lines.append(
-                _row(
-                    n,
-                    spread_text(k, "all_pods_created_seconds"),
-                    spread_text(k, "all_pods_running_seconds"),
-                    spread_text(k, "all_jobs_running_seconds"),
-                    _ratio(ceiling_running, figure(k, "all_pods_running_seconds")),
-                    _ratio(figure(k, "all_pods_created_seconds"), ours_created),
-                    _ratio(figure(k, "all_pods_running_seconds"), ours_running),
-                    k["memory_mib"],
-                    k["writes_to_running_per_job"],
-                    k["conflicts_409"],
-                )
-            )
+    lines += kubeflow_lines(r)
     lines += same_qps_lines(r)
     lines += recovery_lines(r)
     lines += webhook_lines(r.get("webhook_burst"))
@@ -265,6 +227,54 @@ def leak_lines(leak: dict[str, Any] | None) -> list[str]:
     ]
     for ctl, growth in leak["growth_mib_after_first_round"].items():
         lines.append(_row(ctl, *[r.get(ctl, "-") for r in rounds], growth))
+    return lines
+
+
+def kubeflow_lines(r: dict[str, Any]) -> list[str]:
+    """Kubeflow v1's runs beside ours and the ceiling, and which of its waits stalled."""
+    kf = r.get("kubeflow") or {}
+    if not kf:
+        return []
+    lines = [
+        "",
+        "Kubeflow Training Operator v1 (PyTorchJob, 1 master + workers, same pod count) on the same cluster:",
+        "",
+        _row(
+            "N jobs",
+            "all pods created",
+            "all pods running",
+            "all jobs Running",
+            "of the ceiling: running",
+            "ours faster: created",
+            "running",
+            "memory MiB",
+            "writes per job to Running",
+            "409s",
+        ),
+        _row(*["---"] * 10),
+    ]
+    for n, k in kf.items():
+        t = r.get("throughput", {}).get(n)
+        ceiling_running = figure(t, "ceiling", "all_pods_running_seconds") if t else 0
+        ours_created = figure(t, "operator", "all_pods_created_seconds") if t else 0
+        ours_running = figure(t, "operator", "all_pods_running_seconds") if t else 0
+        lines.append(
+            _row(
+                n,
+                spread_text(k, "all_pods_created_seconds"),
+                spread_text(k, "all_pods_running_seconds"),
+                spread_text(k, "all_jobs_running_seconds"),
+                _ratio(ceiling_running, figure(k, "all_pods_running_seconds")),
+                _ratio(figure(k, "all_pods_created_seconds"), ours_created),
+                _ratio(figure(k, "all_pods_running_seconds"), ours_running),
+                k["memory_mib"],
+                k["writes_to_running_per_job"],
+                k["conflicts_409"],
+            )
+        )
+    lines += [
+        f"- N = {n}: {k['stalled']} (this run's later figures: stalled)" for n, k in kf.items() if k.get("stalled")
+    ]
     return lines
 
 

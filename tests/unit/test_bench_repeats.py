@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from bench.kubeflow import reach
+from bench.measure import Stalled
 from bench.repeats import figure, merged, order, record_kubeflow, record_throughput, spread_text
-from bench.report import recovery_lines
+from bench.report import kubeflow_lines, recovery_lines
 
 
 def run(created: float, running: float, ceiling: tuple[float, float], ramp: list[float]) -> dict[str, Any]:
@@ -111,3 +113,56 @@ def test_runs_made_apart_are_plotted_together_each_size_from_the_first_run_that_
     assert together["throughput"] == {"100": "a", "1000": "b", "3000": "c"}
     assert together["kubeflow"] == {"100": "k"}
     assert (together["label"], together["machine"]) == ("full + growth", {"cores": 2})
+
+
+def test_kubeflow_waits_after_a_stall_are_recorded_as_stalled_not_lost() -> None:
+    """Kubeflow's operator left 3 of 1000 jobs short of Running: the times reached are kept."""
+
+    def stalls() -> float:
+        raise Stalled("kubeflow: PyTorchJobs Running: 997 of 1000 after 180 s without progress")
+
+    reached, stalled = reach(
+        {"all_pods_created_seconds": lambda: 40.0, "all_jobs_running_seconds": stalls, "later": lambda: 1.0}
+    )
+    assert reached == {"all_pods_created_seconds": 40.0, "all_jobs_running_seconds": None, "later": None}
+    assert stalled == "kubeflow: PyTorchJobs Running: 997 of 1000 after 180 s without progress"
+    assert reach({"all_pods_created_seconds": lambda: 40.0}) == ({"all_pods_created_seconds": 40.0}, None)
+
+
+@pytest.mark.parametrize(
+    ("running", "shown", "median"),
+    [
+        ((95.0, None, 85.0), "95 (85 to stalled, 3 runs)", 95.0),  # a stall ranks slower than any time
+        ((95.0, None, None), "stalled (95 to stalled, 3 runs)", None),
+    ],
+)
+def test_a_stalled_kubeflow_repetition_ranks_slowest(
+    running: tuple[float | None, ...], shown: str, median: float | None
+) -> None:
+    times = ("all_jobs_created_seconds", "all_pods_created_seconds", "all_pods_running_seconds")
+    reps: list[dict[str, Any]] = [
+        {**dict(zip(times, (5.0, 50.0, 85.0), strict=True)), "all_jobs_running_seconds": r} for r in running
+    ]
+    first = reps[0] | {"memory_mib": 60.0, "writes_to_running_per_job": 18.0, "conflicts_409": 0, "stalled": None}
+    for rep in reps:
+        record_kubeflow(first, rep)
+    assert figure(first, "all_jobs_running_seconds") == median
+    assert spread_text(first, "all_jobs_running_seconds") == shown
+
+
+def test_the_report_says_which_kubeflow_wait_stalled() -> None:
+    stall = "kubeflow: PyTorchJobs Running: 997 of 1000 after 180 s without progress"
+    kf = {
+        "all_jobs_created_seconds": 20.0,
+        "all_pods_created_seconds": 400.0,
+        "all_pods_running_seconds": 401.0,
+        "all_jobs_running_seconds": None,
+        "memory_mib": 200.0,
+        "writes_to_running_per_job": 18.0,
+        "conflicts_409": 0,
+        "stalled": stall,
+    }
+    lines = kubeflow_lines({"kubeflow": {"1000": kf}})
+    row = next(x for x in lines if x.startswith("| 1000 |"))
+    assert row.split(" | ")[1:4] == ["400.0", "401.0", "stalled"]
+    assert f"- N = 1000: {stall} (this run's later figures: stalled)" in lines
