@@ -104,6 +104,8 @@ def record_kubeflow(into: dict[str, Any], run: dict[str, Any]) -> None:
     """Add one Kubeflow repetition at one N to ``into`` (that N's first)."""
     into.setdefault("repetitions", []).append({k: run[k] for k in KUBEFLOW_TIMES})
     into["median"] = summarize(into["repetitions"])
+    if run.get("stalled"):  # which wait of which repetition (bench/kubeflow.py)
+        into.setdefault("stalls", []).append(f"repetition {len(into['repetitions'])}: {run['stalled']}")
 
 
 def _repeated(result: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:

@@ -273,7 +273,9 @@ def kubeflow_lines(r: dict[str, Any]) -> list[str]:
             )
         )
     lines += [
-        f"- N = {n}: {k['stalled']} (this run's later figures: stalled)" for n, k in kf.items() if k.get("stalled")
+        f"- N = {n}, {stall} (that time and the later ones: stalled)"
+        for n, k in kf.items()
+        for stall in k.get("stalls", ())
     ]
     return lines
 

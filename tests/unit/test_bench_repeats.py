@@ -162,7 +162,17 @@ def test_the_report_says_which_kubeflow_wait_stalled() -> None:
         "conflicts_409": 0,
         "stalled": stall,
     }
+    record_kubeflow(kf, kf)
+    record_kubeflow(kf, kf | {"all_jobs_running_seconds": 430.0, "stalled": None})
+    record_kubeflow(kf, kf | {"stalled": stall.replace("997", "998")})
     lines = kubeflow_lines({"kubeflow": {"1000": kf}})
     row = next(x for x in lines if x.startswith("| 1000 |"))
-    assert row.split(" | ")[1:4] == ["400.0", "401.0", "stalled"]
-    assert f"- N = 1000: {stall} (this run's later figures: stalled)" in lines
+    assert row.split(" | ")[1:4] == [
+        "400 (400 to 400, 3 runs)",
+        "401 (401 to 401, 3 runs)",
+        "stalled (430 to stalled, 3 runs)",
+    ]
+    assert [x for x in lines if x.startswith("- ")] == [
+        f"- N = 1000, repetition 1: {stall} (that time and the later ones: stalled)",
+        f"- N = 1000, repetition 3: {stall.replace('997', '998')} (that time and the later ones: stalled)",
+    ]

@@ -548,6 +548,7 @@ async def test_with_a_limit_at_most_that_many_reconciles_run_and_the_others_wait
     for _ in range(5):
         await asyncio.sleep(0)
     assert sorted(running) == ["a", "b"]
+    assert queue.depth == 3  # c, d and e wait for a turn
     queue.seen(trainer_body("c", "ns", resource_version="9"))  # a newer state while c waits
     queue.forget(trainer_body("d", "ns"))
     release.set()
@@ -555,6 +556,49 @@ async def test_with_a_limit_at_most_that_many_reconciles_run_and_the_others_wait
         await asyncio.gather(*tasks._tasks)
     assert most == 2
     assert sorted(done) == ["a@1", "b@1", "c@9", "e@1"]
+
+
+async def test_pokes_of_one_moment_start_one_reconcile_on_the_latest_state() -> None:
+    """Several events of one Trainer read in one go (one buffered read of the stream): one
+    reconcile, of the newest state, not one more after it."""
+    from trainerop_common.workqueue import Tasks, WorkQueue
+
+    seen: list[str] = []
+
+    async def work(body: Body) -> None:
+        seen.append(body["metadata"]["resourceVersion"])
+
+    tasks = Tasks()
+    queue = WorkQueue(tasks, work)
+    for version in ("1", "2", "3"):
+        queue.poke(key_of(queue.seen(trainer_body("a", "ns", resource_version=version))))
+    assert queue.depth == 1
+    while tasks._tasks:
+        await asyncio.gather(*tasks._tasks)
+    assert (seen, queue.depth) == (["3"], 0)
+
+
+async def test_on_stop_tasks_get_their_grace_and_then_are_cancelled() -> None:
+    from trainerop_common.workqueue import Tasks
+
+    ended: list[str] = []
+
+    async def quick() -> None:
+        await asyncio.sleep(0.01)
+        ended.append("quick")
+
+    async def stuck() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ended.append("stuck cancelled")
+            raise
+
+    tasks = Tasks()
+    tasks.spawn(quick())
+    tasks.spawn(stuck())
+    await tasks.stop(grace=0.05)
+    assert (sorted(ended), tasks._tasks) == (["quick", "stuck cancelled"], set())
 
 
 async def test_a_trainer_event_from_the_stream_starts_its_reconcile_without_waiting_for_it() -> None:

@@ -61,6 +61,21 @@ def ours_and_kopfs_on_pods(r: kopf.OperatorRegistry) -> None:
     kopf.on.event("v1", "pods", registry=r)(plain_kopf_handler)
 
 
+def ours_and_a_kopf_timer_on_pods(r: kopf.OperatorRegistry) -> None:
+    watch_events.on_event(r, ("v1", "pods"), recorder([]))
+    kopf.timer("v1", "pods", interval=60, registry=r)(plain_kopf_handler)
+
+
+def ours_and_a_kopf_index_on_pods(r: kopf.OperatorRegistry) -> None:
+    watch_events.on_event(r, ("v1", "pods"), recorder([]))
+    kopf.index("v1", "pods", registry=r)(plain_kopf_handler)
+
+
+def ours_and_a_kopf_change_handler_on_pods(r: kopf.OperatorRegistry) -> None:
+    watch_events.on_event(r, ("v1", "pods"), recorder([]))
+    kopf.on.create("v1", "pods", registry=r)(plain_kopf_handler)
+
+
 def ours_with_two_label_filters(r: kopf.OperatorRegistry) -> None:
     watch_events.on_event(r, ("v1", "nodes"), recorder([]), {"a": "1"})
     watch_events.on_event(r, ("v1", "nodes"), recorder([]), {"b": "1"})
@@ -79,6 +94,10 @@ def ours_with_a_callable_filter(r: kopf.OperatorRegistry) -> None:
         (two_of_ours_on_pods, ["pods"]),
         # kopf's own handler among them: kopf keeps the resource
         (ours_and_kopfs_on_pods, []),
+        # kopf's timers, indexes and change handlers (with their finalizers) need its processing
+        (ours_and_a_kopf_timer_on_pods, []),
+        (ours_and_a_kopf_index_on_pods, []),
+        (ours_and_a_kopf_change_handler_on_pods, []),
         # two label filters: only kopf filters each handler's events by its own
         (ours_with_two_label_filters, []),
         # a filter the API server cannot apply (a callable)

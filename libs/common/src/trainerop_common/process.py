@@ -24,6 +24,9 @@ from .webhook_tls import CHECK_SECONDS
 from .webhooks import ReviewServer, missing_files, self_signed
 
 log = logging.getLogger("trainerop.process")
+# On stop, reconciles and Events in flight get this long to finish (a pod's termination grace is
+# 30 s by default); a reconcile cut short is done again by the next start.
+STOP_GRACE_SECONDS = 5.0
 F = TypeVar("F")
 Make = Callable[[Runtime, F], Controller]
 
@@ -98,6 +101,7 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
         await _operate(runtime, registry, settings)
     finally:
         UP.labels(config.controller).set(0)
+        await runtime.tasks.stop(grace=STOP_GRACE_SECONDS)  # before their client closes
         await health.stop()
         await kube.close()
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 import kopf
 from kopf._cogs.clients import watching  # kopf exports no hook on its watch streams
 
-from .kopf_settings import filter_on_server, watch_handlers
+from .kopf_settings import filter_on_server, resource_name, watch_handlers
 
 # handler(event type, the object): the type is None for an object listed (kopf's convention)
 Handler = Callable[[str | None, dict[str, Any]], None]
@@ -58,15 +58,28 @@ def route(settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry) -> l
     and filter by no labels or by labels the API server applies (``filter_on_server``, which this
     calls, has it apply them). Returns the resources routed."""
     on_server = filter_on_server(settings, registry)
+    kopfs = kopf_processed(registry)
     routes: Routes = {}
     for key, handlers in watch_handlers(registry).items():
         own = [handler_of(h.fn) for h in handlers]
         filtered = key[1] in on_server or not any(h.labels for h in handlers)
-        if filtered and all(own):
+        if filtered and all(own) and key not in kopfs:
             routes[key] = [h for h in own if h is not None]
     setattr(settings, _ROUTES, routes)  # an operator's own: kopf passes its settings to each watch
     watching.infinite_watch = _stream
     return sorted(f"{plural}.{group}" if group else plural for group, plural in routes)
+
+
+def kopf_processed(registry: kopf.OperatorRegistry) -> set[tuple[str, str]]:
+    """The resources with handlers only kopf's processing of each event calls: on create, update
+    or delete (with their finalizers), daemons and timers, indexes."""
+    kinds = (registry._changing, registry._spawning, registry._indexing)  # kopf keeps no public list
+    return {
+        (h.selector.group or "", resource_name(h.selector))
+        for kind in kinds
+        for h in kind.get_all_handlers()
+        if h.selector is not None
+    }
 
 
 def _stream(*, settings: kopf.OperatorSettings, resource: Any, **kwargs: Any) -> AsyncIterator[Any]:

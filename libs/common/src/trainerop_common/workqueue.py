@@ -56,6 +56,17 @@ class Tasks:
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
+    async def stop(self, grace: float) -> None:
+        """Let the tasks running finish for up to ``grace`` seconds, then cancel what remains (a
+        reconcile cut short is done again by the next start: its status is the record)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        while self._tasks:
+            remaining = set(self._tasks)
+            for task in remaining:
+                task.cancel()
+            await asyncio.gather(*remaining, return_exceptions=True)
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -75,12 +86,14 @@ class WorkQueue:
         )
         self.backoff = Backoff()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
-        self._running: set[Key] = set()  # objects being reconciled now
+        self._running: set[Key] = set()  # objects being reconciled now, or about to be
         self._dirty: set[Key] = set()  # of those, the ones that changed meanwhile: once more after
+        self._waiting: set[Key] = set()  # of those, the ones waiting for a turn (--workers)
 
     @property
     def depth(self) -> int:
-        return len(self._dirty) + len(self._timers)
+        """Reconciles waiting to start: once more after the one running, for a turn, or on a timer."""
+        return len(self._dirty | self._waiting) + len(self._timers)
 
     def seen(self, body: Body) -> Body:
         self.objects[key_of(body)] = body
@@ -111,9 +124,24 @@ class WorkQueue:
             self._dirty.add(key)
             return
         self._running.add(key)
+        await self._drain(key)
+
+    def poke(self, key: Key) -> None:
+        """Reconcile ``key`` now, without waiting for it: once more after the reconcile in progress.
+        The key counts as running from here on, so pokes of one moment start one reconcile."""
+        if key in self._running:
+            self._dirty.add(key)
+        else:
+            self._running.add(key)
+            self._tasks.spawn(self._drain(key))
+
+    async def _drain(self, key: Key) -> None:
+        """Reconcile ``key`` (marked running by the caller) until no change came meanwhile."""
         try:
             while True:
+                self._waiting.add(key)
                 async with self._slots:  # with --workers, a turn may be waited for
+                    self._waiting.discard(key)
                     self._dirty.discard(key)
                     latest = self.objects.get(key)
                     if latest is None:  # deleted meanwhile: nothing to reconcile
@@ -124,13 +152,7 @@ class WorkQueue:
         finally:
             self._running.discard(key)
             self._dirty.discard(key)
-
-    def poke(self, key: Key) -> None:
-        """Reconcile ``key`` now, without waiting for it: once more after the reconcile in progress."""
-        if key in self._running:
-            self._dirty.add(key)
-        else:
-            self._tasks.spawn(self.process(key))
+            self._waiting.discard(key)
 
     def has_timer(self, key: Key) -> bool:
         return key in self._timers
@@ -147,7 +169,7 @@ class WorkQueue:
         def fire() -> None:
             self._timers.pop(key, None)
             if key in self.objects:
-                self._tasks.spawn(self.process(key))
+                self.poke(key)
 
         self._timers[key] = loop.call_later(delay, fire)
 
