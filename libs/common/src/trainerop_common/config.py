@@ -85,7 +85,7 @@ class ControllerConfig:
     log_level: str = flag("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), parse=str.upper)
     qps: float = flag(100.0, "client-side API rate limit (requests a second)")
     burst: int = flag(200, "client-side API rate limit burst")
-    workers: int = flag(0, "objects reconciled concurrently (0: no limit)")
+    workers: int = flag(64, "objects reconciled concurrently (0: no limit)")
     resync_seconds: float = flag(300.0, "every Trainer is reconciled at least this often")
     trim_memory_seconds: float = flag(
         10.0, "give the memory the C allocator holds free back to the system this often (glibc; 0: never)"

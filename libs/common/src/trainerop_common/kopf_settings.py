@@ -82,8 +82,9 @@ def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     # CRDs are installed by deploy/, not discovered at run time: no cluster-wide CRD watch.
     settings.scanning.disabled = True
     # kopf keeps an object's worker alive for idle_timeout after its last event and counts it
-    # against worker_limit, so a small limit serialises bursts of new objects: no limit unless asked.
-    settings.queueing.worker_limit = config.workers or None
+    # against worker_limit, so a limit serialises bursts of new objects: none. --workers bounds
+    # the reconciles running (WorkQueue), which kopf's workers no longer carry.
+    settings.queueing.worker_limit = None
     settings.queueing.idle_timeout = 1.0
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
