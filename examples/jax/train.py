@@ -203,7 +203,9 @@ def main() -> int:
             save_checkpoint(checkpointer, serialize(state, step), step, epoch + 1)
         if heartbeat is not None:
             try:
-                heartbeat.send(epoch=epoch + 1, step=step)
+                heartbeat.send(
+                    epoch=epoch + 1, step=step, total_steps=epochs * steps_per_epoch, metrics={"loss": np.mean(losses)}
+                )
             except Exception as err:  # progress reporting must not stop training
                 log(f"heartbeat failed: {err}")
             except SystemExit as fenced:  # this pod was replaced (trainerop_sdk.heartbeat.Fenced): stop now

@@ -111,6 +111,11 @@ def test_the_example_trains_across_three_pods_to_completion(
 
     assert status["progress"]["epoch"] == 12
     assert status["progress"]["step"] == 384
+    # Issue 21: the heartbeats' total and loss; done is 100 %, with nothing left to estimate.
+    assert (status["progress"]["totalSteps"], status["progress"]["percent"]) == (384, 100)
+    assert abs(float(status["progress"]["metrics"]["loss"]) - reported[-1][2]) < 1e-4  # the log rounds to 4 places
+    assert "estimatedCompletionTime" not in status["progress"]
+    assert (status["reason"], status["message"]) == ("Succeeded", "the run finished successfully")
     # Each pod's first heartbeat made its Lease (with its own bound token), owned by the Trainer.
     leases = json.loads(
         cluster.kubectl("get", "leases", "-n", real_namespace, "-l", "trainer-name=spirals", "-o", "json")

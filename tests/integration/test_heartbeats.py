@@ -1,15 +1,17 @@
 """Progress heartbeats with the pod's own identity: they land in status.progress, a pod cannot
-beat for another Trainer, and silence is detected as a stall (issue 3)."""
+beat for another Trainer, and silence is detected as a stall (issue 3); percent done, the
+estimated completion and metrics, and what the run waits for, as `kubectl get` shows them (issue 21)."""
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.factories import trainer_manifest
-from tests.harness import Cluster, condition, eventually
+from tests.harness import Cluster, condition, eventually, table
 from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
 from trainerop_sdk.heartbeat import Heartbeat, HeartbeatError, ReplicaIdentity
 
@@ -89,3 +91,48 @@ def test_a_silent_worker_is_stalled_and_restarted(cluster: Cluster, namespace: s
     assert condition(obj, "Stalled")  # True while stalled, False again once the replacement runs
     events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
     assert any(e["reason"] == "RestartingPod" and "pod quiet-worker-0 stalled" in e["message"] for e in events)
+
+
+def test_heartbeats_give_percent_done_an_estimated_completion_and_metrics(cluster: Cluster, namespace: str) -> None:
+    """Issue 21: two beats 100 s apart by the pod's clock (a pace of 1 s per step), then the
+    columns a person reads."""
+    cluster.apply(trainer("gamma", workers=1), namespace)
+    eventually(lambda: running(cluster, namespace, "gamma"), what="gamma to run")
+    moment = [datetime.now(UTC) - timedelta(seconds=100)]  # the pod's clock, moved by the test
+    beat = replace(beat_as(cluster, namespace, "gamma-worker-0"), clock=lambda: moment[0])
+    beat.send(epoch=1, step=100, total_steps=1000, metrics={"loss": 0.9})
+    moment[0] += timedelta(seconds=100)
+    beat.send(epoch=2, step=200, total_steps=1000, metrics={"loss": 0.5, "tokens_per_s": 1234.5})
+
+    def reported() -> dict[str, Any] | None:
+        progress = cluster.get("trainer", "gamma", namespace)["status"].get("progress", {})
+        return progress if progress.get("step") == 200 else None
+
+    progress = eventually(reported, what="the second beat to reach status.progress")
+    assert (progress["percent"], progress["totalSteps"]) == (20, 1000)
+    assert progress["metrics"] == {"loss": "0.5", "tokens_per_s": "1234.5"}
+    # 800 steps left at 1 s each, from the last beat
+    last = datetime.fromisoformat(progress["lastHeartbeatTime"].replace("Z", "+00:00"))
+    assert progress["estimatedCompletionTime"] == (last + timedelta(seconds=800)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    row = table(cluster.kubectl("get", "trainer", "gamma", "-n", namespace))[0]
+    assert (row["PROGRESS"], row["ETA"], row["REASON"]) == ("20", progress["estimatedCompletionTime"], "Running")
+
+
+def test_pods_no_node_takes_are_said_with_the_schedulers_words(cluster: Cluster, namespace: str) -> None:
+    """Issue 21: the reason follows the phase: Unschedulable with the scheduler's message while
+    no node takes the pods."""
+    nowhere = {"worker": {"spec": {"nodeSelector": {"trainer-operator-test/absent": "yes"}}}}
+    cluster.apply(
+        trainer_manifest("nowhere", epochs=1, topology={"workers": 2}, podTemplateOverrides=nowhere), namespace
+    )
+
+    def unschedulable() -> dict[str, Any] | None:
+        status = cluster.get("trainer", "nowhere", namespace).get("status", {})
+        return status if status.get("reason") == "Unschedulable" else None
+
+    status = eventually(unschedulable, timeout=90, what="the Trainer to say its pods are unschedulable")
+    assert status["phase"] == "Pending"
+    assert status["message"].startswith("2 of 2 pods unschedulable: 0/")
+    assert "didn't match Pod's node affinity/selector" in status["message"]
+    row = table(cluster.kubectl("get", "trainer", "nowhere", "-n", namespace))[0]
+    assert (row["PHASE"], row["REASON"]) == ("Pending", "Unschedulable")

@@ -81,7 +81,8 @@ def test_kubectl_get_shows_what_the_trainer_is_doing(cluster: Cluster, namespace
         "WORKERS",
         "READY",
         "PHASE",
-        "EPOCH",
+        "PROGRESS",
+        "ETA",
         "RESTARTS",
         "CHECKPOINT",
         "REASON",
@@ -91,10 +92,11 @@ def test_kubectl_get_shows_what_the_trainer_is_doing(cluster: Cluster, namespace
     assert row["NAME"] == "llama-7b-finetune"
     assert row["WORKERS"] == "4"
     assert row["PHASE"] in ("Pending", "Running")
-    assert row["REASON"] == "PodsCreated"
+    assert row["REASON"] == {"Pending": "Starting", "Running": "Running"}[row["PHASE"]]  # the reason follows the phase
+    assert row["PROGRESS"] == "0"  # no heartbeat from kwok's pods
 
     wide = cluster.kubectl("get", "trainers", "-n", namespace, "-o", "wide").splitlines()[0]
-    for column in ("MESSAGE", "PROFILE", "QUOTA"):
+    for column in ("MESSAGE", "EPOCH", "PROFILE", "QUOTA"):
         assert column in wide
 
     # Short names and the category work like built-in kinds.

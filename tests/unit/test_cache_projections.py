@@ -95,6 +95,25 @@ PODS = {
         status__conditions=[{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]
     ),
     "pending, unscheduled": pod(spec__nodeName=None, status__phase="Pending"),
+    "no node fits": pod(
+        spec__nodeName=None,
+        status__phase="Pending",
+        status__conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    ),
+    "image not pulled": pod(
+        status__phase="Pending",
+        status__containerStatuses=[
+            {"name": "trainer", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}}
+        ],
+    ),
     "another team's pod": pod(metadata__labels={"app": "web"}, metadata__annotations=None, spec__initContainers=None),
     "no status yet": pod(status=None),
 }
@@ -119,7 +138,8 @@ def test_the_trainer_sees_the_same_pod(body: dict[str, Any]) -> None:
     assert "containers" not in kept["spec"]
     assert "kubectl.kubernetes.io/last-applied-configuration" not in (kept["metadata"].get("annotations") or {})
     assert "hostIP" not in (kept["status"] or {})
-    assert [c["type"] for c in (kept["status"] or {}).get("conditions", [])] in ([], ["Ready"])  # all it reads
+    kept_conditions = [c["type"] for c in (kept["status"] or {}).get("conditions", [])]
+    assert kept_conditions in ([], ["Ready"], ["PodScheduled"])  # all it reads (PodScheduled: when unschedulable)
     assert len(repr(kept)) < len(repr(body)) / 4
 
 

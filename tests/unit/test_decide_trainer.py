@@ -115,6 +115,7 @@ def created_names(d: Decision) -> list[str]:
 
 
 FOUR_AND_PS = [pod("worker", i) for i in range(4)] + [pod("ps", 0)]
+STARTING_PODS = [pod("worker", i, "Pending") for i in range(4)] + [pod("ps", 0, "Pending")]
 FAILED_0 = [pod("worker", 0, "Failed", 137), *FOUR_AND_PS[1:]]
 ALL_WORKERS_DONE = [pod("worker", i, "Succeeded", 0) for i in range(4)] + [pod("ps", 0)]
 ON_N1 = [pod("worker", 0, node="n1"), *FOUR_AND_PS[1:]]
@@ -232,6 +233,87 @@ def test_what_the_run_is_and_what_the_trainer_does(
     condition = by_type(d)[why[0]]
     assert (d.status["phase"], (condition.type, condition.status, condition.reason)) == (phase, why)
     assert (len(d.create_pods), tuple(sorted(d.delete_pods))) == (created, deleted)
+
+
+NO_NODE = "0/100 nodes are available: 100 Insufficient nvidia.com/gpu."
+UNPLACED = [replace(p, unschedulable=NO_NODE) for p in STARTING_PODS[:3]] + STARTING_PODS[3:]
+NO_IMAGE = [replace(STARTING_PODS[0], waiting="ImagePullBackOff: Back-off pulling image"), *STARTING_PODS[1:]]
+# What `kubectl get trainers` says the run is doing (status.reason, status.message), one row per
+# situation (4 workers and a parameter server; gates open unless said).
+GLANCE_TABLE: list[tuple[str, dict[str, Any], list[PodView], dict[str, Any], str, str]] = [
+    # situation, spec changes, pods, observe(...) extras -> reason, message
+    ("a new run", {}, [], {}, "CreatingPods", "creating 5 of 5 pods"),
+    (
+        "closed gates",
+        {},
+        [],
+        {"conditions": [cond("ProfileResolved", "True"), cond("QuotaAdmitted", "False", "QueueFull", message="wait")]},
+        "WaitingForGates",
+        "waiting for QuotaAdmitted (QueueFull: wait)",
+    ),
+    ("pods created, starting", {}, STARTING_PODS, {}, "Starting", "0 of 5 pods running"),
+    ("three pods no node takes", {}, UNPLACED, {}, "Unschedulable", f"3 of 5 pods unschedulable: {NO_NODE}"),
+    (
+        "an image that does not pull",
+        {},
+        NO_IMAGE,
+        {},
+        "ImagePullBackOff",
+        "1 of 5 pods cannot start: ImagePullBackOff: Back-off pulling image",
+    ),
+    ("every pod running", {}, FOUR_AND_PS, {}, "Running", "5 pods running"),
+    ("exit 137: restarting", {}, FAILED_0, {}, "PodFailed", "pod t-worker-0 failed with exit code 137"),
+    (
+        "exit 1 under ExitCode: failed",
+        {"runPolicy": {"restartPolicy": "ExitCode"}},
+        [pod("worker", 0, "Failed", 1), *FOUR_AND_PS[1:]],
+        {},
+        "PodFailed",
+        "pod t-worker-0 failed with exit code 1, which restartPolicy ExitCode does not retry (exit codes 1-127 are "
+        "permanent); fix the cause and create the Trainer again",
+    ),
+    ("every worker succeeded", {}, ALL_WORKERS_DONE, {}, "Succeeded", "the run finished successfully"),
+    (
+        "succeeded earlier, its pods gone",
+        {},
+        [],
+        {
+            "status": {"phase": "Succeeded"},
+            "conditions": [
+                *OPEN,
+                cond("Created", "True", "PodsCreated"),
+                cond("Succeeded", "True", "Succeeded", message="done"),
+            ],
+        },
+        "Succeeded",
+        "done",
+    ),
+    (
+        "suspended",
+        {"runPolicy": {"suspend": True}},
+        FOUR_AND_PS,
+        {},
+        "SuspendedByUser",
+        "spec.runPolicy.suspend is true; its pods are deleted",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec_changes", "pods", "extra", "reason", "message"),
+    [row[1:] for row in GLANCE_TABLE],
+    ids=[row[0] for row in GLANCE_TABLE],
+)
+def test_what_the_run_is_doing_at_a_glance(
+    spec_changes: dict[str, Any], pods: list[PodView], extra: dict[str, Any], reason: str, message: str
+) -> None:
+    d = observe(spec(**spec_changes), pods, **extra)
+    assert (d.status["reason"], d.status["message"]) == (reason, message)
+
+
+def test_a_status_message_fits_its_bound() -> None:
+    long = [replace(STARTING_PODS[0], unschedulable="x" * 5000), *STARTING_PODS[1:]]
+    assert len(observe(spec(), long).status["message"]) == 1024
 
 
 @pytest.mark.parametrize(
@@ -687,7 +769,7 @@ def test_suspension_clears_the_start_time_so_a_deadline_restarts_on_resume() -> 
 def test_progress_always_has_the_same_shape() -> None:
     first = observe(spec(), running(spec())).status["progress"]
     again = observe(spec(), running(spec()), status={"progress": first}).status["progress"]
-    assert first == again == {"startTime": STAMP, "epoch": 0, "step": 0}
+    assert first == again == {"startTime": STAMP, "epoch": 0, "step": 0, "percent": 0}
 
 
 def test_a_stalled_pod_of_a_failed_run_is_cleaned_up() -> None:
@@ -967,7 +1049,7 @@ def as_written(d: Decision) -> tuple[dict[str, Any], list[Condition]]:
     return d.status, [cond(c.type, c.status, c.reason, message=c.message) for c in d.conditions]
 
 
-STARTING = [pod("worker", i, "Pending") for i in range(4)] + [pod("ps", 0, "Pending")]
+STARTING = STARTING_PODS
 TWO_UP = [*FOUR_AND_PS[:2], *STARTING[2:]]
 NOT_READY = [replace(FOUR_AND_PS[0], ready=False), *FOUR_AND_PS[1:]]
 # A status write of pod counts only waits out --status-counts-seconds since the last write; one row

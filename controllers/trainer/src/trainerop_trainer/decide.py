@@ -18,6 +18,7 @@ from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event, soonest
 
+from .glance import summarized
 from .overrides import override_problems
 from .policy import (
     backoff_limit,
@@ -79,13 +80,17 @@ def decide(obs: Observed) -> Decision:
     active = obs.status.phase not in ("Succeeded", "Failed") and not obs.spec.run_policy.suspend
     old, why = outdated([p for p in obs.pods if not p.deleting], obs.contributions) if active else ([], "")
     if not old:
-        return _decide(obs)
+        return summarized(obs, _decide(obs))
     gone = {p.name for p in old}
-    decision = _decide(replace(obs, pods=[replace(p, deleting=True) if p.name in gone else p for p in obs.pods]))
-    return replace(
-        decision,
-        delete_pods=tuple(sorted(set(decision.delete_pods) | gone)),
-        events=(("Normal", "QuotaReadmission", why), *decision.events),
+    obs = replace(obs, pods=[replace(p, deleting=True) if p.name in gone else p for p in obs.pods])
+    decision = _decide(obs)
+    return summarized(
+        obs,
+        replace(
+            decision,
+            delete_pods=tuple(sorted(set(decision.delete_pods) | gone)),
+            events=(("Normal", "QuotaReadmission", why), *decision.events),
+        ),
     )
 
 

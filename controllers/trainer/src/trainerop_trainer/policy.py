@@ -147,11 +147,13 @@ def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
     return all(done(Replica("worker", i)) for i in range(spec.topology.workers))
 
 
-# The pod counts that move as pods start, become ready or stop one by one (status.topology), and
-# the conditions whose message counts them ("2 of 4 pods running").
+# The pod counts that move as pods start, become ready or stop one by one (status.topology), the
+# conditions whose message counts them ("2 of 4 pods running"), and the summary (status.reason) of
+# a run whose pods are starting, whose message is that count too (glance.summary).
 MOVING_COUNTS = ("workers", "readyWorkers")
 MOVING_ROLE_COUNTS = ("active", "ready")
 COUNTING_MESSAGES = frozenset({"Running"})
+STARTING = "Starting"
 
 
 def _without_counts(section: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,7 +163,10 @@ def _without_counts(section: Mapping[str, Any]) -> dict[str, Any]:
             role: {k: v for k, v in counts.items() if k not in MOVING_ROLE_COUNTS}
             for role, counts in topology["replicas"].items()
         }
-    return {**section, "topology": topology}
+    out = {**section, "topology": topology}
+    if out.get("reason") == STARTING:
+        out.pop("message", None)
+    return out
 
 
 def _said(conditions: Sequence[Condition | Desired], counts: bool) -> set[tuple[str, str, str, str]]:

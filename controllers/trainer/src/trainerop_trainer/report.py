@@ -2,13 +2,14 @@
 heartbeats."""
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import Phase, ProgressStatus, ReplicaStatus, TrainerSpec
-from trainerop_common.clock import whole_seconds
+from trainerop_common.clock import parse_time, rfc3339, whole_seconds
 from trainerop_common.conditions import Desired, find
-from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL
+from trainerop_common.contracts import MAX_METRICS, REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL
 from trainerop_common.topology import ROLES, role_counts
 
 from .views import History, LeaseView, PodView, RoleHistory
@@ -41,19 +42,54 @@ def counts(spec: TrainerSpec, pods: Sequence[PodView], history: History) -> dict
 
 
 def progress(
-    previous: ProgressStatus | None, leases: Mapping[str, LeaseView], start: str | None, completion: str | None
+    previous: ProgressStatus | None,
+    leases: Mapping[str, LeaseView],
+    start: str | None,
+    completion: str | None,
+    epochs: int,
+    phase: Phase,
 ) -> ProgressStatus:
-    """When the run started and finished, and the furthest epoch and step its heartbeats reported."""
+    """When the run started and finished; the furthest epoch and step its heartbeats reported
+    (what they last said stays when their Leases go); how much is done and, while it runs, when
+    it will be at the pace the pods measured; the latest value of each metric."""
     previous = previous or ProgressStatus()
-    beats = [lease for lease in leases.values() if lease.renew_time]
+    beats = sorted((lease for lease in leases.values() if lease.renew_time), key=lambda b: (b.step, b.epoch))
+    epoch = max((b.epoch for b in beats), default=previous.epoch)
+    step = max((b.step for b in beats), default=previous.step)
+    total = max((b.total_steps for b in beats), default=0) or previous.total_steps
+    metrics = dict(previous.metrics or {}) | {name: value for b in beats for name, value in b.metrics}
+    done = step / total if total else epoch / epochs
     return ProgressStatus(
         start_time=start,
         completion_time=completion,
-        epoch=max((lease.epoch for lease in beats), default=previous.epoch),
-        step=max((lease.step for lease in beats), default=previous.step),
-        last_heartbeat_time=max((whole_seconds(str(lease.renew_time)) for lease in beats), default=None)
+        epoch=epoch,
+        step=step,
+        last_heartbeat_time=max((whole_seconds(str(b.renew_time)) for b in beats), default=None)
         or previous.last_heartbeat_time,
+        total_steps=total,
+        percent=100 if phase == "Succeeded" else min(99, int(100 * done)),
+        estimated_completion_time=completion_estimate(beats[-1], total, epochs) if beats and phase in ACTIVE else None,
+        metrics=dict(sorted(metrics.items())[:MAX_METRICS]) or None,
     )
+
+
+ACTIVE = ("Running", "Restarting")
+
+
+def completion_estimate(furthest: LeaseView, total_steps: int | None, epochs: int) -> str | None:
+    """The furthest heartbeat's time plus what remains at its pod's pace: the steps left when the
+    total is known, else the epochs left (None: no pace measured yet)."""
+    if total_steps and furthest.seconds_per_step is not None:
+        remaining = max(0, total_steps - furthest.step) * furthest.seconds_per_step
+    elif furthest.seconds_per_epoch is not None:
+        remaining = max(0, epochs - furthest.epoch) * furthest.seconds_per_epoch
+    else:
+        return None
+    at = parse_time(whole_seconds(str(furthest.renew_time))) + timedelta(seconds=round(min(remaining, MAX_ETA)))
+    return rfc3339(at)
+
+
+MAX_ETA = 10 * 365 * 86400.0  # a pace that says "never" still makes a valid time
 
 
 def status_section(

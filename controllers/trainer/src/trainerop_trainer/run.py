@@ -21,7 +21,7 @@ from .report import progress, status_section
 from .views import History, LeaseView, PodView, RestartBackoff, RoleHistory
 
 CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended")
-SECTION = StatusSection(("phase", "topology", "progress"), CONDITIONS)
+SECTION = StatusSection(("phase", "reason", "message", "topology", "progress"), CONDITIONS)
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class Run:
     def status(
         self, phase: Phase, pods: Sequence[PodView], start: str | None, end: str | None, history: History | None = None
     ) -> dict[str, Any]:
-        now = progress(self.obs.status.progress, self.obs.leases, start, end)
+        now = progress(self.obs.status.progress, self.obs.leases, start, end, self.spec.epochs, phase)
         return status_section(  # desired: the replicas the run is admitted with
             self.obs.owner.name, self.spec, phase, pods, self.history if history is None else history, now
         )

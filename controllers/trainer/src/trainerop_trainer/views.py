@@ -2,6 +2,9 @@
 nodes under them, and each role's failure history (kept in status); and how they are read from
 the objects the watches deliver."""
 
+import json
+import math
+import re
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,9 +13,15 @@ from typing import Any
 from trainerop_common.contracts import (
     ADMISSION_ANNOTATION,
     EPOCH_ANNOTATION,
+    MAX_METRICS,
+    METRIC_NAME,
+    METRICS_ANNOTATION,
     NODE_ANNOTATION,
     REPLICA_TYPE_LABEL,
+    SECONDS_PER_EPOCH_ANNOTATION,
+    SECONDS_PER_STEP_ANNOTATION,
     STEP_ANNOTATION,
+    TOTAL_STEPS_ANNOTATION,
     TRAINER_NAME_LABEL,
     replica_index,
 )
@@ -37,6 +46,8 @@ class PodView:
     started: str | None = None  # status.startTime
     admission: str = ""  # the quota admission it was created under (ADMISSION_ANNOTATION)
     pinned: str = ""  # the node that admission placed it on (NODE_ANNOTATION)
+    unschedulable: str = ""  # the scheduler's message while it finds no node for the pod
+    waiting: str = ""  # why the training container is not running yet (ImagePullBackOff: ...)
 
     @property
     def finished(self) -> bool:
@@ -51,6 +62,10 @@ class LeaseView:
     renew_time: str | None = None
     epoch: int = 0
     step: int = 0
+    total_steps: int = 0  # 0: not reported
+    seconds_per_step: float | None = None  # the pace its process measured
+    seconds_per_epoch: float | None = None
+    metrics: tuple[tuple[str, str], ...] = ()  # (name, value), as reported
 
 
 @dataclass(frozen=True)
@@ -117,7 +132,8 @@ def pod_view(body: dict[str, Any], container: str) -> PodView | None:
     # The stall clock starts when the training container starts, not when the pod was accepted
     # (image pulls and the rendezvous wait come before).
     started = (state.get("running") or {}).get("startedAt") or (terminated or {}).get("startedAt")
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    conditions = status.get("conditions") or ()
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return PodView(
         name=meta["name"],
         uid=meta.get("uid", ""),
@@ -132,7 +148,30 @@ def pod_view(body: dict[str, Any], container: str) -> PodView | None:
         started=started,
         admission=(meta.get("annotations") or {}).get(ADMISSION_ANNOTATION, ""),
         pinned=(meta.get("annotations") or {}).get(NODE_ANNOTATION, ""),
+        unschedulable=next((c.get("message") or "no node fits" for c in conditions if unscheduled(c)), ""),
+        waiting=waiting_reason(state.get("waiting") or {}),
     )
+
+
+# A container waiting for these is on its way; any other reason (ImagePullBackOff, ErrImagePull,
+# CreateContainerConfigError, CrashLoopBackOff) wants a person's attention.
+ON_ITS_WAY = frozenset({"", "ContainerCreating", "PodInitializing"})
+
+
+def unscheduled(condition: Mapping[str, Any]) -> bool:
+    return bool(
+        condition.get("type") == "PodScheduled"
+        and condition.get("status") == "False"
+        and condition.get("reason") == "Unschedulable"
+    )
+
+
+def waiting_reason(waiting: Mapping[str, Any]) -> str:
+    reason = str(waiting.get("reason") or "")
+    if reason in ON_ITS_WAY:
+        return ""
+    message = str(waiting.get("message") or "")
+    return f"{reason}: {message}" if message else reason
 
 
 def progress_only(view: PodView | None) -> bool:
@@ -172,6 +211,10 @@ def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
             {"type": "Ready", "status": c.get("status")}
             for c in status.get("conditions") or ()
             if c.get("type") == "Ready"
+        ] + [
+            {k: c.get(k) for k in ("type", "status", "reason", "message")}
+            for c in status.get("conditions") or ()
+            if unscheduled(c)
         ]
         status = {k: status[k] for k in KEPT_STATUS if k in status}
         if containers:
@@ -181,16 +224,51 @@ def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": kept, "spec": {"nodeName": (body.get("spec") or {}).get("nodeName")}, "status": status}
 
 
+# What a pod may write in its Lease is its own business: the trainer reads only what parses, and
+# no more than this much of the metrics.
+MAX_METRICS_TEXT = 1024
+
+
 def lease_view(body: dict[str, Any]) -> LeaseView:
     annotations = body["metadata"].get("annotations") or {}
 
     def number(key: str) -> int:
         value = str(annotations.get(key, "0"))
-        return int(value) if value.isdigit() else 0
+        return int(value) if value.isdigit() and len(value) <= 18 else 0
+
+    def seconds(key: str) -> float | None:
+        try:
+            value = float(str(annotations.get(key, "")))
+        except ValueError:
+            return None
+        return value if math.isfinite(value) and value > 0 else None
 
     return LeaseView(
         name=body["metadata"]["name"],
         renew_time=(body.get("spec") or {}).get("renewTime"),
         epoch=number(EPOCH_ANNOTATION),
         step=number(STEP_ANNOTATION),
+        total_steps=number(TOTAL_STEPS_ANNOTATION),
+        seconds_per_step=seconds(SECONDS_PER_STEP_ANNOTATION),
+        seconds_per_epoch=seconds(SECONDS_PER_EPOCH_ANNOTATION),
+        metrics=reported_metrics(str(annotations.get(METRICS_ANNOTATION, ""))),
     )
+
+
+def reported_metrics(text: str) -> tuple[tuple[str, str], ...]:
+    """The metrics a heartbeat reported (the SDK's JSON object of named numbers): the first
+    MAX_METRICS well-named finite numbers, each as a string; nothing from what does not parse."""
+    if not text or len(text) > MAX_METRICS_TEXT:
+        return ()
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return ()
+    if not isinstance(found, dict):
+        return ()
+    out = []
+    for name, value in found.items():
+        usable = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if usable and isinstance(name, str) and re.match(METRIC_NAME, name):
+            out.append((name, f"{value:.6g}"))
+    return tuple(sorted(out)[:MAX_METRICS])

@@ -4,23 +4,28 @@ Each training pod has a Lease named after the pod, created by its first heartbea
 the Trainer, so it goes with it). The pods' ServiceAccount may create and renew only the Lease
 named like the pod its token is bound to (the API server's admission policy
 trainer-operator-checkpoint-reporters), so a pod can never report progress for another. A heartbeat renews
-the Lease and records the epoch and step in its annotations; the trainer controller folds them
-into ``Trainer.status.progress`` and detects stalls when they stop.
+the Lease and records in its annotations the epochs done and the step, the run's total steps
+when given, the pace this process measured (seconds per step and per epoch since its first beat)
+and a few metrics; the trainer controller folds them into ``Trainer.status.progress`` (percent
+done, an estimated completion time, the latest metrics) and detects stalls when they stop.
 
     from trainerop_sdk.heartbeat import Heartbeat
     beat = Heartbeat.in_cluster()
     for epoch in range(ctx.epochs):
         ...
-        beat.send(epoch=epoch, step=global_step)
+        beat.send(epoch=epoch + 1, step=global_step, total_steps=ctx.epochs * steps_per_epoch, metrics={"loss": loss})
 
 Only the standard library is used, so any training image can carry it.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,12 +33,22 @@ from .kubeapi import MERGE, SA_DIR, ApiClient, ApiError
 from .names import (
     API_VERSION,
     EPOCH_ANNOTATION,
+    MAX_METRICS,
+    METRIC_NAME,
+    METRICS_ANNOTATION,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    SECONDS_PER_EPOCH_ANNOTATION,
+    SECONDS_PER_STEP_ANNOTATION,
     STEP_ANNOTATION,
+    TOTAL_STEPS_ANNOTATION,
     TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
 )
+
+# A Lease's annotations as a heartbeat sends them: None removes one this beat does not know (a
+# pace measured by an earlier process of the pod, say).
+Annotations = dict[str, str | None]
 
 
 class HeartbeatError(Exception):
@@ -79,6 +94,46 @@ class ReplicaIdentity:
         return cls(*(env[k] for k in keys)) if all(env.get(k) for k in keys) else None
 
 
+@dataclass
+class Pace:
+    """How fast this process trains: seconds per step and per epoch since its first beat (the
+    first epoch's compilation and the rendezvous before it are not training)."""
+
+    first: tuple[datetime, int, int] | None = None  # (when, epoch, step) of the first beat
+
+    def measure(self, now: datetime, epoch: int, step: int) -> tuple[float | None, float | None]:
+        """Seconds per step and per epoch (None: not moved since the first beat); progress going
+        back (the process resumed from an earlier checkpoint) starts the measurement over."""
+        if self.first is None or epoch < self.first[1] or step < self.first[2]:
+            self.first = (now, epoch, step)
+            return None, None
+        since, epoch0, step0 = self.first
+        elapsed = (now - since).total_seconds()
+        per_step = elapsed / (step - step0) if step > step0 and elapsed > 0 else None
+        per_epoch = elapsed / (epoch - epoch0) if epoch > epoch0 and elapsed > 0 else None
+        return per_step, per_epoch
+
+
+def metrics_json(metrics: Mapping[str, float]) -> str:
+    """The metrics annotation: at most MAX_METRICS names (letters, digits, _ . -) of finite numbers,
+    six significant digits each. Anything else is the caller's mistake, said at once."""
+    if len(metrics) > MAX_METRICS:
+        raise ValueError(f"at most {MAX_METRICS} metrics per heartbeat (got {len(metrics)}): report the ones to watch")
+    out = {}
+    for name, value in sorted(metrics.items()):
+        if not re.match(METRIC_NAME, name):
+            raise ValueError(f"metric name {name!r}: use letters, digits, '_', '.' or '-' (at most 63)")
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"metric {name} is {number}: only finite numbers are reported")
+        out[name] = float(f"{number:.6g}")
+    return json.dumps(out, separators=(",", ":"))
+
+
+def seconds_text(seconds: float | None) -> str | None:
+    return None if seconds is None else f"{seconds:.4g}"
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     server: str  # https://host:port
@@ -89,6 +144,7 @@ class Heartbeat:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     replica: ReplicaIdentity | None = None  # to create the Lease on the first beat (None: it must exist)
     token_file: str | None = None  # read again when the token is refused (the kubelet rotates it)
+    pace: Pace = field(default_factory=Pace, compare=False)  # this process's beats so far
 
     @classmethod
     def in_cluster(cls) -> Heartbeat:
@@ -103,16 +159,26 @@ class Heartbeat:
             api.server, api.token, api.namespace, lease, api.ca_file, replica=replica, token_file=str(SA_DIR / "token")
         )
 
-    def annotations(self, epoch: int, step: int) -> dict[str, str]:
-        return {EPOCH_ANNOTATION: str(epoch), STEP_ANNOTATION: str(step)}
-
-    def patch_body(self, epoch: int, step: int) -> dict[str, object]:
+    def report(
+        self, epoch: int, step: int, total_steps: int | None = None, metrics: Mapping[str, float] | None = None
+    ) -> Annotations:
+        """The annotations of a beat at ``epoch`` (epochs done) and ``step``; it measures the pace."""
+        if total_steps is not None and total_steps < 1:
+            raise ValueError(f"total_steps must be at least 1 (got {total_steps}), or None when unknown")
+        per_step, per_epoch = self.pace.measure(self.clock(), epoch, step)
         return {
-            "metadata": {"annotations": self.annotations(epoch, step)},
-            "spec": {"renewTime": micro_time(self.clock())},
+            EPOCH_ANNOTATION: str(epoch),
+            STEP_ANNOTATION: str(step),
+            TOTAL_STEPS_ANNOTATION: None if total_steps is None else str(total_steps),
+            SECONDS_PER_STEP_ANNOTATION: seconds_text(per_step),
+            SECONDS_PER_EPOCH_ANNOTATION: seconds_text(per_epoch),
+            METRICS_ANNOTATION: None if not metrics else metrics_json(metrics),
         }
 
-    def lease_body(self, replica: ReplicaIdentity, epoch: int, step: int) -> dict[str, object]:
+    def patch_body(self, annotations: Annotations) -> dict[str, object]:
+        return {"metadata": {"annotations": annotations}, "spec": {"renewTime": micro_time(self.clock())}}
+
+    def lease_body(self, replica: ReplicaIdentity, annotations: Annotations) -> dict[str, object]:
         """The Lease the first heartbeat creates: labelled like the pod, owned by the Trainer."""
         labels = {
             TRAINER_NAME_LABEL: replica.trainer,
@@ -121,7 +187,8 @@ class Heartbeat:
             TRAINER_UID_LABEL: replica.trainer_uid,
         }
         owner = {"apiVersion": API_VERSION, "kind": "Trainer", "name": replica.trainer, "uid": replica.trainer_uid}
-        meta = {"name": self.lease, "labels": labels, "annotations": self.annotations(epoch, step)}
+        known = {k: v for k, v in annotations.items() if v is not None}
+        meta = {"name": self.lease, "labels": labels, "annotations": known}
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -129,14 +196,25 @@ class Heartbeat:
             "spec": {"holderIdentity": self.lease, "renewTime": micro_time(self.clock())},
         }
 
-    def send(self, epoch: int, step: int = 0, timeout: float = 5.0) -> None:
-        """Renew the pod's Lease with the epoch and step; the first beat creates it. Raises
-        :class:`Fenced` when the pod's own token is refused even as freshly read: the pod was
-        deleted and its rank given to a replacement."""
+    def send(
+        self,
+        epoch: int,
+        step: int = 0,
+        timeout: float = 5.0,
+        *,
+        total_steps: int | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        """Renew the pod's Lease with the epochs done, the step and, when known, the run's total
+        steps and a few metrics (``{"loss": 0.12}``: at most 8, names of letters, digits, _ . -);
+        the first beat creates it. Raises :class:`Fenced` when the pod's own token is refused even
+        as freshly read: the pod was deleted and its rank given to a replacement; ValueError for
+        metrics or a total it cannot report."""
+        annotations = self.report(epoch, step, total_steps, metrics)
         tokens = [self.token] + ([t] if (t := self._fresh_token()) and t != self.token else [])
         for attempt, token in enumerate(tokens):
             try:
-                self._beat(ApiClient(self.server, token, self.namespace, self.ca_file), epoch, step, timeout)
+                self._beat(ApiClient(self.server, token, self.namespace, self.ca_file), annotations, timeout)
                 return
             except ApiError as err:
                 if err.code == 401 and attempt == len(tokens) - 1:
@@ -152,20 +230,20 @@ class Heartbeat:
         except OSError:
             return None
 
-    def _beat(self, api: ApiClient, epoch: int, step: int, timeout: float) -> None:
+    def _beat(self, api: ApiClient, annotations: Annotations, timeout: float) -> None:
         """One attempt per call (the next beat is the retry): training does not wait on an
         unreachable API server."""
         leases = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
         try:
-            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout, attempts=1)
+            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(annotations), MERGE, timeout, attempts=1)
             return
         except ApiError as err:
             if err.code != 404 or self.replica is None:
                 raise
         try:
-            api.request("POST", leases, self.lease_body(self.replica, epoch, step), timeout=timeout, attempts=1)
+            api.request("POST", leases, self.lease_body(self.replica, annotations), timeout=timeout, attempts=1)
         except ApiError as err:
             if err.code != 409:
                 raise
             # another process of the pod (a local rank) created it first: renew that one
-            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(epoch, step), MERGE, timeout, attempts=1)
+            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(annotations), MERGE, timeout, attempts=1)

@@ -15,6 +15,12 @@ TRAINER_UID_LABEL = f"{GROUP}/trainer-uid"
 # Written by a heartbeat on the replica's Lease, read by the trainer controller.
 EPOCH_ANNOTATION = f"{GROUP}/epoch"
 STEP_ANNOTATION = f"{GROUP}/step"
+TOTAL_STEPS_ANNOTATION = f"{GROUP}/total-steps"  # the run's steps, when the training code knows them
+SECONDS_PER_STEP_ANNOTATION = f"{GROUP}/seconds-per-step"  # measured by the SDK since the process's first beat
+SECONDS_PER_EPOCH_ANNOTATION = f"{GROUP}/seconds-per-epoch"
+METRICS_ANNOTATION = f"{GROUP}/metrics"  # JSON object: a few named numbers (loss, throughput)
+MAX_METRICS = 8
+METRIC_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$"
 
 # What the API server accepts as an object's name (RFC 1123).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from trainerop_sdk.layout import S3_SCHEME, S3_URI, StorageLocation, parse_bucket
-from trainerop_sdk.names import DNS_SUBDOMAIN
+from trainerop_sdk.names import DNS_SUBDOMAIN, MAX_METRICS
 
 from .base import (
     Conditions,
@@ -292,9 +292,23 @@ class ProgressStatus(K8sModel):
     start_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     completion_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
 
-    epoch: int = Field(default=0, ge=0)
+    epoch: int = Field(default=0, ge=0, description="Epochs done, the furthest a heartbeat reported.")
     step: int = Field(default=0, ge=0)
     last_heartbeat_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    total_steps: int | None = Field(default=None, ge=1, description="The run's steps, when its heartbeats say.")
+    percent: int = Field(
+        default=0, ge=0, le=100, description="Done: step of totalSteps when known, else epoch of spec.epochs."
+    )
+    estimated_completion_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="While it runs: the last heartbeat's time plus what remains at the pace the pod measured.",
+    )
+    metrics: dict[str, str] | None = Field(
+        default=None,
+        json_schema_extra={"maxProperties": MAX_METRICS},
+        description="The latest value of each metric the heartbeats report (loss, throughput).",
+    )
 
 
 class ProfileStatus(K8sModel):
@@ -394,6 +408,8 @@ class TrainerStatus(K8sModel):
     """Each section has one writer (docs/design/status-protocol.md); conditions are shared by type."""
 
     phase: Phase | None = None
+    reason: str | None = Field(default=None, max_length=128, description="What the run is doing, in one word.")
+    message: str | None = Field(default=None, max_length=1024, description="What it is doing and why, for a person.")
     topology: TopologyStatus | None = None
     progress: ProgressStatus | None = None
     profile: ProfileStatus | None = None
