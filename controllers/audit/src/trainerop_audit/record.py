@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainerop_common.api import API_VERSION, GROUP
-from trainerop_common.contracts import TRAINER_UID_LABEL
+from trainerop_common.contracts import AUDIT_TRAINER_LABEL, TRAINER_UID_LABEL
 from trainerop_common.names import OPERATOR_NAMESPACE, child_name, service_account_user
 
 # A record's labels: the Trainer it is about (name and uid), the kind of object it records.
-TRAINER_LABEL = f"{GROUP}/trainer-name"
+TRAINER_LABEL = AUDIT_TRAINER_LABEL
 RESOURCE_LABEL = f"{GROUP}/audited-resource"
 SERVICE_ACCOUNT_GROUPS = (
     "system:serviceaccounts",

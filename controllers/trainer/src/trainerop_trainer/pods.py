@@ -13,6 +13,7 @@ from typing import Any
 from trainerop_common.api import API_VERSION, GROUP, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.contracts import (
+    DEFAULT_CONTAINER_ANNOTATION,
     GENERATION_ANNOTATION,
     NODE_ANNOTATION,
     REPLICA_INDEX_LABEL,
@@ -295,7 +296,11 @@ def pod_manifest(
             "name": replica.name(owner.name),
             "namespace": owner.namespace,
             "labels": {**(merged.labels or {}), **labels(owner, replica)},
-            "annotations": {**(merged.annotations or {}), GENERATION_ANNOTATION: str(owner.generation)},
+            "annotations": {
+                **(merged.annotations or {}),
+                GENERATION_ANNOTATION: str(owner.generation),
+                DEFAULT_CONTAINER_ANNOTATION: CONTRACTS[spec.framework].container,  # kubectl logs and the client's
+            },
             "ownerReferences": [owner.reference()],
         },
         "spec": pod_spec(owner, spec, replica, merged, settings),

@@ -7,6 +7,8 @@ training container's name, and the labels and annotations on the pods.
 from collections.abc import Mapping
 
 from trainerop_sdk.names import (
+    AUDIT_TRAINER_LABEL,
+    DEFAULT_CONTAINER_ANNOTATION,
     EPOCH_ANNOTATION,
     MAX_METRICS,
     METRIC_NAME,
@@ -26,7 +28,9 @@ from .api.trainer import TrainerSpec
 
 __all__ = [
     "ADMISSION_ANNOTATION",
+    "AUDIT_TRAINER_LABEL",
     "CONCERNS",
+    "DEFAULT_CONTAINER_ANNOTATION",
     "EPOCH_ANNOTATION",
     "GATE_CONDITIONS",
     "GENERATION_ANNOTATION",

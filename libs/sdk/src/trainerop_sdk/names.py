@@ -11,6 +11,11 @@ TRAINER_NAME_LABEL = "trainer-name"
 REPLICA_TYPE_LABEL = f"{GROUP}/replica-type"
 REPLICA_INDEX_LABEL = f"{GROUP}/replica-index"
 TRAINER_UID_LABEL = f"{GROUP}/trainer-uid"
+# Kubernetes' own: the container `kubectl logs` and `kubectl exec` pick in a pod of several (the
+# trainer sets it to the training container; the client reads logs from it).
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+# On each AuditLog record of a Trainer (the audit controller's; clients select a run's trail by it).
+AUDIT_TRAINER_LABEL = f"{GROUP}/trainer-name"
 
 # Written by a heartbeat on the replica's Lease, read by the trainer controller.
 EPOCH_ANNOTATION = f"{GROUP}/epoch"
