@@ -13,6 +13,7 @@ import yaml
 from testbed import containerd, localdev, node
 from testbed.cluster import ClusterError
 from tests.harness import Cluster, eventually
+from trainerop_client import TrainerClient
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jax" / "trainer.yaml"
 EPOCH_LINE = re.compile(r"epoch (\d+)/(\d+) step (\d+) loss ([0-9.]+)")
@@ -108,6 +109,14 @@ def test_the_example_trains_across_three_pods_to_completion(
         assert "done: 12 epochs, global step 384" in log
     # Every process saw the same global loss: the gradients were all-reduced.
     assert len({tuple(epochs(logs(cluster, real_namespace, f"spirals-worker-{i}"))) for i in range(3)}) == 1
+    # Issue 21: the client reads every rank's log from the training container, each line prefixed
+    # with its rank; followed, it ends once every pod's log has.
+    client = TrainerClient(real_namespace, kubeconfig=str(cluster.kubeconfig))
+    for follow in (False, True):
+        lines = list(client.logs("spirals", follow=follow))
+        for index in range(3):
+            done = f"[worker-{index}] [process {index}] done: 12 epochs, global step 384"
+            assert any(text.startswith(done) for text in lines), lines[-5:]
 
     assert status["progress"]["epoch"] == 12
     assert status["progress"]["step"] == 384
