@@ -6,6 +6,7 @@ fix (issue 21)."""
 
 import io
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -153,11 +154,11 @@ def test_the_kubectl_plugin_in_a_terminal(
     }
     (tmp_path / "shown.yaml").write_text(yaml.safe_dump(manifest))
     session = f"trainer-{uuid.uuid4().hex[:6]}"
-    command = f"kubectl trainer submit -n {namespace} -f {tmp_path / 'shown.yaml'}; echo EXIT=$?; sleep 60"
-    env_args = [arg for k in ("PATH", "KUBECONFIG") for arg in ("-e", f"{k}={plugin_env[k]}")]
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "10", *env_args, command], check=True
-    )
+    # The environment is given in the command: a login shell of tmux's may set PATH anew.
+    assignments = " ".join(f"{k}={shlex.quote(plugin_env[k])}" for k in ("PATH", "KUBECONFIG"))
+    submit = f"kubectl trainer submit -n {namespace} -f {tmp_path / 'shown.yaml'}"
+    command = f"env {assignments} {submit}; echo EXIT=$?; sleep 60"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "10", command], check=True)
     try:
 
         def pane() -> str:
@@ -170,7 +171,10 @@ def test_the_kubectl_plugin_in_a_terminal(
                 seen.append(pane())
                 return any("ETA " in s and "%|" in s and "step " in s and "/100" in s for s in seen)
 
-            eventually(moving, timeout=90, what="a progress bar with the time left in the terminal")
+            try:
+                eventually(moving, timeout=90, what="a progress bar with the time left in the terminal")
+            except AssertionError as err:
+                raise AssertionError(f"{err}; the pane:\n{pane()}") from None
 
             def ended() -> str | None:
                 now = pane()

@@ -115,6 +115,12 @@ REFUSALS = [
     (409, "AlreadyExists", 'trainers "x" already exists', "pick another name, or delete it first"),
     (422, "Invalid", "spec.epochs: Invalid value: 0", "the API server refused it: spec.epochs: Invalid value: 0"),
     (500, "InternalError", "boom", "the API server answered 500: boom"),
+    (
+        500,
+        "InternalError",
+        'failed calling webhook "validate-trainer": connection refused',
+        "admission webhook did not answer",
+    ),
 ]
 
 

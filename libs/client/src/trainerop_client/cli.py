@@ -123,15 +123,23 @@ def scale(client: TrainerClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def connection(default: object) -> argparse.ArgumentParser:
+    """Where to connect: -n, --kubeconfig, --context."""
+    options = argparse.ArgumentParser(add_help=False, argument_default=default)
+    options.add_argument("-n", "--namespace", help="the namespace (default: the kubeconfig context's)")
+    options.add_argument("--kubeconfig", help="the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    options.add_argument("--context", help="the kubeconfig context (default: the current one)")
+    return options
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kubectl trainer", description=__doc__)
-    p.add_argument("-n", "--namespace", help="the namespace (default: the kubeconfig context's)")
-    p.add_argument("--kubeconfig", help="the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
-    p.add_argument("--context", help="the kubeconfig context (default: the current one)")
+    p = argparse.ArgumentParser(prog="kubectl trainer", description=__doc__, parents=[connection(None)])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The same options after the command too (`kubectl trainer get -n team`), as kubectl takes them.
+    anywhere = connection(argparse.SUPPRESS)
 
     def command(name: str, run: Command, help_: str, *, named: bool = True) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help_, description=help_)
+        c = sub.add_parser(name, help=help_, description=help_, parents=[anywhere])
         c.set_defaults(run=run)
         if named:
             c.add_argument("name", help="the Trainer")

@@ -44,4 +44,9 @@ def refused(code: int, reason: str, message: str, what: str, namespace: str) -> 
         return TrainerClientError(f"{what}: {message}; pick another name, or delete it first")
     if code in (400, 422):
         return TrainerClientError(f"{what}: the API server refused it: {message}")
+    if "failed calling webhook" in message:
+        return TrainerClientError(
+            f"{what}: the Trainer Operator's admission webhook did not answer ({message}); is the operator "
+            "running? (kubectl get pods -n trainer-operator-system)"
+        )
     return TrainerClientError(f"{what}: the API server answered {code}: {message}")
