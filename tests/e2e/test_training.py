@@ -115,8 +115,8 @@ def test_the_example_trains_across_three_pods_to_completion(
     for follow in (False, True):
         lines = list(client.logs("spirals", follow=follow))
         for index in range(3):
-            done = f"[worker-{index}] [process {index}] done: 12 epochs, global step 384"
-            assert any(text.startswith(done) for text in lines), lines[-5:]
+            finished_line = f"[worker-{index}] [process {index}] done: 12 epochs, global step 384"
+            assert any(text.startswith(finished_line) for text in lines), lines[-5:]
 
     assert status["progress"]["epoch"] == 12
     assert status["progress"]["step"] == 384

@@ -191,3 +191,18 @@ def test_the_table_of_trainers() -> None:
         "llama   Running     30%        12m30s      3/10    2          llama-step-1200   Running",
         "llama   Succeeded   0%                     0/10    0",
     ]
+
+
+def test_the_notebook_extension_registers_its_cell_magic(capsys: pytest.CaptureFixture[str]) -> None:
+    """In a real IPython shell: `%load_ext` gives `%%trainer`; a line it cannot parse, and a
+    cluster it cannot reach, are said in the cell's output, not as a traceback."""
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()  # type: ignore[no-untyped-call]
+    assert shell is not None
+    shell.run_line_magic("load_ext", "trainerop_client.notebook")
+    assert "trainer" in shell.magics_manager.magics["cell"]
+    shell.run_cell_magic("trainer", "", "print(1)")
+    assert "the following arguments are required: name" in capsys.readouterr().err
+    shell.run_cell_magic("trainer", "ranks --kubeconfig /nonexistent/kubeconfig", "print(1)")
+    assert "error: no cluster to talk to" in capsys.readouterr().err

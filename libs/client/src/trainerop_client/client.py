@@ -21,6 +21,7 @@ from .kinds import AUDIT_TRAINER_LABEL, AUDITLOG, CHECKPOINT, TRAINER, TRAINER_N
 from .logs import follow_logs
 from .manifest import function_program, trainer_manifest
 from .progress import Snapshot
+from .ranks import SERVE, Sink, run_everywhere
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "trainer-client"
@@ -108,6 +109,57 @@ class TrainerClient:
         )
         created = self.create(manifest)
         return self.wait(created["metadata"]["name"], timeout=timeout) if follow else created
+
+    def interactive(
+        self,
+        image: str,
+        *,
+        name: str | None = None,
+        workers: int = 1,
+        framework: str = "generic",
+        env: Mapping[str, str] | None = None,
+        resources: Mapping[str, Any] | None = None,
+        spec: Mapping[str, Any] | None = None,
+        timeout: float = 600,
+    ) -> Obj:
+        """A Trainer whose ranks wait for code from a notebook (``%%trainer NAME``, or
+        :meth:`run_cell`), each keeping its variables from cell to cell; returned once every pod
+        runs. ``image`` must carry the training SDK (``trainerop_sdk.interactive``) and python3."""
+        manifest = trainer_manifest(
+            image,
+            name=name,
+            workers=workers,
+            framework=framework,
+            command=SERVE,
+            env=env,
+            resources=resources,
+            extra=spec,
+        )
+        created = self.create(manifest)["metadata"]["name"]
+        for trainer in self.updates(created, timeout):
+            phase = Snapshot.of(trainer).phase
+            if phase == "Running":
+                return trainer
+            if phase == "Failed":
+                break
+        now = Snapshot.of(self.get(created))
+        raise TrainerClientError(
+            f"interactive Trainer {created} is {now.phase} ({now.reason}: {now.message}), not Running; "
+            f"kubectl trainer describe {created} -n {self.namespace}"
+        )
+
+    def run_cell(self, name: str, source: str, sink: Sink | None = None) -> dict[str, int]:
+        """Run ``source`` on every running rank of the interactive Trainer ``name`` at once; each
+        line goes to ``sink(rank, line)`` as it arrives (default: printed with its rank); each
+        rank's exit code (0: it ran, 1: it raised, 2: the pod is not interactive)."""
+        pods = [p for p in self.pods(name) if (p.get("status") or {}).get("phase") == "Running"]
+        if not pods:
+            raise TrainerClientError(
+                f"Trainer {name} has no running pods: cells run on its ranks while it is Running "
+                f"(kubectl trainer get {name} -n {self.namespace})"
+            )
+        with self._asking(f"run a cell on {name}"):
+            return run_everywhere(self._api, self.namespace, name, pods, source, sink or _print_line)
 
     # -- reading ---------------------------------------------------------------------------------
     def get(self, name: str) -> Obj:
@@ -203,6 +255,10 @@ class TrainerClient:
             if deadline is not None and time.monotonic() >= deadline:
                 return
             time.sleep(POLL_SECONDS if deadline is None else max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
+
+
+def _print_line(rank: str, text: str) -> None:
+    print(f"[{rank}] {text}", flush=True)
 
 
 def _name(obj: Mapping[str, Any]) -> str:

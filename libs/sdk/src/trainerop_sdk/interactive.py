@@ -17,12 +17,13 @@ from __future__ import annotations
 import ast
 import codecs
 import contextlib
+import io
 import os
 import socket
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 SOCKET_ENV = "TRAINER_INTERACTIVE_SOCKET"
 DEFAULT_SOCKET = "/tmp/trainer-interactive.sock"
@@ -34,10 +35,11 @@ def socket_path() -> str:
     return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
 
 
-class Stream:
+class Stream(io.TextIOBase):
     """A file whose writes go to the connection as they are made (the cell's stdout and stderr)."""
 
     def __init__(self, conn: socket.socket) -> None:
+        super().__init__()
         self._conn = conn
         self.at_line_start = True
 
@@ -52,23 +54,20 @@ class Stream:
         """The marker line that ends a cell's output."""
         self.write(("" if self.at_line_start else "\n") + DONE + ("ok" if ok else "error") + "\n")
 
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
 
 def execute(source: str, namespace: dict[str, Any], out: TextIO) -> bool:
     """Run a cell in ``namespace`` as a REPL would (a last bare expression's value is printed);
     whether it ran without an exception (else the traceback went to ``out``)."""
     try:
         tree = ast.parse(source, "<cell>")
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        last = tree.body[-1] if tree.body else None
+        shown = last.value if isinstance(last, ast.Expr) else None
+        if shown is not None:
+            tree.body.pop()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             exec(compile(tree, "<cell>", "exec"), namespace)
-            if last is not None:
-                value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+            if shown is not None:
+                value = eval(compile(ast.Expression(shown), "<cell>", "eval"), namespace)
                 if value is not None:
                     print(repr(value))
         return True
@@ -110,7 +109,7 @@ def serve(path: str | None = None) -> None:
                 stream.write(f"interactive: {err}\n")
                 stream.done(False)
                 continue
-            stream.done(execute(source, namespace, stream))  # type: ignore[arg-type]
+            stream.done(execute(source, namespace, cast(TextIO, stream)))  # a text file, as print wants
 
 
 def run(source: str, path: str | None = None, out: TextIO = sys.stdout) -> int:
