@@ -128,11 +128,12 @@ def test_pods_no_node_takes_are_said_with_the_schedulers_words(cluster: Cluster,
 
     def unschedulable() -> dict[str, Any] | None:
         status = cluster.get("trainer", "nowhere", namespace).get("status", {})
-        return status if status.get("reason") == "Unschedulable" else None
+        # both pods counted (the scheduler tries them one after the other)
+        said = status.get("reason") == "Unschedulable" and status["message"].startswith("2 of 2 pods unschedulable: 0/")
+        return status if said else None
 
-    status = eventually(unschedulable, timeout=90, what="the Trainer to say its pods are unschedulable")
+    status = eventually(unschedulable, timeout=90, what="the Trainer to say both its pods are unschedulable")
     assert status["phase"] == "Pending"
-    assert status["message"].startswith("2 of 2 pods unschedulable: 0/")
     assert "didn't match Pod's node affinity/selector" in status["message"]
     row = table(cluster.kubectl("get", "trainer", "nowhere", "-n", namespace))[0]
     assert (row["PHASE"], row["REASON"]) == ("Pending", "Unschedulable")

@@ -17,7 +17,7 @@ NAME = SEED_TRAINER["metadata"]["name"]
 # What each controller may own in Trainer.status (top-level fields, condition types).
 OWNERSHIP = {
     "trainer": (
-        {"phase", "topology", "progress"},
+        {"phase", "reason", "message", "topology", "progress"},
         {"Created", "Suspended", "Running", "Restarting", "Stalled", "Succeeded", "Failed"},
     ),
     "profile": ({"profile"}, {"ProfileResolved"}),
