@@ -7,7 +7,12 @@ from tqdm.auto import tqdm
 
 from .progress import Snapshot, line
 
-BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar:20}| {postfix}"
+BAR = "{desc} {percentage:3.0f}%|{bar:20}| "  # then the run's line (not tqdm's postfix: it starts with ", ")
+
+
+def bar_format(text: str) -> str:
+    """The bar, then ``text`` as it is (its braces are not format fields)."""
+    return BAR + text.replace("{", "{{").replace("}", "}}")
 
 
 class ProgressBars:
@@ -18,10 +23,10 @@ class ProgressBars:
     def show(self, snapshot: Snapshot) -> None:
         bar = self._bars.get(snapshot.name)
         if bar is None:
-            bar = tqdm(total=100, desc=snapshot.name, bar_format=BAR_FORMAT, file=self._file, dynamic_ncols=True)
+            bar = tqdm(total=100, desc=snapshot.name, bar_format=BAR, file=self._file, dynamic_ncols=True)
             self._bars[snapshot.name] = bar
         bar.n = snapshot.percent
-        bar.set_postfix_str(line(snapshot), refresh=False)
+        bar.bar_format = bar_format(line(snapshot))
         bar.refresh()
 
     def close(self) -> None:
