@@ -1051,6 +1051,7 @@ def as_written(d: Decision) -> tuple[dict[str, Any], list[Condition]]:
 
 STARTING = STARTING_PODS
 TWO_UP = [*FOUR_AND_PS[:2], *STARTING[2:]]
+UNPLACED_TWO = [replace(p, unschedulable=NO_NODE) for p in STARTING_PODS[:2]] + STARTING_PODS[2:]
 NOT_READY = [replace(FOUR_AND_PS[0], ready=False), *FOUR_AND_PS[1:]]
 # A status write of pod counts only waits out --status-counts-seconds since the last write; one row
 # per situation: the pods at the last write, the pods now, seconds since that write, the Trainer's
@@ -1064,6 +1065,8 @@ HOLD_TABLE: list[tuple[str, list[PodView], list[PodView], float | None, int, boo
     ("a pod failed: counted and replaced at once", FOUR_AND_PS, FAILED_0, 0.5, 1, False),
     ("a running pod stopped being ready", FOUR_AND_PS, NOT_READY, 0.5, 1, True),
     ("nothing changed (the watch's echo of the last write): nothing to hold", TWO_UP, TWO_UP, 0.5, 1, False),
+    ("a third pod no node takes, 0.5 s after the last write", UNPLACED_TWO, UNPLACED, 0.5, 1, True),
+    ("a pod no node takes, where none was: the reason changes", STARTING, UNPLACED_TWO, 0.5, 1, False),
 ]
 
 

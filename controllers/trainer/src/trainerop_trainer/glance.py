@@ -9,11 +9,14 @@ from dataclasses import replace
 from trainerop_common.api.base import Condition
 from trainerop_common.conditions import Desired, find
 
-from .policy import STARTING
 from .run import Decision, Observed
 from .views import PodView
 
 MAX_MESSAGE = 1024  # status.message's bound
+STARTING = "Starting"
+# A message that starts with a pod count ("3 of 5 pods ...") is written with the pod counts, at
+# most every --status-counts-seconds (policy.counts_hold): pods failing to schedule one by one
+# make one write, not one each.
 
 
 def summarized(obs: Observed, decision: Decision) -> Decision:

@@ -1,6 +1,7 @@
 """The trainer's rules (pure, table-tested): gates, the run policy the concerns fill in, the quota
 admission's grant and placement, which failures are retried, when a run has succeeded."""
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -148,12 +149,12 @@ def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
 
 
 # The pod counts that move as pods start, become ready or stop one by one (status.topology), the
-# conditions whose message counts them ("2 of 4 pods running"), and the summary (status.reason) of
-# a run whose pods are starting, whose message is that count too (glance.summary).
+# conditions whose message counts them ("2 of 4 pods running"), and the count a summary's message
+# (status.message) starts with ("3 of 5 pods unschedulable: ...", glance.summary).
 MOVING_COUNTS = ("workers", "readyWorkers")
 MOVING_ROLE_COUNTS = ("active", "ready")
 COUNTING_MESSAGES = frozenset({"Running"})
-STARTING = "Starting"
+POD_COUNT = re.compile(r"^\d+ of \d+ pods ")
 
 
 def _without_counts(section: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,8 +165,8 @@ def _without_counts(section: Mapping[str, Any]) -> dict[str, Any]:
             for role, counts in topology["replicas"].items()
         }
     out = {**section, "topology": topology}
-    if out.get("reason") == STARTING:
-        out.pop("message", None)
+    if "message" in out:
+        out["message"] = POD_COUNT.sub("", str(out["message"]))
     return out
 
 
