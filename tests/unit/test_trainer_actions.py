@@ -163,11 +163,31 @@ async def test_a_failed_pod_removed_by_its_delete_is_replaced_without_waiting_fo
     views = [pod_view({**p, "metadata": {**p["metadata"], "uid": f"u{i}"}}, "trainer") for i, p in enumerate(PODS)]
     seen = [v for v in views if v is not None]
     await act.replace_failed(OWNER, Decision(status={}, conditions=(), restarted=("t-worker-1",)), seen)
-    assert (act.removed, act.deleted, kube.requeued) == (set(), {"u1"}, [])  # graceful: the watch will say
+    assert (act.removed, set(act.deleted), kube.requeued) == (set(), {"u1"}, [])  # graceful: the watch will say
     await act.replace_failed(OWNER, Decision(status={}, conditions=(), restarted=("t-worker-0",)), seen)
-    assert (act.removed, act.deleted, kube.requeued) == ({"u0"}, {"u0", "u1"}, [("ns", "t")])
-    act.forget_gone({"u1"})  # the watch delivered u0's deletion
-    assert (act.removed, act.deleted) == (set(), {"u1"})
+    assert (act.removed, set(act.deleted), kube.requeued) == ({"u0"}, {"u0", "u1"}, [("ns", "t")])
+    act.forget_gone({("ns", "t-worker-1"): "u1"}.get)  # the watch delivered u0's deletion
+    assert (act.removed, act.deleted) == (set(), {"u1": ("ns", "t-worker-1")})
+
+
+@pytest.mark.parametrize(
+    ("held", "kept"),
+    [
+        ({("ns", "t-worker-0"): "u0", ("ns", "t-worker-1"): "u1"}, {"u0", "u1"}),  # both still there
+        ({("ns", "t-worker-1"): "u1"}, {"u1"}),  # u0 gone from the cache
+        ({("ns", "t-worker-0"): "u9", ("ns", "t-worker-1"): "u1"}, {"u1"}),  # u0 replaced under its name
+        ({("other", "t-worker-0"): "u0"}, set()),  # another namespace's pod of that name is not it
+        ({}, set()),
+    ],
+)
+async def test_a_deletion_is_forgotten_once_the_cache_holds_no_pod_of_its_uid_under_its_name(
+    held: dict[tuple[str, str], str], kept: set[str]
+) -> None:
+    act, _, _ = actions()
+    act.deleted = {"u0": ("ns", "t-worker-0"), "u1": ("ns", "t-worker-1")}
+    act.removed = {"u0", "u1"}
+    act.forget_gone(held.get)
+    assert (set(act.deleted), act.removed) == (kept, kept)
 
 
 async def test_a_reconcile_reads_its_own_expectations_and_lapsed_ones_of_others_go() -> None:

@@ -58,9 +58,9 @@ class Actions:
     def __init__(self, runtime: Runtime, grants: Callable[[str], list[dict[str, Any]]] = lambda _: []) -> None:
         self.rt = runtime
         self.grants = grants  # namespace -> the RoleBindings giving the gates' controllers its Secrets
-        # UIDs of pods this process deleted: treated as going away until the watch says so, so a
-        # stale event cannot make one failure count twice.
-        self.deleted: set[str] = set()
+        # UIDs of pods this process deleted, with their (namespace, name): treated as going away
+        # until the watch says so, so a stale event cannot make one failure count twice.
+        self.deleted: dict[str, tuple[str, str]] = {}
         # Of those, the ones the API server removed on the delete itself (a Failed pod has no grace
         # period): treated as gone at once, so a replacement is created without waiting for the
         # watch to deliver the deletion (behind every other event of a busy cluster).
@@ -246,7 +246,7 @@ class Actions:
             kube.delete_core("Pod", owner.namespace, n, force=n in force, uid=uids.get(n)) for n in names
         )
         # gone already (404) counts as deleted too: never count it twice
-        self.deleted |= {pods[n].uid for n in names if n in pods and pods[n].uid}
+        self.deleted.update({uid: (owner.namespace, n) for n, uid in uids.items() if uid})
         removed = {u for n, how in zip(names, done, strict=True) if how == "removed" and (u := uids.get(n))}
         self.removed |= removed
         for name in names:  # a pod deleted before the watch delivered it is no longer expected
@@ -304,7 +304,11 @@ class Actions:
             self.expected.pop(trainer, None)
         return group
 
-    def forget_gone(self, existing: set[str]) -> None:
-        """Forget deletions whose pods are gone (``existing``: the UIDs of the pods that exist)."""
-        self.deleted &= existing
-        self.removed &= existing
+    def forget_gone(self, uid_at: Callable[[tuple[str, str]], str | None]) -> None:
+        """Forget deletions whose pods are gone: ``uid_at`` gives the UID of the pod held under a
+        (namespace, name), None without one. Only the deleted pods' names are looked up, not every
+        pod (a replacement under the same name has another UID: the deleted one is gone)."""
+        gone = {uid for uid, key in self.deleted.items() if uid_at(key) != uid}
+        for uid in gone:
+            del self.deleted[uid]
+        self.removed -= gone

@@ -132,6 +132,11 @@ class TrainerController:
         if trainer and (key[0], trainer) in self.rt.trainers:
             self.rt.requeue([(key[0], trainer)], within)
 
+    def _cached_uid(self, key: Key) -> str | None:
+        """The UID of the pod the cache holds under ``key``, None without one."""
+        pod = self.pods.items.get(key)
+        return None if pod is None else pod["metadata"].get("uid")
+
     async def _children(self, cache: ObjectCache, owner: Owner) -> list[dict[str, Any]]:
         return [
             o
@@ -200,8 +205,8 @@ class TrainerController:
         since = self.rt.writer.since_written(obs.owner.namespace, obs.owner.name)
         decision = held_counts(obs, body.get("status") or {}, decision, since, self.config.status_counts_seconds)
         self._count_epochs(obs, decision)
-        if self.actions.deleted:  # forget deletions whose pods are gone (a scan of every cached pod: only when needed)
-            self.actions.forget_gone({p["metadata"].get("uid") for p in self.pods.items.values()})
+        if self.actions.deleted:  # forget deletions whose pods are gone (a lookup per deleted pod)
+            self.actions.forget_gone(self._cached_uid)
         if decision.delete_trainer:
             self.rt.event(body, "Normal", "TTLExpired", "spec.runPolicy.ttlSecondsAfterFinished has passed; deleting")
             await self.rt.kube.delete("Trainer", obs.owner.name, obs.owner.namespace)
