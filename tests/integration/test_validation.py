@@ -162,6 +162,42 @@ CASES = [
         set_path("spec.framework", "pytorch"),
         ["topology.parameterServers must be 0 for pytorch"],
     ),
+    (
+        "a master for jax",
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "framework": "jax", "topology": {"workers": 2}}},
+        set_path("spec.topology.master", 1),
+        ["topology.master must be 0 for jax"],
+    ),
+    (
+        "xgboost without its master",
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "framework": "xgboost", "topology": {"workers": 2}}},
+        set_path("spec.topology.master", 0),
+        ["topology.master must be 1 for xgboost"],
+    ),
+    (
+        "a chief and a master",
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "framework": "tensorflow"}},
+        set_path("spec.topology", {"workers": 2, "master": 1, "chief": 1}),
+        ["must not have more than 1 Chief or Master role"],
+    ),
+    (
+        "a chief for pytorch",
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "framework": "pytorch", "topology": {"workers": 2}}},
+        set_path("spec.topology.chief", 1),
+        ["topology.chief and topology.evaluators are roles of tensorflow"],
+    ),
+    (
+        "no workers and no master",
+        {**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "framework": "tensorflow"}},
+        set_path("spec.topology", {"workers": 0}),
+        ["topology.workers must be at least 1 in a run without a master or a chief"],
+    ),
+    (
+        "a role's unknown restart policy",
+        SEED_TRAINER,
+        set_path("spec.runPolicy.restartPolicies", {"driver": "Never"}),
+        ["restartPolicies: each key must be a role"],
+    ),
     ("unknown field", SEED_TRAINER, set_path("spec.wrokers", 3), ['unknown field "spec.wrokers"']),
     (
         "profile restart policy",

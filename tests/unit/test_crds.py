@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from trainerop_common import crdgen
-from trainerop_common.api import CATEGORY, KINDS, KindInfo
+from trainerop_common.api import CATEGORY, KINDS, KUBEFLOW_KINDS, KindInfo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,3 +87,43 @@ def test_audit_log_spec_is_immutable() -> None:
     audit = next(i for i in KINDS if i.kind == "AuditLog")
     spec = crdgen.crd(audit)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert {"rule": "self == oldSelf", "message": "AuditLog records are immutable"} in spec["x-kubernetes-validations"]
+
+
+@pytest.mark.parametrize("info", KUBEFLOW_KINDS, ids=lambda i: i.kind)
+def test_kubeflow_jobs_are_served_as_upstream_serves_them(info: KindInfo) -> None:
+    crd = crdgen.crd(info)
+    assert crd["metadata"]["name"] == f"{info.plural}.kubeflow.org"
+    assert crd["spec"]["group"] == "kubeflow.org"
+    assert "shortNames" not in crd["spec"]["names"]  # upstream has none; no category of ours either
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1"
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Age"]
+    assert version["additionalPrinterColumns"][0]["jsonPath"] == ".status.conditions[-1:].type"
+    schema = version["schema"]["openAPIV3Schema"]
+    specs = next(v for k, v in schema["properties"]["spec"]["properties"].items() if k.endswith("ReplicaSpecs"))
+    template = specs["additionalProperties"]["properties"]["template"]
+    containers = template["properties"]["spec"]["properties"]["containers"]
+    assert containers["x-kubernetes-list-map-keys"] == ["name"]  # a pod template, as the API server knows it
+    assert set(template["properties"]["metadata"]["properties"]) == {
+        "annotations",
+        "finalizers",
+        "labels",
+        "name",
+        "namespace",
+    }
+    for path, node in walk(schema):
+        if "anyOf" in node:
+            assert node.get("x-kubernetes-int-or-string") is True, path
+        if "properties" in node or "additionalProperties" in node:
+            assert node.get("type") == "object", path
+        extensions = {k for k in node if k.startswith("x-") and not path.endswith("x-kubernetes-validations")}
+        assert extensions <= crdgen.CRD_EXTENSIONS, (path, extensions)
+
+
+def test_the_scale_of_a_pytorchjob_is_its_workers() -> None:
+    pytorch = next(i for i in KUBEFLOW_KINDS if i.kind == "PyTorchJob")
+    assert crdgen.crd(pytorch)["spec"]["versions"][0]["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+        "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+        "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+    }

@@ -598,6 +598,58 @@ def test_generic_succeeds_when_all_workers_have() -> None:
     assert done.delete_pods == ("t-ps-0",)
 
 
+ALL_WORKERS_TF = {
+    "framework": "tensorflow",
+    "topology": {"workers": 2, "chief": 1},
+    "runPolicy": {"successPolicy": "AllWorkers"},
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "done", "phase"),
+    [
+        # TFJob's default: the chief's success ends the run, whatever the workers do.
+        ({"framework": "tensorflow", "topology": {"workers": 2, "chief": 1}}, ["chief"], "Succeeded"),
+        ({"framework": "tensorflow", "topology": {"workers": 2, "chief": 1}}, ["w0", "w1"], "Running"),
+        # Without one: worker 0.
+        ({"framework": "tensorflow", "topology": {"workers": 2}}, ["w0"], "Succeeded"),
+        # successPolicy AllWorkers: every worker, the chief's success is not enough.
+        (
+            ALL_WORKERS_TF,
+            ["chief", "w0"],
+            "Running",
+        ),
+        (
+            ALL_WORKERS_TF,
+            ["w0", "w1"],
+            "Succeeded",
+        ),
+        # A PyTorchJob of Workers only: every worker.
+        ({"framework": "pytorch", "topology": {"workers": 2, "master": 0}}, ["w0"], "Running"),
+        ({"framework": "pytorch", "topology": {"workers": 2, "master": 0}}, ["w0", "w1"], "Succeeded"),
+    ],
+)
+def test_which_replicas_success_ends_the_run(fields: dict[str, Any], done: list[str], phase: str) -> None:
+    s = spec(**fields)
+    named = {"chief": ("chief", 0), "w0": ("worker", 0), "w1": ("worker", 1)}
+    pods = [
+        pod(role, index, "Succeeded", 0) if key in done else pod(role, index)
+        for key, (role, index) in named.items()
+        if role != "chief" or s.topology.chief
+    ]
+    assert observe(s, pods).status["phase"] == phase
+
+
+def test_a_roles_own_restart_policy_wins_over_the_runs() -> None:
+    from trainerop_trainer.policy import retryable
+
+    s = spec(runPolicy={"restartPolicy": "OnFailure", "restartPolicies": {"ps": "Never", "worker": "ExitCode"}})
+    assert retryable(s, pod("ps", 0, "Failed", 137)) is False
+    assert retryable(s, pod("worker", 0, "Failed", 1)) is False
+    assert retryable(s, pod("worker", 0, "Failed", 137)) is True
+    assert retryable(s, pod("master", 0, "Failed", 1)) is True  # the run's OnFailure
+
+
 def test_a_finished_run_stays_finished() -> None:
     s = spec()
     d = observe(

@@ -15,7 +15,7 @@ from trainerop_common.topology import Role
 from trainerop_sdk.heartbeat import Fenced, Heartbeat, HeartbeatError, ReplicaIdentity, micro_time
 from trainerop_sdk.kubeapi import ApiClient, ApiError
 from trainerop_trainer.decide import LeaseView, Observed, PodView, decide
-from trainerop_trainer.pods import Owner, PodSettings, pod_manifest, runner_manifests
+from trainerop_trainer.pods import Owner, PodSettings, labels, pod_manifest, runner_manifests
 from trainerop_trainer.report import progress
 from trainerop_trainer.topology import Replica
 from trainerop_trainer.views import lease_view
@@ -114,7 +114,7 @@ def test_the_first_beat_creates_the_lease_the_trainer_reads_from_the_pods_env() 
     lease = beat.lease_body(replica, beat.report(2, 40))
     assert lease["metadata"] == {
         "name": "llama-worker-1",
-        "labels": pod["metadata"]["labels"],  # what the trainer's cache selects and indexes by
+        "labels": labels(owner, Replica("worker", 1)),  # what the trainer's cache selects and indexes by
         "annotations": {f"{G}/epoch": "2", f"{G}/step": "40"},  # none of the unknowns
         "ownerReferences": [
             {"apiVersion": "trainer.operator.kubeflow.org/v1alpha1", "kind": "Trainer", "name": "llama", "uid": "uid-1"}

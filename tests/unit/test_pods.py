@@ -377,3 +377,35 @@ def test_the_secret_grants_bind_each_readers_role_to_that_controller_in_the_name
             "name": grant["metadata"]["name"],
         }
         assert grant["subjects"][0]["namespace"] == "trainer-operator-system"
+
+
+@pytest.mark.parametrize(
+    ("framework", "topology", "replica", "job_role"),
+    [
+        ("pytorch", {"workers": 2}, Replica("master", 0), "master"),
+        ("pytorch", {"workers": 2}, Replica("worker", 0), None),
+        ("pytorch", {"workers": 2, "master": 0}, Replica("worker", 0), "master"),  # worker 0 leads
+        ("tensorflow", {"workers": 2, "chief": 1}, Replica("chief", 0), "master"),
+        ("tensorflow", {"workers": 2, "chief": 1}, Replica("worker", 0), None),
+        ("jax", {"workers": 2}, Replica("worker", 1), None),
+    ],
+)
+def test_pods_carry_kubeflows_labels_next_to_ours(
+    framework: str, topology: dict[str, int], replica: Replica, job_role: str | None
+) -> None:
+    spec = trainer_spec(framework=framework, topology=topology)
+    labels = pod_manifest(OWNER, spec, replica, {}, PodSettings())["metadata"]["labels"]
+    assert labels["training.kubeflow.org/job-name"] == "llama"
+    assert labels["training.kubeflow.org/replica-type"] == replica.role
+    assert labels["training.kubeflow.org/replica-index"] == str(replica.index)
+    assert labels.get("training.kubeflow.org/job-role") == job_role
+    assert labels["trainer.operator.kubeflow.org/replica-type"] == replica.role  # ours stay
+
+
+def test_a_port_of_the_spec_is_the_containers_and_the_services() -> None:
+    spec = trainer_spec(framework="pytorch", port=29400)
+    container = pod_manifest(OWNER, spec, Replica("master", 0), {}, PodSettings())["spec"]["containers"][0]
+    assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": 29400}]
+    assert service_manifest(OWNER, spec)["spec"]["ports"] == [
+        {"name": "pytorchjob-port", "port": 29400, "targetPort": 29400}
+    ]

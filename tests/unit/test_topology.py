@@ -143,3 +143,76 @@ def test_generic_gets_only_the_operator_contract() -> None:
 )
 def test_rendezvous(framework: str, replica: Replica, target: str | None) -> None:
     assert rendezvous("j", spec(framework), replica) == target
+
+
+@pytest.mark.parametrize(
+    ("framework", "extra", "names"),
+    [
+        ("pytorch", {"master": 0}, ["j-worker-0", "j-worker-1"]),  # a PyTorchJob of Workers only
+        ("tensorflow", {"chief": 1, "evaluators": 1}, ["j-worker-0", "j-worker-1", "j-chief-0", "j-evaluator-0"]),
+        ("tensorflow", {"master": 1}, ["j-master-0", "j-worker-0", "j-worker-1"]),  # TFJob's legacy Master
+        ("generic", {"master": 1}, ["j-master-0", "j-worker-0", "j-worker-1"]),
+    ],
+)
+def test_the_roles_a_kubeflow_job_can_have(framework: str, extra: dict[str, int], names: list[str]) -> None:
+    assert [r.name("j") for r in replicas(spec(framework, 2, **extra))] == names
+
+
+def test_pytorch_without_a_master_makes_worker_0_the_master_and_ranks_the_workers_by_index() -> None:
+    s = spec("pytorch", workers=3, master=0)
+    env = framework_env("j", "ns", s, Replica("worker", 2))
+    assert (env["MASTER_ADDR"], env["RANK"], env["WORLD_SIZE"], env["PET_NNODES"]) == ("j-worker-0.j", "2", "3", "3")
+    assert rendezvous("j", s, Replica("worker", 2)) == "j-worker-0.j"
+    assert rendezvous("j", s, Replica("worker", 0)) is None
+
+
+@pytest.mark.parametrize(
+    ("nproc", "world", "per_node"),
+    [(None, "3", "auto"), ("4", "12", "4"), ("gpu", "3", "gpu")],  # a number multiplies the world size
+)
+def test_nproc_per_node(nproc: str | None, world: str, per_node: str) -> None:
+    s = trainer_spec(image="i", framework="pytorch", topology={"workers": 2}, nprocPerNode=nproc)
+    env = framework_env("j", "ns", s, Replica("worker", 0))
+    assert (env["WORLD_SIZE"], env["PET_NPROC_PER_NODE"]) == (world, per_node)
+
+
+def test_a_port_of_the_spec_replaces_the_frameworks() -> None:
+    s = trainer_spec(image="i", framework="pytorch", port=29400)
+    assert framework_env("j", "ns", s, Replica("worker", 0))["MASTER_PORT"] == "29400"
+    tf = trainer_spec(image="i", framework="tensorflow", port=2223, topology={"workers": 2})
+    assert ":2223" in framework_env("j", "ns", tf, Replica("worker", 0))["TF_CONFIG"]
+
+
+def test_tf_config_names_the_chief_and_the_evaluator_as_tensorflow_does() -> None:
+    s = spec("tensorflow", workers=2, chief=1, evaluators=1)
+    config = json.loads(framework_env("j", "n", s, Replica("evaluator", 0))["TF_CONFIG"])
+    assert config["cluster"] == {
+        "chief": ["j-chief-0.j.n.svc:2222"],
+        "evaluator": ["j-evaluator-0.j.n.svc:2222"],
+        "worker": ["j-worker-0.j.n.svc:2222", "j-worker-1.j.n.svc:2222"],
+    }
+    assert config["task"] == {"type": "evaluator", "index": 0}
+
+
+@pytest.mark.parametrize(
+    ("framework", "extra", "replica", "shard", "shards"),
+    [
+        ("pytorch", {}, Replica("master", 0), "0", "3"),
+        ("pytorch", {}, Replica("worker", 1), "2", "3"),
+        ("pytorch", {"master": 0}, Replica("worker", 1), "1", "2"),
+        ("tensorflow", {"chief": 1}, Replica("chief", 0), "0", "3"),
+        ("tensorflow", {"chief": 1}, Replica("worker", 0), "1", "3"),
+        ("tensorflow", {"chief": 1, "evaluators": 1}, Replica("evaluator", 0), None, "3"),  # writes no shard
+        ("tensorflow", {"parameterServers": 1}, Replica("ps", 0), None, "2"),
+    ],
+)
+def test_each_replica_that_checkpoints_has_its_own_shard(
+    framework: str, extra: dict[str, int], replica: Replica, shard: str | None, shards: str
+) -> None:
+    s = trainer_spec(image="i", framework=framework, topology={"workers": 2, **extra}, checkpoint={"bucket": "b"})
+    env = operator_env("j", "u", s, replica)
+    assert (env.get("CHECKPOINT_SHARD"), env["CHECKPOINT_SHARDS"]) == (shard, shards)
+
+
+def test_a_run_without_epochs_gets_no_epochs_variable() -> None:
+    assert "EPOCHS" not in operator_env("j", "u", trainer_spec(epochs=None), Replica("worker", 0))

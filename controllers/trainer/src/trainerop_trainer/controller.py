@@ -16,7 +16,7 @@ from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import age_seconds
 from trainerop_common.conditions import parse
-from trainerop_common.contracts import REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL, asks
+from trainerop_common.contracts import CONTRACTS, REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL, asks
 from trainerop_common.kube import urgent_requests
 from trainerop_common.nodes import readiness
 from trainerop_common.outcome import Outcome, soonest
@@ -30,7 +30,6 @@ from .decide import SECTION, Decision, Observed, decide, held_counts, once_creat
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings, secret_grants
 from .policy import recovering
 from .spawn import SpawnRecorder
-from .topology import CONTRACTS
 from .views import (
     NodeLoss,
     RestartBackoff,

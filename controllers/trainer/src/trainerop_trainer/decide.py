@@ -16,6 +16,7 @@ from typing import Any
 
 from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
+from trainerop_common.contracts import CONTRACTS
 from trainerop_common.outcome import Event, soonest
 
 from .glance import summarized
@@ -34,7 +35,7 @@ from .policy import (
 from .report import kept
 from .run import CONDITIONS, SECTION, Decision, Observed, Run, assess, next_due
 from .running import running
-from .topology import CONTRACTS, Replica
+from .topology import Replica
 from .views import LeaseView, PodView, RestartBackoff, pod_view
 
 

@@ -13,8 +13,13 @@ from typing import Any
 from trainerop_common.api import API_VERSION, GROUP, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.contracts import (
+    CONTRACTS,
     DEFAULT_CONTAINER_ANNOTATION,
     GENERATION_ANNOTATION,
+    KUBEFLOW_JOB_NAME_LABEL,
+    KUBEFLOW_JOB_ROLE_LABEL,
+    KUBEFLOW_REPLICA_INDEX_LABEL,
+    KUBEFLOW_REPLICA_TYPE_LABEL,
     NODE_ANNOTATION,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
@@ -24,9 +29,9 @@ from trainerop_common.contracts import (
     TRAINER_UID_LABEL,
 )
 from trainerop_common.names import OPERATOR, PART_OF, component
-from trainerop_common.topology import role_override
+from trainerop_common.topology import is_master_replica, role_override
 
-from .topology import CONTRACTS, Replica, framework_env, operator_env, rendezvous
+from .topology import Replica, framework_env, operator_env, port, rendezvous
 
 CONTRIBUTION_ORDER = ("profile", "quota", "checkpoint")
 
@@ -69,6 +74,18 @@ def labels(owner: Owner, replica: Replica) -> dict[str, str]:
         REPLICA_INDEX_LABEL: str(replica.index),
         TRAINER_UID_LABEL: owner.uid,
     }
+
+
+def kubeflow_labels(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
+    """The labels Kubeflow v1 gives the same replica of a job named like the Trainer."""
+    out = {
+        KUBEFLOW_JOB_NAME_LABEL: owner.name,
+        KUBEFLOW_REPLICA_TYPE_LABEL: replica.role,
+        KUBEFLOW_REPLICA_INDEX_LABEL: str(replica.index),
+    }
+    if is_master_replica(spec, replica.role, replica.index):
+        out[KUBEFLOW_JOB_ROLE_LABEL] = "master"
+    return out
 
 
 def _by_name(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -221,7 +238,7 @@ def training_container(
         "image": spec.image,
         "imagePullPolicy": settings.image_pull_policy,
         "env": training_env(owner, spec, replica, merged),
-        "ports": [{"name": contract.port_name, "containerPort": contract.port}],
+        "ports": [{"name": contract.port_name, "containerPort": port(spec)}],
     }
     if spec.command:
         container["command"] = list(spec.command)
@@ -295,7 +312,7 @@ def pod_manifest(
         "metadata": {
             "name": replica.name(owner.name),
             "namespace": owner.namespace,
-            "labels": {**(merged.labels or {}), **labels(owner, replica)},
+            "labels": {**(merged.labels or {}), **kubeflow_labels(owner, spec, replica), **labels(owner, replica)},
             "annotations": {
                 **(merged.annotations or {}),
                 GENERATION_ANNOTATION: str(owner.generation),
@@ -440,6 +457,6 @@ def service_manifest(owner: Owner, spec: TrainerSpec) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": selector,
-            "ports": [{"name": contract.port_name, "port": contract.port, "targetPort": contract.port}],
+            "ports": [{"name": contract.port_name, "port": port(spec), "targetPort": port(spec)}],
         },
     }

@@ -9,7 +9,7 @@ from trainerop_common.api import Contribution, Grant, RunPolicyDefaults
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.conditions import Desired, find
-from trainerop_common.topology import has_master
+from trainerop_common.topology import leader, restart_policy
 
 from .pods import CONTRIBUTION_ORDER
 from .topology import Replica
@@ -113,9 +113,10 @@ def outdated(pods: Sequence[PodView], contributions: Mapping[str, Contribution])
 
 
 def retryable(spec: TrainerSpec, pod: PodView) -> bool:
-    """Kubeflow's rules: Never never retries; ExitCode retries 128-255 (signals, OOM kills) and
-    failures without an exit code (evictions, lost nodes); OnFailure and Always retry."""
-    policy = spec.run_policy.restart_policy
+    """Kubeflow's rules, with the pod's role's policy: Never never retries; ExitCode retries
+    128-255 (signals, OOM kills) and failures without an exit code (evictions, lost nodes);
+    OnFailure and Always retry."""
+    policy = restart_policy(spec, pod.role)
     if policy == "Never":
         return False
     if policy == "ExitCode":
@@ -134,18 +135,21 @@ def describe_failure(pod: PodView) -> str:
 
 
 def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
-    """Kubeflow's success policies: the master where there is one (pytorch, xgboost); worker 0
-    or all workers for tensorflow; all workers otherwise (jax, generic, elastic pytorch)."""
+    """Kubeflow's success policies: with successPolicy AllWorkers, every worker; else the master
+    or the chief where there is one; else worker 0 or every worker for tensorflow; every worker
+    otherwise (jax, generic, pytorch without a master)."""
 
     def done(r: Replica) -> bool:
         pod = pods.get(r)
         return pod is not None and pod.phase == "Succeeded"
 
-    if has_master(spec):
-        return done(Replica("master", 0))
-    if spec.framework == "tensorflow" and done(Replica("worker", 0)):
-        return True
-    return all(done(Replica("worker", i)) for i in range(spec.topology.workers))
+    every_worker = all(done(Replica("worker", i)) for i in range(spec.topology.workers))
+    if spec.run_policy.success_policy == "AllWorkers":
+        return every_worker
+    first = leader(spec)
+    if first is not None:
+        return done(Replica(first, 0))
+    return every_worker or (spec.framework == "tensorflow" and done(Replica("worker", 0)))
 
 
 # The pod counts that move as pods start, become ready or stop one by one (status.topology), the

@@ -46,19 +46,20 @@ def progress(
     leases: Mapping[str, LeaseView],
     start: str | None,
     completion: str | None,
-    epochs: int,
+    epochs: int | None,
     phase: Phase,
 ) -> ProgressStatus:
     """When the run started and finished; the furthest epoch and step its heartbeats reported
     (what they last said stays when their Leases go); how much is done and, while it runs, when
-    it will be at the pace the pods measured; the latest value of each metric."""
+    it will be at the pace the pods measured; the latest value of each metric. Without total
+    steps or ``epochs`` (a Kubeflow job's), what is done is unknown: 0 until it succeeds."""
     previous = previous or ProgressStatus()
     beats = sorted((lease for lease in leases.values() if lease.renew_time), key=lambda b: (b.step, b.epoch))
     epoch = max((b.epoch for b in beats), default=previous.epoch)
     step = max((b.step for b in beats), default=previous.step)
     total = max((b.total_steps for b in beats), default=0) or previous.total_steps
     metrics = dict(previous.metrics or {}) | {name: value for b in beats for name, value in b.metrics}
-    done = step / total if total else epoch / epochs
+    done = step / total if total else (epoch / epochs if epochs else 0.0)
     return ProgressStatus(
         start_time=start,
         completion_time=completion,
@@ -76,12 +77,13 @@ def progress(
 ACTIVE = ("Running", "Restarting")
 
 
-def completion_estimate(furthest: LeaseView, total_steps: int | None, epochs: int) -> str | None:
+def completion_estimate(furthest: LeaseView, total_steps: int | None, epochs: int | None) -> str | None:
     """The furthest heartbeat's time plus what remains at its pod's pace: the steps left when the
-    total is known, else the epochs left (None: no pace measured yet)."""
+    total is known, else the epochs left (None: no pace measured yet, or nothing to measure
+    against)."""
     if total_steps and furthest.seconds_per_step is not None:
         remaining = max(0, total_steps - furthest.step) * furthest.seconds_per_step
-    elif furthest.seconds_per_epoch is not None:
+    elif epochs and furthest.seconds_per_epoch is not None:
         remaining = max(0, epochs - furthest.epoch) * furthest.seconds_per_epoch
     else:
         return None

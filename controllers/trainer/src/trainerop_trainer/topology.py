@@ -5,39 +5,26 @@ topology (pkg/controller.v1/{pytorch,tensorflow,jax,xgboost}), so training code 
 Kubeflow runs unchanged:
 
 - pytorch: a master plus N workers; MASTER_ADDR/PORT, WORLD_SIZE, RANK, PET_*; port 23456.
-  With ``topology.elastic`` there is no master: torchrun's c10d rendezvous on worker 0.
-- tensorflow: workers and parameter servers; TF_CONFIG with the cluster and the task; port 2222.
+  With ``topology.elastic`` there is no master: torchrun's c10d rendezvous on worker 0. With
+  ``topology.master: 0`` worker 0 is the master (MASTER_ADDR; ranks are the workers' indices).
+- tensorflow: workers, parameter servers, a chief or a master, evaluators; TF_CONFIG with the
+  cluster and the task; port 2222.
 - jax: workers; COORDINATOR_ADDRESS/PORT (worker 0), NUM_PROCESSES, PROCESS_ID; port 6666.
 - xgboost: a master plus N workers; MASTER_*, WORLD_SIZE, RANK, WORKER_PORT, WORKER_ADDRS; 9999.
 - generic: workers and parameter servers; only the operator's own variables.
 
-Every replica also gets EPOCHS, TRAINER_NAME, TRAINER_UID, REPLICA_TYPE and REPLICA_INDEX, and
-CHECKPOINT_SHARDS when it checkpoints (CHECKPOINT_DIR and RESUME_FROM come with the checkpoint
-controller's contribution).
+``spec.port`` replaces the framework's port. Every replica also gets TRAINER_NAME, TRAINER_UID,
+REPLICA_TYPE and REPLICA_INDEX, EPOCHS when the spec says, and CHECKPOINT_SHARDS when it
+checkpoints, with CHECKPOINT_SHARD on each replica that writes one (CHECKPOINT_DIR and
+RESUME_FROM come with the checkpoint controller's contribution).
 """
 
 import json
 from dataclasses import dataclass
 
-from trainerop_common.api.trainer import Framework, TrainerSpec
-from trainerop_common.contracts import TRAINING_CONTAINER
-from trainerop_common.topology import Role, has_master, role_counts, shard_writers
-
-
-@dataclass(frozen=True)
-class FrameworkContract:
-    container: str
-    port_name: str
-    port: int
-
-
-CONTRACTS: dict[Framework, FrameworkContract] = {
-    "pytorch": FrameworkContract(TRAINING_CONTAINER["pytorch"], "pytorchjob-port", 23456),
-    "tensorflow": FrameworkContract(TRAINING_CONTAINER["tensorflow"], "tfjob-port", 2222),
-    "jax": FrameworkContract(TRAINING_CONTAINER["jax"], "jaxjob-port", 6666),
-    "xgboost": FrameworkContract(TRAINING_CONTAINER["xgboost"], "xgboostjob-port", 9999),
-    "generic": FrameworkContract(TRAINING_CONTAINER["generic"], "trainer-port", 29500),
-}
+from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.contracts import CONTRACTS
+from trainerop_common.topology import Role, has_master, leader, role_counts, shard_writers
 
 
 @dataclass(frozen=True, order=True)
@@ -72,74 +59,114 @@ def rendezvous(trainer: str, spec: TrainerSpec, replica: Replica, per_replica_se
     return None
 
 
+def port(spec: TrainerSpec) -> int:
+    """The rendezvous port: spec.port, else the framework's."""
+    return spec.port or CONTRACTS[spec.framework].port
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What one replica's variables are made of: the run's counts and addresses."""
+
+    trainer: str
+    namespace: str
+    spec: TrainerSpec
+    per_replica_services: bool
+
+    @property
+    def counts(self) -> dict[Role, int]:
+        return role_counts(self.spec)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def address(self, role: Role, index: int) -> str:
+        return Replica(role, index).address(self.trainer, self.per_replica_services)
+
+    def rank(self, replica: Replica) -> int:
+        """Kubeflow's rank: the master 0 and worker i i + 1, or worker i i without a master."""
+        return replica.index + (1 if replica.role == "worker" and self.counts["master"] else 0)
+
+
+def pytorch_env(c: Cluster, replica: Replica) -> dict[str, str]:
+    """A master (or worker 0 when the run has none) is MASTER_ADDR; a numeric nprocPerNode
+    multiplies WORLD_SIZE; elastic runs rendezvous with c10d on worker 0."""
+    spec = c.spec
+    nproc = spec.nproc_per_node or "auto"
+    world = c.total * (int(nproc) if nproc.isdigit() else 1)
+    master = c.address("master", 0) if c.counts["master"] else c.address("worker", 0)
+    rank = str(c.rank(replica))
+    env = {"PYTHONUNBUFFERED": "0"}
+    elastic = spec.topology.elastic
+    if elastic is None:
+        env |= {"MASTER_ADDR": master, "MASTER_PORT": str(port(spec)), "WORLD_SIZE": str(world), "RANK": rank}
+        env |= {"PET_MASTER_ADDR": master, "PET_MASTER_PORT": str(port(spec)), "PET_NODE_RANK": rank}
+        return env | {"PET_NPROC_PER_NODE": nproc, "PET_NNODES": str(c.total)}
+    if spec.nproc_per_node:
+        env["PET_NPROC_PER_NODE"] = spec.nproc_per_node
+    return env | {
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": f"{c.address('worker', 0)}:{port(spec)}",
+        "PET_NNODES": f"{elastic.min_workers}:{elastic.max_workers}",
+    }
+
+
+def tensorflow_env(c: Cluster, replica: Replica) -> dict[str, str]:
+    """TF_CONFIG: every role's addresses under its lower-case name, and this replica's task."""
+    if c.total <= 1:
+        return {}
+    cluster = {
+        role: [f"{c.address(role, i)}.{c.namespace}.svc:{port(c.spec)}" for i in range(n)]
+        for role, n in sorted(c.counts.items())
+        if n
+    }
+    tf_config = {"cluster": cluster, "task": {"type": replica.role, "index": replica.index}, "environment": "cloud"}
+    return {"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))}
+
+
+def jax_env(c: Cluster, replica: Replica) -> dict[str, str]:
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "COORDINATOR_ADDRESS": c.address("worker", 0),
+        "COORDINATOR_PORT": str(port(c.spec)),
+        "NUM_PROCESSES": str(c.total),
+        "PROCESS_ID": str(replica.index),
+    }
+
+
+def xgboost_env(c: Cluster, replica: Replica) -> dict[str, str]:
+    env = {
+        "MASTER_ADDR": c.address("master", 0),
+        "MASTER_PORT": str(port(c.spec)),
+        "WORLD_SIZE": str(c.total),
+        "RANK": str(c.rank(replica)),
+        "PYTHONUNBUFFERED": "0",
+    }
+    if c.total > 1:
+        env["WORKER_PORT"] = str(port(c.spec))
+        env["WORKER_ADDRS"] = ",".join(c.address("worker", i) for i in range(c.counts["worker"]))
+    return env
+
+
+FRAMEWORK_ENV = {"pytorch": pytorch_env, "tensorflow": tensorflow_env, "jax": jax_env, "xgboost": xgboost_env}
+
+
 def framework_env(
     trainer: str, namespace: str, spec: TrainerSpec, replica: Replica, per_replica_services: bool = False
 ) -> dict[str, str]:
-    """The Kubeflow-compatible variables of one replica (values exactly as Kubeflow sets them)."""
-    counts = role_counts(spec)
-    contract = CONTRACTS[spec.framework]
-    port = str(contract.port)
+    """The Kubeflow-compatible variables of one replica (values as Kubeflow sets them)."""
+    make = FRAMEWORK_ENV.get(spec.framework)
+    return make(Cluster(trainer, namespace, spec, per_replica_services), replica) if make else {}
 
-    def address(role: Role, index: int) -> str:
-        return Replica(role, index).address(trainer, per_replica_services)
 
-    master = address("master", 0)
-    worker0 = address("worker", 0)
-    total = sum(counts.values())
-    rank = replica.index + (1 if replica.role == "worker" and counts["master"] else 0)
-    if spec.framework == "pytorch":
-        env = {"PYTHONUNBUFFERED": "0"}
-        if counts["master"]:
-            env |= {
-                "MASTER_ADDR": master,
-                "MASTER_PORT": port,
-                "PET_MASTER_ADDR": master,
-                "PET_MASTER_PORT": port,
-                "WORLD_SIZE": str(total),
-                "RANK": str(rank),
-                "PET_NODE_RANK": str(rank),
-                "PET_NPROC_PER_NODE": "auto",
-                "PET_NNODES": str(total),
-            }
-        elastic = spec.topology.elastic
-        if elastic is not None:
-            env |= {
-                "PET_RDZV_BACKEND": "c10d",
-                "PET_RDZV_ENDPOINT": f"{worker0}:{port}",
-                "PET_NNODES": f"{elastic.min_workers}:{elastic.max_workers}",
-            }
-        return env
-    if spec.framework == "tensorflow":
-        if total <= 1:
-            return {}
-        cluster = {
-            role: [f"{address(role, i)}.{namespace}.svc:{port}" for i in range(n)]
-            for role, n in sorted(counts.items())
-            if n
-        }
-        tf_config = {"cluster": cluster, "task": {"type": replica.role, "index": replica.index}, "environment": "cloud"}
-        return {"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))}
-    if spec.framework == "jax":
-        return {
-            "PYTHONUNBUFFERED": "1",
-            "COORDINATOR_ADDRESS": worker0,
-            "COORDINATOR_PORT": port,
-            "NUM_PROCESSES": str(total),
-            "PROCESS_ID": str(replica.index),
-        }
-    if spec.framework == "xgboost":
-        env = {
-            "MASTER_ADDR": master,
-            "MASTER_PORT": port,
-            "WORLD_SIZE": str(total),
-            "RANK": str(rank),
-            "PYTHONUNBUFFERED": "0",
-        }
-        if total > 1:
-            env["WORKER_PORT"] = port
-            env["WORKER_ADDRS"] = ",".join(address("worker", i) for i in range(counts["worker"]))
-        return env
-    return {}
+def shard(spec: TrainerSpec, replica: Replica) -> int | None:
+    """The checkpoint shard a replica writes: the master or chief 0, then the workers in order;
+    None for parameter servers and evaluators."""
+    leaders = 1 if leader(spec) else 0
+    if replica.role in ("master", "chief"):
+        return 0
+    return replica.index + leaders if replica.role == "worker" else None
 
 
 def operator_env(trainer: str, uid: str, spec: TrainerSpec, replica: Replica) -> dict[str, str]:
@@ -151,8 +178,12 @@ def operator_env(trainer: str, uid: str, spec: TrainerSpec, replica: Replica) ->
         "TRAINER_UID": uid,
         "REPLICA_TYPE": replica.role,
         "REPLICA_INDEX": str(replica.index),
-        "EPOCHS": str(spec.epochs),
     }
+    if spec.epochs is not None:
+        env["EPOCHS"] = str(spec.epochs)
+    index = shard(spec, replica)
     if spec.checkpoint is not None:
         env["CHECKPOINT_SHARDS"] = str(shard_writers(spec))
+        if index is not None:
+            env["CHECKPOINT_SHARD"] = str(index)
     return env

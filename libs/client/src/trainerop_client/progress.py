@@ -33,6 +33,11 @@ class Snapshot:
     def finished(self) -> bool:
         return self.phase in FINISHED
 
+    @property
+    def epochs_done(self) -> str:
+        """``3/10``, or ``3`` when the run does not say how many epochs it has (a Kubeflow job)."""
+        return f"{self.epoch}/{self.epochs}" if self.epochs else str(self.epoch)
+
     @classmethod
     def of(cls, trainer: Mapping[str, Any]) -> "Snapshot":
         status = trainer.get("status") or {}
@@ -72,7 +77,7 @@ def line(s: Snapshot, now: datetime | None = None) -> str:
     checkpoint t-step-1200 · loss 0.12`` (the reason when it is not just the phase)."""
     now = now or datetime.now(UTC)
     steps = f"step {s.step}/{s.total_steps}" if s.total_steps else f"step {s.step}"
-    parts = [s.phase if s.reason in ("", s.phase) else f"{s.phase} ({s.reason})", f"epoch {s.epoch}/{s.epochs}", steps]
+    parts = [s.phase if s.reason in ("", s.phase) else f"{s.phase} ({s.reason})", f"epoch {s.epochs_done}", steps]
     if not s.finished:
         parts.append(f"ETA {time_left(s.eta, now)}")
     parts.append(f"restarts {s.restarts}")

@@ -20,9 +20,7 @@ def trainers_table(trainers: Sequence[Mapping[str, Any]], now: datetime) -> str:
     for t in trainers:
         s = Snapshot.of(t)
         left = "" if s.finished else time_left(s.eta, now)
-        rows.append(
-            [s.name, s.phase, f"{s.percent}%", left, f"{s.epoch}/{s.epochs}", str(s.restarts), s.checkpoint, s.reason]
-        )
+        rows.append([s.name, s.phase, f"{s.percent}%", left, s.epochs_done, str(s.restarts), s.checkpoint, s.reason])
     return aligned(["NAME", "PHASE", "PROGRESS", "TIME LEFT", "EPOCH", "RESTARTS", "CHECKPOINT", "REASON"], rows)
 
 

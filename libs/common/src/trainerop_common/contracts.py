@@ -5,6 +5,7 @@ training container's name, and the labels and annotations on the pods.
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from trainerop_sdk.names import (
     AUDIT_TRAINER_LABEL,
@@ -24,18 +25,23 @@ from trainerop_sdk.names import (
 )
 
 from .api import GROUP
-from .api.trainer import TrainerSpec
+from .api.trainer import Framework, TrainerSpec
 
 __all__ = [
     "ADMISSION_ANNOTATION",
     "AUDIT_TRAINER_LABEL",
     "CONCERNS",
+    "CONTRACTS",
     "DEFAULT_CONTAINER_ANNOTATION",
     "EPOCH_ANNOTATION",
     "GATE_CONDITIONS",
     "GENERATION_ANNOTATION",
     "GRANT_RECHECK_SECONDS",
     "GRANT_WAIT_SECONDS",
+    "KUBEFLOW_JOB_NAME_LABEL",
+    "KUBEFLOW_JOB_ROLE_LABEL",
+    "KUBEFLOW_REPLICA_INDEX_LABEL",
+    "KUBEFLOW_REPLICA_TYPE_LABEL",
     "MAX_METRICS",
     "METRICS_ANNOTATION",
     "METRIC_NAME",
@@ -52,6 +58,7 @@ __all__ = [
     "TRAINER_NAME_LABEL",
     "TRAINER_UID_LABEL",
     "TRAINING_CONTAINER",
+    "FrameworkContract",
     "asks",
     "awaiting_grant",
     "replica_index",
@@ -65,6 +72,24 @@ TRAINING_CONTAINER = {
     "jax": "jax",
     "xgboost": "xgboost",
     "generic": "trainer",
+}
+
+
+@dataclass(frozen=True)
+class FrameworkContract:
+    """A framework's training container and rendezvous port, named as Kubeflow v1 names them."""
+
+    container: str
+    port_name: str
+    port: int
+
+
+CONTRACTS: dict[Framework, FrameworkContract] = {
+    "pytorch": FrameworkContract(TRAINING_CONTAINER["pytorch"], "pytorchjob-port", 23456),
+    "tensorflow": FrameworkContract(TRAINING_CONTAINER["tensorflow"], "tfjob-port", 2222),
+    "jax": FrameworkContract(TRAINING_CONTAINER["jax"], "jaxjob-port", 6666),
+    "xgboost": FrameworkContract(TRAINING_CONTAINER["xgboost"], "xgboostjob-port", 9999),
+    "generic": FrameworkContract(TRAINING_CONTAINER["generic"], "trainer-port", 29500),
 }
 
 
@@ -119,6 +144,13 @@ NODE_ANNOTATION = f"{GROUP}/node"
 GENERATION_ANNOTATION = f"{GROUP}/generation"
 
 
+# The labels Kubeflow's Training Operator v1 gives a job's pods; every Trainer's pods carry them
+# too (the Trainer's name as the job's), so tools written for Kubeflow jobs find them.
+KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+KUBEFLOW_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+KUBEFLOW_REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+KUBEFLOW_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"  # "master" on the run's master replica
+
 OPERATOR_ENV = frozenset(
     {
         # The operator's own contract, every framework.
@@ -131,6 +163,7 @@ OPERATOR_ENV = frozenset(
         "RESUME_FROM",
         "CHECKPOINT_REPLICATION_FACTOR",
         "CHECKPOINT_SHARDS",
+        "CHECKPOINT_SHARD",
         "CHECKPOINT_INTERVAL_MINUTES",
         "POD_NAME",
         # Kubeflow-compatible rendezvous variables.

@@ -4,19 +4,25 @@ checkpoint has), the quota controller (what a run reserves) and the profile cont
 webhooks (which roles a run has)."""
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from pydantic.alias_generators import to_camel
 
-from .api.base import Grant, ResourceRequirements
+from .api.base import ROLE_NAMES, Grant, ResourceRequirements, RestartPolicy, RoleName
 from .api.trainer import MASTER_FRAMEWORKS, TrainerSpec
 
-Role = Literal["master", "worker", "ps"]
-ROLES: tuple[Role, ...] = ("master", "worker", "ps")
+Role = RoleName
+ROLES: tuple[Role, ...] = ROLE_NAMES
 
 
 # The spec.podTemplateOverrides field (its Python name) that shapes each role's pods.
-OVERRIDE_FIELDS: dict[Role, str] = {"master": "master", "worker": "worker", "ps": "parameter_server"}
+OVERRIDE_FIELDS: dict[Role, str] = {
+    "master": "master",
+    "worker": "worker",
+    "ps": "parameter_server",
+    "chief": "chief",
+    "evaluator": "evaluator",
+}
 
 
 def override_name(role: Role) -> str:
@@ -32,9 +38,32 @@ def role_override(spec: TrainerSpec, role: Role) -> Mapping[str, Any] | None:
 
 
 def has_master(spec: TrainerSpec) -> bool:
-    """pytorch and xgboost runs have a master, except elastic pytorch (rendezvous on worker 0)."""
+    """topology.master as set; unset: pytorch and xgboost runs have a master, except elastic
+    pytorch (rendezvous on worker 0)."""
+    if spec.topology.master is not None:
+        return spec.topology.master == 1
     elastic_pytorch = spec.framework == "pytorch" and spec.topology.elastic is not None
     return spec.framework in MASTER_FRAMEWORKS and not elastic_pytorch
+
+
+def leader(spec: TrainerSpec) -> Role | None:
+    """The replica whose success ends the run by default: the master, else the chief."""
+    if has_master(spec):
+        return "master"
+    return "chief" if spec.topology.chief else None
+
+
+def is_master_replica(spec: TrainerSpec, role: Role, index: int) -> bool:
+    """Kubeflow's master role: the master or chief where the run has one, else worker 0."""
+    first = leader(spec)
+    return role == first if first is not None else (role, index) == ("worker", 0)
+
+
+def restart_policy(spec: TrainerSpec, role: Role) -> RestartPolicy | None:
+    """The role's restart policy: runPolicy.restartPolicies', else runPolicy.restartPolicy (None:
+    the profile's or the default, which the caller resolved into the spec)."""
+    own = (spec.run_policy.restart_policies or {}).get(role)
+    return own or spec.run_policy.restart_policy
 
 
 def role_counts(spec: TrainerSpec, workers: int | None = None) -> dict[Role, int]:
@@ -43,6 +72,8 @@ def role_counts(spec: TrainerSpec, workers: int | None = None) -> dict[Role, int
         "master": 1 if has_master(spec) else 0,
         "worker": spec.topology.workers if workers is None else workers,
         "ps": spec.topology.parameter_servers,
+        "chief": spec.topology.chief,
+        "evaluator": spec.topology.evaluators,
     }
 
 
@@ -54,9 +85,10 @@ def worker_bounds(spec: TrainerSpec) -> tuple[int, int]:
 
 
 def shard_writers(spec: TrainerSpec) -> int:
-    """Replicas that write a checkpoint shard each: the workers and the master (not parameter servers)."""
+    """Replicas that write a checkpoint shard each: the workers, the master and the chief (not
+    parameter servers or evaluators)."""
     counts = role_counts(spec)
-    return counts["worker"] + counts["master"]
+    return counts["worker"] + counts["master"] + counts["chief"]
 
 
 def effective(spec: TrainerSpec, grant: Grant | None) -> TrainerSpec:

@@ -45,9 +45,11 @@ class CheckpointError(Exception):
 
 
 def default_shard(env: Mapping[str, str]) -> int:
-    """This replica's shard: its rank where the framework has one, else its replica index."""
+    """This replica's shard: torchrun's node rank, else the operator's CHECKPOINT_SHARD (the
+    master or chief 0, then the workers), else its rank where the framework has one, else its
+    replica index."""
     # torchrun: GROUP_RANK is the node's rank (RANK counts processes); one process per pod saves.
-    for name in ("GROUP_RANK", "RANK", "PROCESS_ID", "REPLICA_INDEX"):
+    for name in ("GROUP_RANK", "CHECKPOINT_SHARD", "RANK", "PROCESS_ID", "REPLICA_INDEX"):
         if env.get(name, "").isdigit():
             return int(env[name])
     return 0

@@ -17,15 +17,17 @@ from .base import (
     RunPolicyDefaults,
 )
 from .checkpoint import Checkpoint
+from .kubeflow import KUBEFLOW_GROUP, KUBEFLOW_VERSION, JAXJob, PyTorchJob, TFJob, XGBoostJob
 from .profile import ClusterTrainingProfile, TrainingProfile
 from .quota import QuotaPolicy
-from .trainer import MAX_TRAINER_NAME, Trainer, TrainerSpec, TrainerStatus
+from .trainer import MAX_TRAINER_NAME, TRAINER_NAME_PATTERN, Trainer, TrainerSpec, TrainerStatus
 
 __all__ = [
     "API_VERSION",
     "CATEGORY",
     "GROUP",
     "KINDS",
+    "KUBEFLOW_KINDS",
     "VERSION",
     "AuditLog",
     "Checkpoint",
@@ -71,6 +73,9 @@ class KindInfo:
     # Rules on the whole object; the only place metadata.name can be checked.
     root_rules: tuple[dict[str, str], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    group: str = GROUP
+    version: str = VERSION
+    categories: tuple[str, ...] = (CATEGORY,)
 
     @property
     def singular(self) -> str:
@@ -78,7 +83,7 @@ class KindInfo:
 
     @property
     def crd_name(self) -> str:
-        return f"{self.plural}.{GROUP}"
+        return f"{self.plural}.{self.group}"
 
 
 def _cond(type_: str, field_: str) -> str:
@@ -129,7 +134,7 @@ KINDS: tuple[KindInfo, ...] = (
                 "are named <name>-worker-<index> and must fit a 63-character DNS label",
             },
             {
-                "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                "rule": f"self.metadata.name.matches('{TRAINER_NAME_PATTERN}')",
                 "message": "metadata.name must start with a letter and contain only lower-case letters, "
                 "digits and '-' (it becomes a DNS label)",
             },
@@ -201,6 +206,37 @@ KINDS: tuple[KindInfo, ...] = (
             PrinterColumn("Time", ".spec.stageTimestamp", "date"),
         ),
     ),
+)
+
+
+# Kubeflow v1's jobs, served when the kubeflow component is deployed (docs/kubeflow.md): named,
+# versioned and printed as upstream's CRDs do (no short names or categories of their own).
+_STATE = PrinterColumn("State", ".status.conditions[-1:].type")
+
+
+def _kubeflow(kind: str, plural: str, model: type[K8sModel], specs: str, scales: bool) -> KindInfo:
+    scale = {
+        "specReplicasPath": f".spec.{specs}.Worker.replicas",
+        "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+        "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+    }
+    return KindInfo(
+        kind=kind,
+        plural=plural,
+        model=model,
+        columns=(_STATE, AGE),
+        scale=scale if scales else None,
+        group=KUBEFLOW_GROUP,
+        version=KUBEFLOW_VERSION,
+        categories=(),
+    )
+
+
+KUBEFLOW_KINDS: tuple[KindInfo, ...] = (
+    _kubeflow("PyTorchJob", "pytorchjobs", PyTorchJob, "pytorchReplicaSpecs", scales=True),
+    _kubeflow("TFJob", "tfjobs", TFJob, "tfReplicaSpecs", scales=False),
+    _kubeflow("JAXJob", "jaxjobs", JAXJob, "jaxReplicaSpecs", scales=True),
+    _kubeflow("XGBoostJob", "xgboostjobs", XGBoostJob, "xgbReplicaSpecs", scales=False),
 )
 
 

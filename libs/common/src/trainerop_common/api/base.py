@@ -173,20 +173,25 @@ class RunPolicyDefaults(K8sModel):
     backoff_limit: int | None = Field(default=None, ge=0, le=1000)
 
 
+# The roles a run's replicas may have (trainerop_common.topology.Role).
+RoleName = Literal["master", "worker", "ps", "chief", "evaluator"]
+ROLE_NAMES: tuple[RoleName, ...] = ("master", "worker", "ps", "chief", "evaluator")
+
+
 class Grant(K8sModel):
     """An admission the trainer controller applies over the Trainer's own spec (only the quota
     concern sets one). Pods carry the id they were created under; a pod of another id is replaced."""
 
     id: str = Field(min_length=1, max_length=63, description="Changes when the run must move (new placement).")
-    workers: int = Field(ge=1, le=4096, description="Workers admitted (within the elastic bounds).")
+    workers: int = Field(ge=0, le=4096, description="Workers admitted (within the elastic bounds).")
     resources: ResourceRequirements | None = Field(
         default=None, description="Per-pod requests/limits lowered by the policy; they replace the Trainer's own."
     )
     placement: dict[str, Annotated[list[str], Field(max_length=4096)]] | None = Field(
         default=None,
-        json_schema_extra={"maxProperties": 3},
-        description="Node of each replica by role (master, worker, ps) and index, as admitted: a pod is created "
-        "pinned to its node, so what was admitted is what the scheduler places (empty: not pinned).",
+        json_schema_extra={"maxProperties": len(ROLE_NAMES)},
+        description="Node of each replica by role (master, worker, ps, chief, evaluator) and index, as admitted: "
+        "a pod is created pinned to its node, so what was admitted is what the scheduler places (empty: not pinned).",
     )
 
 

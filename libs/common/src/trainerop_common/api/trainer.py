@@ -8,6 +8,7 @@ from trainerop_sdk.layout import S3_SCHEME, S3_URI, StorageLocation, parse_bucke
 from trainerop_sdk.names import DNS_SUBDOMAIN, MAX_METRICS
 
 from .base import (
+    ROLE_NAMES,
     Conditions,
     Contribution,
     EnvList,
@@ -17,6 +18,7 @@ from .base import (
     Quantity,
     ResourceRequirements,
     RestartPolicy,
+    RoleName,
     cel,
 )
 from .checkpoint import MAX_SHARDS
@@ -29,6 +31,8 @@ Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Susp
 # Pods are named <trainer>-<role>-<index> and each gets a headless Service of the same name,
 # which must fit a 63-character DNS label: "-worker-" plus up to 5 digits leaves 50.
 MAX_TRAINER_NAME = 50
+# And it starts with a letter: an RFC 1035 label (the root rule in api/__init__.py says so).
+TRAINER_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
 class ElasticPolicy(K8sModel):
@@ -54,8 +58,25 @@ class Topology(K8sModel):
         }
     }
 
-    workers: int = Field(default=1, ge=1, le=4096, description="Worker replicas (the scale subresource's replicas).")
+    workers: int = Field(
+        default=1,
+        ge=0,
+        le=4096,
+        description="Worker replicas (the scale subresource's replicas); 0 only in a run with a master or a chief.",
+    )
     parameter_servers: int = Field(default=0, ge=0, le=256)
+    master: int | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="The master replica. Unset: 1 for pytorch (without topology.elastic) and xgboost, else 0. "
+        "pytorch with 0: worker 0 is the rendezvous, as in a PyTorchJob without a Master; tensorflow with 1: "
+        "TFJob's Master role (TF_CONFIG task type master).",
+    )
+    chief: int = Field(default=0, ge=0, le=1, description="tensorflow: the Chief replica (TF_CONFIG task type chief).")
+    evaluators: int = Field(
+        default=0, ge=0, le=64, description="tensorflow: Evaluator replicas (TF_CONFIG task type evaluator)."
+    )
     replication_factor: int = Field(
         default=1,
         ge=1,
@@ -129,6 +150,25 @@ class RunPolicy(K8sModel):
         description="Unset: the profile's retryPolicy.restartPolicy, else OnFailure. ExitCode: exit codes "
         "1-127 are permanent, 128-255 retryable (Kubeflow's rule).",
     )
+    restart_policies: dict[RoleName, RestartPolicy] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": len(ROLE_NAMES),
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.all(role, role in {list(ROLE_NAMES)})",
+                    f"restartPolicies: each key must be a role ({', '.join(ROLE_NAMES)})",
+                )
+            ],
+        },
+        description="Per role (master, worker, ps, chief, evaluator), over restartPolicy: a Kubeflow job's "
+        "replicaSpecs' restartPolicy.",
+    )
+    success_policy: Literal["AllWorkers"] | None = Field(
+        default=None,
+        description="Unset: the run succeeds when its master or chief does (tensorflow without one: worker 0; "
+        "others: every worker). AllWorkers: when every worker does (TFJob's successPolicy).",
+    )
     restart_scope: Literal["Pod", "Gang"] = Field(
         default="Pod", description="Restart only the failed pod, or every pod of the run."
     )
@@ -167,6 +207,8 @@ class PodTemplateOverrides(K8sModel):
     master: FreeForm | None = None
     worker: FreeForm | None = None
     parameter_server: FreeForm | None = None
+    chief: FreeForm | None = None
+    evaluator: FreeForm | None = None
 
 
 # Frameworks whose Kubeflow contract has no parameter-server role.
@@ -176,10 +218,15 @@ ELASTIC_FRAMEWORKS = ("pytorch", "generic")
 # Frameworks whose runs have a master replica, except an elastic pytorch run (its rendezvous is on
 # worker 0): trainerop_common.topology.has_master, and in CEL below.
 MASTER_FRAMEWORKS = ("pytorch", "xgboost")
+# Frameworks whose runs may have a chief and evaluators (TFJob's roles).
+CHIEF_FRAMEWORKS = ("tensorflow", "generic")
 MASTERS_CEL = (
+    "(has(self.topology.master) ? self.topology.master : "
     f"(self.framework in {list(MASTER_FRAMEWORKS)} && !(self.framework == 'pytorch' && has(self.topology.elastic)) "
-    "? 1 : 0)"
+    "? 1 : 0))"
 )
+# The replicas besides the workers that write a checkpoint shard: the master and the chief.
+SHARD_LEADERS_CEL = f"({MASTERS_CEL} + self.topology.chief)"
 
 
 class Scheduling(K8sModel):
@@ -213,9 +260,35 @@ class TrainerSpec(K8sModel):
                     "or use framework pytorch (torchrun's rendezvous) or generic",
                 ),
                 cel(
-                    f"!has(self.checkpoint) || self.topology.workers + {MASTERS_CEL} <= {MAX_SHARDS}",
+                    "!has(self.topology.master) || self.topology.master == 0 || self.framework != 'jax'",
+                    "topology.master must be 0 for jax (a JAXJob has only Workers)",
+                ),
+                cel(
+                    "!has(self.topology.master) || self.topology.master == 1 || self.framework != 'xgboost'",
+                    "topology.master must be 1 for xgboost (an XGBoostJob's Master is required)",
+                ),
+                cel(
+                    "!has(self.topology.master) || self.topology.master == 0 || !has(self.topology.elastic)",
+                    "topology.master must be 0 with topology.elastic (torchrun's rendezvous is on worker 0)",
+                ),
+                cel(
+                    f"(self.topology.chief == 0 && self.topology.evaluators == 0) || self.framework in "
+                    f"{list(CHIEF_FRAMEWORKS)}",
+                    "topology.chief and topology.evaluators are roles of tensorflow (and generic) runs; set them "
+                    "to 0 or use framework tensorflow",
+                ),
+                cel(
+                    f"self.topology.workers >= 1 || {SHARD_LEADERS_CEL} >= 1",
+                    "topology.workers must be at least 1 in a run without a master or a chief",
+                ),
+                cel(
+                    "self.topology.chief + (has(self.topology.master) ? self.topology.master : 0) <= 1",
+                    "topology: must not have more than 1 Chief or Master role",
+                ),
+                cel(
+                    f"!has(self.checkpoint) || self.topology.workers + {SHARD_LEADERS_CEL} <= {MAX_SHARDS}",
                     f"topology.workers: a run with spec.checkpoint can have at most {MAX_SHARDS} replicas that write "
-                    "a checkpoint shard (the workers, and the master of pytorch and xgboost runs): one Checkpoint "
+                    "a checkpoint shard (the workers, the master and the chief): one Checkpoint "
                     "holds every shard's report; lower topology.workers (topology.elastic.maxWorkers) or remove "
                     "spec.checkpoint",
                 ),
@@ -223,13 +296,28 @@ class TrainerSpec(K8sModel):
         }
     }
 
-    epochs: int = Field(ge=1, le=1_000_000)
+    epochs: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Epochs to train (EPOCHS in the pods; the percent done when the heartbeats give no total "
+        "steps). Unset: unknown, as in a Kubeflow job; the run ends when its pods do.",
+    )
     image: str = Field(min_length=1, max_length=1024)
     framework: Framework = Field(
         default="generic",
         json_schema_extra={"x-kubernetes-validations": [cel("self == oldSelf", "framework is immutable")]},
     )
     command: list[str] | None = None
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="The rendezvous port; unset: the framework's (pytorch 23456...)."
+    )
+    nproc_per_node: str | None = Field(
+        default=None,
+        max_length=16,
+        pattern=r"^(auto|cpu|gpu|[1-9][0-9]*)$",
+        description="pytorch: processes per pod (PET_NPROC_PER_NODE; a number multiplies WORLD_SIZE). Unset: auto.",
+    )
     args: list[str] | None = None
     env: EnvList | None = None
     resources: ResourceRequirements | None = None
@@ -352,7 +440,7 @@ class QuotaStatus(K8sModel):
 
     policy: str | None = None
     capacity_type: CapacityType | None = Field(default=None, description="Where the run is admitted.")
-    workers: int | None = Field(default=None, ge=1, description="Workers admitted.")
+    workers: int | None = Field(default=None, ge=0, description="Workers admitted.")
     priority: int | None = None
     admitted_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     renegotiations: int = Field(default=0, ge=0, description="Times the admission was moved or shrunk.")
