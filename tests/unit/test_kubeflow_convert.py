@@ -109,11 +109,12 @@ def test_the_run_policy_carries_over() -> None:
         "cleanPodPolicy": "All",
         "backoffLimit": 3,
         "activeDeadlineSeconds": 600,
-        "ttlSecondsAfterFinished": 60,
         "suspend": True,
     }
-    policy = to_trainer(PYTORCH, {**PYTORCH_SIMPLE, "spec": {**PYTORCH_SIMPLE["spec"], "runPolicy": run_policy}})
+    written = {**run_policy, "ttlSecondsAfterFinished": 60}
+    policy = to_trainer(PYTORCH, {**PYTORCH_SIMPLE, "spec": {**PYTORCH_SIMPLE["spec"], "runPolicy": written}})
     assert {k: policy["spec"]["runPolicy"][k] for k in run_policy} == run_policy
+    assert "ttlSecondsAfterFinished" not in policy["spec"]["runPolicy"]  # the job's: it goes, and its Trainer
 
 
 def test_the_template_is_the_roles_override_without_its_restart_policy() -> None:

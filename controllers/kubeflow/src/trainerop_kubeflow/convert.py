@@ -208,7 +208,8 @@ def _run_policy(kind: JobKind, job_spec: Mapping[str, Any], specs: Mapping[str, 
         "suspend": bool(written.get("suspend")),
         "restartPolicies": {kind.roles[t]: s.get("restartPolicy") or kind.restart_policy for t, s in specs.items()},
     }
-    for field in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+    # ttlSecondsAfterFinished is the job's: the kubeflow controller deletes the job (and so its Trainer).
+    for field in ("backoffLimit", "activeDeadlineSeconds"):
         if written.get(field) is not None:
             policy[field] = written[field]
     if job_spec.get("successPolicy") == "AllWorkers":

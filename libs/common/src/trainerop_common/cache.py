@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import kopf
 
-from .api import GROUP, VERSION, kind_info
+from .api import kind_info
 from .loops import at_home
 from .objects import Keep, metadata_only, slim
 from .watch_events import on_event
@@ -137,9 +137,16 @@ class ObjectCache:
         index: Callable[[Mapping[str, Any]], Hashable] | None = None,
         keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> "ObjectCache":
-        """A cache of one of the operator's own kinds."""
-        plural = kind_info(kind).plural
-        return cls(lambda projection: kube.list_all(kind, projection), GROUP, VERSION, plural, index=index, keep=keep)
+        """A cache of one of the operator's own kinds (or of Kubeflow's jobs)."""
+        info = kind_info(kind)
+        return cls(
+            lambda projection: kube.list_all(kind, projection),
+            info.group,
+            info.version,
+            info.plural,
+            index=index,
+            keep=keep,
+        )
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> Key:

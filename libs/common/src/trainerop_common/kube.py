@@ -41,7 +41,7 @@ from lightkube.resources.core_v1 import (
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
-from .api import GROUP, KINDS, VERSION, KindInfo, kind_info
+from .api import KINDS, KUBEFLOW_KINDS, KindInfo, kind_info
 from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
 from .objects import Keep, metadata_only, removed_at_once, slim
@@ -52,11 +52,11 @@ Resource = type[GenericNamespacedResource] | type[GenericGlobalResource]
 
 RESOURCES: dict[str, Resource] = {
     info.kind: (
-        create_namespaced_resource(GROUP, VERSION, info.kind, info.plural)
+        create_namespaced_resource(info.group, info.version, info.kind, info.plural)
         if info.scope == "Namespaced"
-        else create_global_resource(GROUP, VERSION, info.kind, info.plural)
+        else create_global_resource(info.group, info.version, info.kind, info.plural)
     )
-    for info in KINDS
+    for info in (*KINDS, *KUBEFLOW_KINDS)
 }
 
 

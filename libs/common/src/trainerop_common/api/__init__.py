@@ -241,7 +241,7 @@ KUBEFLOW_KINDS: tuple[KindInfo, ...] = (
 
 
 def kind_info(kind: str) -> KindInfo:
-    for info in KINDS:
+    for info in (*KINDS, *KUBEFLOW_KINDS):
         if info.kind == kind:
             return info
     raise KeyError(kind)

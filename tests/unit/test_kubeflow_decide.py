@@ -1,0 +1,135 @@
+"""What the kubeflow controller does with one job (pure)."""
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from trainerop_kubeflow.convert import to_trainer
+from trainerop_kubeflow.decide import OUR_MANAGER, Decision, Observed, contains, decide
+from trainerop_kubeflow.kinds import JOB_KINDS
+
+PYTORCH = JOB_KINDS["PyTorchJob"]
+NOW = datetime(2026, 12, 4, 10, 0, 0, tzinfo=UTC)
+
+
+def container() -> dict[str, Any]:
+    return {"template": {"spec": {"containers": [{"name": "pytorch", "image": "mnist:1"}]}}}
+
+
+def job(**run_policy: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "mnist", "namespace": "team-a", "uid": "uid-9", "generation": 1},
+        "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": {"Master": container(), "Worker": container()}},
+    }
+
+
+def stored(trainer: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Trainer as the API server holds it: with defaults the job never set."""
+    out = copy.deepcopy(trainer)
+    out["metadata"]["uid"] = "trainer-uid"
+    out["spec"]["topology"]["replicationFactor"] = 1
+    out["spec"]["runPolicy"]["restartScope"] = "Pod"
+    return {**out, "status": status or {}}
+
+
+def observe(j: dict[str, Any], trainer: dict[str, Any] | None = None, upstream: bool = False) -> Decision:
+    return decide(Observed(PYTORCH, j, trainer, upstream, NOW))
+
+
+def test_a_new_job_gets_its_trainer_and_the_created_condition() -> None:
+    d = observe(job())
+    assert d.trainer == to_trainer(PYTORCH, job())
+    assert d.status is not None
+    assert [c["type"] for c in d.status["conditions"]] == ["Created"]
+
+
+def test_a_trainer_that_holds_the_job_as_it_is_is_not_applied_again() -> None:
+    trainer = stored(to_trainer(PYTORCH, job()), {"phase": "Running"})
+    d = observe(job(), trainer)
+    assert d.trainer is None
+    assert d.status is not None
+    assert d.status["conditions"][-1]["type"] == "Running"
+    again = observe({**job(), "status": d.status}, trainer)
+    assert again == Decision()  # a resync of an unchanged job: nothing to do
+
+
+def test_a_changed_job_applies_its_trainer_again() -> None:
+    trainer = stored(to_trainer(PYTORCH, job()))
+    suspended = job(suspend=True)
+    assert observe(suspended, trainer).trainer == to_trainer(PYTORCH, suspended)
+
+
+@pytest.mark.parametrize(
+    ("managed_by", "upstream", "acts"),
+    [
+        (None, False, True),
+        ("kubeflow.org/training-operator", False, True),
+        (None, True, False),  # Kubeflow's own operator runs: it acts, never both
+        (OUR_MANAGER, True, True),  # unless the job names this operator
+        ("kueue.x-k8s.io/multikueue", False, False),  # another controller's
+    ],
+)
+def test_who_acts_on_a_job(managed_by: str | None, upstream: bool, acts: bool) -> None:
+    policy = {"managedBy": managed_by} if managed_by else {}
+    d = observe(job(**policy), upstream=upstream)
+    assert (d.trainer is not None) is acts
+    assert (d.status is not None) is acts
+
+
+def test_a_refused_job_fails_validation_once() -> None:
+    bad = job()
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    d = observe(bad)
+    assert d.trainer is None
+    assert d.status is not None
+    assert d.status["conditions"][-1]["reason"] == "PyTorchJobFailedValidation"
+    assert [e[1] for e in d.events] == ["PyTorchJobFailedValidation"]
+    assert observe({**bad, "status": d.status}) == Decision()  # said once
+
+
+def test_a_trainer_of_the_jobs_name_that_is_not_its_own_is_left_alone_and_said() -> None:
+    other = stored(to_trainer(PYTORCH, job()))
+    other["metadata"]["ownerReferences"] = [{"uid": "someone-else", "controller": True}]
+    d = observe(job(), other)
+    assert d.trainer is None
+    assert [e[1] for e in d.events] == ["TrainerNameTaken"]
+    assert d.requeue_after is not None
+
+
+def test_a_finished_job_is_deleted_past_its_ttl_and_never_gets_a_trainer_again() -> None:
+    done = {
+        "conditions": [{"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"}],
+        "completionTime": "2026-12-04T09:59:00Z",
+    }
+    waiting = observe({**job(ttlSecondsAfterFinished=120), "status": done})
+    assert (waiting.trainer, waiting.delete, waiting.requeue_after) == (None, False, 60.0)
+    assert observe({**job(ttlSecondsAfterFinished=30), "status": done}).delete
+    assert observe({**job(), "status": done}) == Decision()  # no TTL: it stays, without a new Trainer
+
+
+def test_the_ttl_is_counted_from_the_completion_the_trainer_reports() -> None:
+    trainer = stored(
+        to_trainer(PYTORCH, job()), {"phase": "Succeeded", "progress": {"completionTime": "2026-12-04T09:59:30Z"}}
+    )
+    d = observe(job(ttlSecondsAfterFinished=60), trainer)
+    assert d.status is not None
+    assert d.status["completionTime"] == "2026-12-04T09:59:30Z"
+    assert d.requeue_after == 30.0
+
+
+@pytest.mark.parametrize(
+    ("have", "want", "held"),
+    [
+        ({"a": 1, "b": 2}, {"a": 1}, True),
+        ({"a": [{"x": 1, "y": 2}]}, {"a": [{"x": 1}]}, True),
+        ({"a": [{"x": 1}]}, {"a": [{"x": 1}, {"x": 2}]}, False),
+        ({"a": 1}, {"a": 2}, False),
+        ({}, {"a": None}, True),
+    ],
+)
+def test_contains(have: Any, want: Any, held: bool) -> None:
+    assert contains(have, want) is held
