@@ -127,3 +127,14 @@ def test_the_scale_of_a_pytorchjob_is_its_workers() -> None:
         "statusReplicasPath": ".status.replicaStatuses.Worker.active",
         "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
     }
+
+
+@pytest.mark.parametrize("info", KINDS, ids=lambda i: i.kind)
+def test_every_kind_is_served_as_v1alpha1_and_v1_and_stored_as_v1(info: KindInfo) -> None:
+    versions = crdgen.crd(info)["spec"]["versions"]
+    assert [(v["name"], v["served"], v["storage"]) for v in versions] == [("v1alpha1", True, False), ("v1", True, True)]
+    first, stable = versions
+    # The API server converts by apiVersion alone: only the same schema round-trips every field.
+    assert {k: v for k, v in first.items() if k not in ("name", "storage")} == {
+        k: v for k, v in stable.items() if k not in ("name", "storage")
+    }

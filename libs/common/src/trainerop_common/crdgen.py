@@ -151,11 +151,10 @@ def crd(info: KindInfo) -> dict[str, Any]:
         subresources["status"] = {}
     if info.scale:
         subresources["scale"] = dict(info.scale)
+    schema = object_schema(info)
     version: dict[str, Any] = {
-        "name": info.version,
         "served": True,
-        "storage": True,
-        "schema": {"openAPIV3Schema": object_schema(info)},
+        "schema": {"openAPIV3Schema": schema},
         "additionalPrinterColumns": [
             {
                 "name": c.name,
@@ -169,6 +168,8 @@ def crd(info: KindInfo) -> dict[str, Any]:
     }
     if subresources:
         version["subresources"] = subresources
+    # Every version has the same schema: the API server converts between them by apiVersion alone.
+    versions = [{"name": v, **version, "storage": v == info.storage} for v in info.served]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -187,7 +188,7 @@ def crd(info: KindInfo) -> dict[str, Any]:
                 **({"shortNames": list(info.short_names)} if info.short_names else {}),
                 **({"categories": list(info.categories)} if info.categories else {}),
             },
-            "versions": [version],
+            "versions": versions,
         },
     }
 

@@ -28,6 +28,7 @@ __all__ = [
     "GROUP",
     "KINDS",
     "KUBEFLOW_KINDS",
+    "STORAGE_VERSION",
     "VERSION",
     "AuditLog",
     "Checkpoint",
@@ -47,6 +48,11 @@ __all__ = [
     "TrainingProfile",
     "kind_info",
 ]
+
+
+# The stable version of the operator's kinds: served beside v1alpha1 with the same schema, and the
+# one the API server stores (a conversion of apiVersion alone, no webhook: docs/api.md, Versions).
+STORAGE_VERSION = "v1"
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,11 @@ class KindInfo:
     root_rules: tuple[dict[str, str], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     group: str = GROUP
-    version: str = VERSION
+    version: str = VERSION  # the version the operator's own clients speak
     categories: tuple[str, ...] = (CATEGORY,)
+    # The versions served, and the one objects are stored in (docs/api.md, Versions).
+    served: tuple[str, ...] = (VERSION, STORAGE_VERSION)
+    storage: str = STORAGE_VERSION
 
     @property
     def singular(self) -> str:
@@ -229,6 +238,8 @@ def _kubeflow(kind: str, plural: str, model: type[K8sModel], specs: str, scales:
         group=KUBEFLOW_GROUP,
         version=KUBEFLOW_VERSION,
         categories=(),
+        served=(KUBEFLOW_VERSION,),
+        storage=KUBEFLOW_VERSION,
     )
 
 
