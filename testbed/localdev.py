@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Install the operator's CRDs and RBAC and run the five controllers as local processes.
+"""Install the operator's CRDs and RBAC and run the six controllers as local processes.
 
     python -m testbed.localdev install   # kubectl apply --server-side -k deploy/overlays/local
     python -m testbed.localdev start     # start the controllers (each as its own ServiceAccount)
@@ -30,9 +30,13 @@ from testbed import cluster
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "trainer-operator-system"
-CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit")
+CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit", "kubeflow")
 GATES = ("profile", "quota", "checkpoint", "audit")
-METRICS_PORT_BASE = cluster.PORT_BASE + 20
+# Each controller's metrics port: the first five from PORT_BASE + 20, the kubeflow controller's at
+# + 29 (+ 25 to + 28 were taken before it came).
+METRICS_PORTS = {c: cluster.PORT_BASE + 20 + i for i, c in enumerate(CONTROLLERS[:5])} | {
+    "kubeflow": cluster.PORT_BASE + 29
+}
 # The controllers that serve admission webhooks, and the port each listens on here.
 WEBHOOK_PORTS = {
     "audit": cluster.PORT_BASE + 25,  # after the five metrics ports
@@ -89,6 +93,15 @@ def install() -> None:
         "--timeout=60s",
     )
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
+    # Kubeflow v1's jobs' CRDs come with the overlay: served before the kubeflow controller looks.
+    kubectl(
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "-l",
+        "app.kubernetes.io/part-of=trainer-operator",
+        "--timeout=60s",
+    )
     for removed in REMOVED:  # a cluster kept from an earlier version (docs/deploy.md, Upgrading)
         kubectl("delete", "--ignore-not-found", *removed)
     register_webhooks()
@@ -151,7 +164,7 @@ def service_account_kubeconfig(controller: str) -> Path:
 
 
 def metrics_port(controller: str) -> int:
-    return METRICS_PORT_BASE + CONTROLLERS.index(controller)
+    return METRICS_PORTS[controller]
 
 
 def executable(controller: str) -> str:

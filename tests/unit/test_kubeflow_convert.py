@@ -57,6 +57,7 @@ def test_a_pytorchjob_becomes_a_trainer_named_like_it_and_owned_by_it() -> None:
             "blockOwnerDeletion": True,
         }
     ]
+    assert trainer["metadata"]["labels"] == {"trainer.operator.kubeflow.org/kubeflow-job-kind": "PyTorchJob"}
     spec = TrainerSpec.model_validate(trainer["spec"])  # a valid Trainer
     assert (spec.framework, spec.image, spec.epochs) == ("pytorch", "mnist:1", None)
     assert (spec.topology.workers, spec.topology.master) == (1, 1)

@@ -16,7 +16,7 @@ from typing import Any
 from trainerop_common.api import API_VERSION
 from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
 from trainerop_common.api.trainer import MAX_TRAINER_NAME, TRAINER_NAME_PATTERN
-from trainerop_common.contracts import CONTRACTS, TRAINING_CONTAINER
+from trainerop_common.contracts import CONTRACTS, KUBEFLOW_JOB_KIND_LABEL, TRAINING_CONTAINER
 from trainerop_common.topology import Role, override_name
 
 from .kinds import JobKind, canonical_type
@@ -274,9 +274,11 @@ def trainer_spec(kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any]:
 def to_trainer(kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any]:
     """The Trainer manifest that carries out ``job``, owned by it and named like it."""
     meta = job["metadata"]
-    metadata: dict[str, Any] = {"name": meta["name"], "namespace": meta.get("namespace")}
-    if meta.get("labels"):
-        metadata["labels"] = dict(meta["labels"])
+    metadata: dict[str, Any] = {
+        "name": meta["name"],
+        "namespace": meta.get("namespace"),
+        "labels": {**(meta.get("labels") or {}), KUBEFLOW_JOB_KIND_LABEL: kind.kind},
+    }
     if meta.get("uid"):
         metadata["ownerReferences"] = [owner_reference(kind, job)]
     return {"apiVersion": API_VERSION, "kind": "Trainer", "metadata": metadata, "spec": trainer_spec(kind, job)}

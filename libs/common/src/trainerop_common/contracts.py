@@ -38,6 +38,7 @@ __all__ = [
     "GENERATION_ANNOTATION",
     "GRANT_RECHECK_SECONDS",
     "GRANT_WAIT_SECONDS",
+    "KUBEFLOW_JOB_KIND_LABEL",
     "KUBEFLOW_JOB_NAME_LABEL",
     "KUBEFLOW_JOB_ROLE_LABEL",
     "KUBEFLOW_REPLICA_INDEX_LABEL",
@@ -150,6 +151,8 @@ KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 KUBEFLOW_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 KUBEFLOW_REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 KUBEFLOW_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"  # "master" on the run's master replica
+# On a Trainer that carries out a Kubeflow v1 job: the job's kind (the kubeflow controller watches only these).
+KUBEFLOW_JOB_KIND_LABEL = f"{GROUP}/kubeflow-job-kind"
 
 OPERATOR_ENV = frozenset(
     {

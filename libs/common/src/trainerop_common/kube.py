@@ -333,6 +333,29 @@ class Kube:
         """Pods or Services in every namespace that match ``label_selector``."""
         return await self._list(CORE[kind], keep, "*", label_selector)
 
+    async def apply(self, kind: str, body: dict[str, Any]) -> None:
+        """Server-side apply of one of the operator's objects under this controller's field
+        manager, taking over the fields another manager set: the object is this controller's to
+        shape (a Kubeflow job's Trainer)."""
+        meta = body["metadata"]
+        await self._call(
+            "apply",
+            self._client.patch(
+                RESOURCES[kind],
+                meta["name"],
+                body,
+                namespace=meta.get("namespace"),
+                patch_type=PatchType.APPLY,
+                field_manager=field_manager(self._controller),
+                force=True,
+            ),
+        )
+
+    async def validating_webhooks(self) -> set[str]:
+        """The names of every validating admission webhook registered (of every configuration)."""
+        configs = await self._list(ValidatingWebhookConfiguration, lambda o: {"webhooks": o.get("webhooks") or []})
+        return {str(hook.get("name")) for config in configs for hook in config["webhooks"]}
+
     async def apply_core(self, body: dict[str, Any]) -> None:
         """Server-side apply of a namespaced built-in object under this controller's field manager."""
         res = CORE[body["kind"]]

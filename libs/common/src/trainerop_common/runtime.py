@@ -333,6 +333,7 @@ class Runtime:
             # spec and the status; the audit names the spec's manager)
             self.queue.poke(key_of(self.queue.seen(managers_only(body))))
 
-        on_event(registry, (GROUP, VERSION, "trainers"), on_trainer)
+        # A controller concerned with some Trainers only has the API server send only those.
+        on_event(registry, (GROUP, VERSION, "trainers"), on_trainer, getattr(controller, "trainer_labels", None))
         controller.register(registry, self)
         return registry

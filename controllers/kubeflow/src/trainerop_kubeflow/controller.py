@@ -1,0 +1,138 @@
+"""kopf adapter of the kubeflow controller: Kubeflow v1 jobs carried out by Trainers
+(docs/kubeflow.md, docs/design/kubeflow-v1.md).
+
+Each job kind has a work queue of its own, fed by a watch of the kind; a job's reconcile applies
+its Trainer and writes its status (``decide``). The runtime watches Trainers as every controller
+does; a Trainer owned by a job only brings its job's reconcile forward (this controller writes no
+part of Trainer.status).
+"""
+
+import functools
+import logging
+import time
+from typing import Any
+
+import kopf
+from lightkube import ApiError
+
+from trainerop_common.api import kind_info
+from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
+from trainerop_common.contracts import KUBEFLOW_JOB_KIND_LABEL
+from trainerop_common.kube import is_not_found
+from trainerop_common.lookup import CachedLookup
+from trainerop_common.metrics import RECONCILE_DURATION
+from trainerop_common.names import field_manager
+from trainerop_common.objects import managers_only
+from trainerop_common.outcome import Outcome, StatusSection
+from trainerop_common.process import run_entrypoint
+from trainerop_common.runtime import Body, Runtime
+from trainerop_common.watch_events import on_event
+from trainerop_common.workqueue import WorkQueue, key_of
+
+from .config import KubeflowConfig
+from .decide import Decision, Observed, decide
+from .kinds import JOB_KINDS, JobKind
+
+log = logging.getLogger("trainerop.kubeflow")
+
+
+def upstream_validator(kind: JobKind) -> str:
+    """The name of the validating webhook Kubeflow's own operator registers for ``kind``."""
+    return f"validator.{kind.kind.lower()}.training-operator.kubeflow.org"
+
+
+def owning_job(trainer: Body) -> tuple[str, str] | None:
+    """(kind, name) of the Kubeflow job that owns ``trainer``, if one does."""
+    for ref in trainer.get("metadata", {}).get("ownerReferences") or ():
+        if ref.get("apiVersion") == KUBEFLOW_API_VERSION and ref.get("controller") and ref.get("kind") in JOB_KINDS:
+            return str(ref["kind"]), str(ref["name"])
+    return None
+
+
+class KubeflowController:
+    name = "kubeflow"
+    section = StatusSection((), ())  # it writes no part of Trainer.status
+    trainer_labels = {KUBEFLOW_JOB_KIND_LABEL: kopf.PRESENT}  # only the Trainers it made
+
+    def __init__(self, runtime: Runtime, config: KubeflowConfig) -> None:
+        self.rt = runtime
+        self.queues = {
+            name: WorkQueue(runtime.tasks, functools.partial(self._reconcile_job, kind), limit=runtime.config.workers)
+            for name, kind in JOB_KINDS.items()
+        }
+        self.webhooks: CachedLookup[str, set[str]] = CachedLookup(
+            lambda _: runtime.kube.validating_webhooks(), config.upstream_check_seconds, runtime.clock
+        )
+        self.manager = field_manager(self.name)
+
+    def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
+        for name, kind in JOB_KINDS.items():
+            info = kind_info(name)
+            on_event(registry, (info.group, info.version, info.plural), functools.partial(self._on_job, kind))
+        runtime.every(runtime.config.resync_seconds, self._resync_jobs, "resync of Kubeflow jobs")
+
+    def _on_job(self, kind: JobKind, event_type: str | None, body: dict[str, Any]) -> None:
+        queue = self.queues[kind.kind]
+        if event_type == "DELETED":
+            queue.forget(body)
+            return
+        queue.poke(key_of(queue.seen(managers_only(body))))
+
+    async def _resync_jobs(self) -> None:
+        for queue in self.queues.values():
+            for key in list(queue.objects):
+                await queue.process(key)
+
+    async def reconcile(self, body: Body) -> Outcome:
+        """A Trainer changed: its job's status follows (nothing else to do with Trainers)."""
+        owner = owning_job(body)
+        if owner is not None:
+            kind, name = owner
+            self.queues[kind].poke((body["metadata"]["namespace"], name))
+        return Outcome()
+
+    async def _reconcile_job(self, kind: JobKind, job: Body) -> None:
+        key = key_of(job)
+        queue = self.queues[kind.kind]
+        started, result = time.perf_counter(), "ok"
+        try:
+            upstream = upstream_validator(kind) in await self.webhooks.get("")
+            decision = decide(Observed(kind, job, self.rt.trainers.get(key), upstream, self.rt.clock.now()))
+            await self._carry_out(kind, job, decision)
+            queue.backoff.reset(key)
+            if decision.requeue_after is not None:
+                queue.after(key, max(decision.requeue_after, 1.0))
+        except ApiError as err:
+            if is_not_found(err):  # the job went meanwhile (its DELETED event may be in a watch's gap)
+                queue.drop(key)
+                return
+            result = "temporary_error"
+            log.warning("reconcile of %s %s/%s failed, retrying in %.0fs: %s", kind.kind, *key, queue.retry(key), err)
+        except (TimeoutError, OSError) as err:
+            result = "temporary_error"
+            log.warning("reconcile of %s %s/%s failed, retrying in %.0fs: %s", kind.kind, *key, queue.retry(key), err)
+        finally:
+            RECONCILE_DURATION.labels(self.name, kind.kind, result).observe(time.perf_counter() - started)
+
+    async def _carry_out(self, kind: JobKind, job: Body, decision: Decision) -> None:
+        meta = job["metadata"]
+        for type_, reason, message in decision.events:
+            self.rt.event(job, type_, reason, message)
+        if decision.delete:
+            log.info("%s %s/%s: deleted, past its ttlSecondsAfterFinished", kind.kind, meta["namespace"], meta["name"])
+            await self.rt.kube.delete(kind.kind, meta["name"], meta["namespace"])
+            return
+        if decision.trainer is not None:
+            await self.rt.kube.apply("Trainer", decision.trainer)
+        if decision.status is not None:
+            body = {
+                "apiVersion": KUBEFLOW_API_VERSION,
+                "kind": kind.kind,
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": decision.status,
+            }
+            info = kind_info(kind.kind)
+            await self.rt.kube.apply_status(info, meta["namespace"], meta["name"], body, self.manager)
+
+
+entry = run_entrypoint("kubeflow", KubeflowController, KubeflowConfig)

@@ -1,0 +1,120 @@
+"""Kubeflow v1 jobs on the real API server, carried out by Trainers (docs/kubeflow.md): the kubeflow
+controller running as its ServiceAccount beside the others, pods on kwok nodes."""
+
+import json
+from typing import Any
+
+from tests.harness import Cluster, eventually
+
+SIM = "sim.trainer.operator.kubeflow.org"
+
+
+def replica(container: str, replicas: int = 1, succeed_after: str | None = None, **extra: Any) -> dict[str, Any]:
+    template: dict[str, Any] = {
+        "spec": {"containers": [{"name": container, "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
+    }
+    if succeed_after:  # kwok (the pod's node) ends it with exit code 0 then
+        template["metadata"] = {"annotations": {f"{SIM}/succeed-after": succeed_after}}
+    return {"replicas": replicas, "template": template, **extra}
+
+
+def job(kind: str, name: str, specs: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    field = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}[kind]
+    return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name}, "spec": {field: specs, **spec}}
+
+
+def state(cluster: Cluster, plural: str, name: str, namespace: str) -> str:
+    """What `kubectl get <plural>` shows in its STATE column."""
+    out = cluster.kubectl("get", plural, name, "-n", namespace, "--no-headers")
+    return out.split()[1] if len(out.split()) > 2 else ""
+
+
+def test_a_pytorchjob_runs_as_upstream_runs_it(cluster: Cluster, namespace: str) -> None:
+    specs = {"Master": replica("pytorch", restartPolicy="OnFailure"), "Worker": replica("pytorch", 2)}
+    cluster.apply(job("PyTorchJob", "mnist", specs), namespace)
+    trainer = eventually(lambda: cluster.get("trainer", "mnist", namespace), what="the job's Trainer")
+    (owner,) = trainer["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("PyTorchJob", "mnist", True)
+    assert eventually(lambda: state(cluster, "pytorchjobs", "mnist", namespace) == "Running", what="STATE Running")
+    pods = {
+        p["metadata"]["name"]: p
+        for p in json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
+    }
+    assert set(pods) == {"mnist-master-0", "mnist-worker-0", "mnist-worker-1"}  # upstream's names
+    master = pods["mnist-master-0"]["metadata"]["labels"]
+    assert master["training.kubeflow.org/job-name"] == "mnist"
+    assert master["training.kubeflow.org/replica-type"] == "master"
+    assert master["training.kubeflow.org/job-role"] == "master"
+    env = {e["name"]: e.get("value") for e in pods["mnist-worker-1"]["spec"]["containers"][0]["env"]}
+    assert (env["MASTER_ADDR"], env["RANK"], env["WORLD_SIZE"]) == ("mnist-master-0.mnist", "2", "3")
+    status = cluster.get("pytorchjob", "mnist", namespace)["status"]
+    assert [c["type"] for c in status["conditions"]] == ["Created", "Running"]
+    assert status["conditions"][0]["reason"] == "PyTorchJobCreated"
+    assert status["replicaStatuses"]["Worker"]["active"] == 2
+    assert status["startTime"]
+
+
+def test_a_job_upstream_refuses_fails_validation_and_gets_no_trainer(cluster: Cluster, namespace: str) -> None:
+    specs = {"Master": replica("pytorch", 2), "Worker": replica("pytorch")}
+    cluster.apply(job("PyTorchJob", "two-masters", specs), namespace)
+
+    def failed() -> dict[str, Any] | None:
+        conditions = (cluster.get("pytorchjob", "two-masters", namespace).get("status") or {}).get("conditions") or []
+        return conditions[-1] if conditions and conditions[-1]["type"] == "Failed" else None
+
+    condition = eventually(failed, what="the job Failed")
+    assert condition["reason"] == "PyTorchJobFailedValidation"
+    assert "spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1" in condition["message"]
+    assert "two-masters" not in cluster.names("trainers", namespace)
+
+
+def test_a_tfjob_with_every_role_and_its_end(cluster: Cluster, namespace: str) -> None:
+    specs = {
+        "Chief": replica("tensorflow", succeed_after="3s"),
+        "Worker": replica("tensorflow", 2),
+        "PS": replica("tensorflow"),
+        "Evaluator": replica("tensorflow"),
+    }
+    cluster.apply(job("TFJob", "tf", specs, runPolicy={"ttlSecondsAfterFinished": 5}), namespace)
+    names = eventually(lambda: cluster.names("pods", namespace) or None, what="the job's pods")
+    assert names <= {"tf-chief-0", "tf-worker-0", "tf-worker-1", "tf-ps-0", "tf-evaluator-0"}
+    chief = cluster.get("pod", "tf-chief-0", namespace)
+    tf_config = json.loads(next(e["value"] for e in chief["spec"]["containers"][0]["env"] if e["name"] == "TF_CONFIG"))
+    assert tf_config["task"] == {"type": "chief", "index": 0}
+    assert set(tf_config["cluster"]) == {"chief", "evaluator", "ps", "worker"}
+    # The chief's success is the job's (TFJob's default success policy); past its TTL it goes.
+    assert eventually(lambda: state(cluster, "tfjobs", "tf", namespace) == "Succeeded", what="STATE Succeeded")
+    assert eventually(lambda: "tf" not in cluster.names("tfjobs", namespace), what="the job deleted past its TTL")
+    assert eventually(lambda: "tf" not in cluster.names("trainers", namespace), what="its Trainer gone with it")
+
+
+def test_a_suspended_job_says_so_and_resumes(cluster: Cluster, namespace: str) -> None:
+    specs = {"Master": replica("pytorch"), "Worker": replica("pytorch")}
+    cluster.apply(job("PyTorchJob", "paused", specs, runPolicy={"suspend": True}), namespace)
+    assert eventually(lambda: state(cluster, "pytorchjobs", "paused", namespace) == "Suspended", what="Suspended")
+    assert not cluster.names("pods", namespace)
+    cluster.kubectl(
+        "patch",
+        "pytorchjob",
+        "paused",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"runPolicy":{"suspend":false}}}',
+    )
+    assert eventually(lambda: state(cluster, "pytorchjobs", "paused", namespace) == "Running", what="Running again")
+    resumed = next(
+        c for c in cluster.get("pytorchjob", "paused", namespace)["status"]["conditions"] if c["type"] == "Suspended"
+    )
+    assert (resumed["status"], resumed["reason"]) == ("False", "PyTorchJobResumed")
+
+
+def test_a_job_left_to_another_controller_is_not_touched(cluster: Cluster, namespace: str) -> None:
+    specs = {"Master": replica("pytorch"), "Worker": replica("pytorch")}
+    other = job("PyTorchJob", "elsewhere", specs, runPolicy={"managedBy": "kueue.x-k8s.io/multikueue"})
+    cluster.apply(other, namespace)
+    cluster.apply(job("PyTorchJob", "marker", specs), namespace)  # handled after it: the controller got to both
+    eventually(lambda: cluster.get("trainer", "marker", namespace), what="the other job's Trainer")
+    assert "elsewhere" not in cluster.names("trainers", namespace)
+    assert not cluster.get("pytorchjob", "elsewhere", namespace).get("status")
