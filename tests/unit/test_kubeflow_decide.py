@@ -133,3 +133,23 @@ def test_the_ttl_is_counted_from_the_completion_the_trainer_reports() -> None:
 )
 def test_contains(have: Any, want: Any, held: bool) -> None:
     assert contains(have, want) is held
+
+
+def test_a_trainer_leads_back_to_the_job_that_controls_it() -> None:
+    from trainerop_kubeflow.controller import owning_job, upstream_validator
+
+    trainer = {
+        "metadata": {
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "tf", "controller": True}]
+        }
+    }
+    assert owning_job(trainer) == ("TFJob", "tf")
+    assert (
+        owning_job(
+            {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "controller": True}]}}
+        )
+        is None
+    )
+    assert owning_job({"metadata": {}}) is None
+    # the name Kubeflow's own operator gives its webhook of a kind (its manifests' webhook names)
+    assert upstream_validator(PYTORCH) == "validator.pytorchjob.training-operator.kubeflow.org"
