@@ -546,6 +546,16 @@ def test_gang_scope_restarts_every_worker_but_not_the_parameter_server() -> None
     assert any(e[1] == "GangRestart" for e in d.events)
 
 
+def test_gang_scope_leaves_the_evaluator_running_and_replaces_it_alone() -> None:
+    s = spec(
+        framework="tensorflow", topology={"workers": 2, "chief": 1, "evaluators": 1}, runPolicy={"restartScope": "Gang"}
+    )
+    ring = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+    assert observe(s, [*ring, pod("evaluator", 0, "Failed", 137)]).restarted == ("t-evaluator-0",)
+    gang = observe(s, [pod("chief", 0), pod("worker", 0, "Failed", 137), pod("worker", 1), pod("evaluator", 0)])
+    assert gang.restarted == ("t-chief-0", "t-worker-0", "t-worker-1")
+
+
 def test_a_gang_starts_again_only_once_all_its_old_pods_are_gone() -> None:
     s = spec(runPolicy={"restartScope": "Gang"})
     old = [pod("worker", i, "Running", deleting=True) for i in (1, 2)]
@@ -598,11 +608,9 @@ def test_generic_succeeds_when_all_workers_have() -> None:
     assert done.delete_pods == ("t-ps-0",)
 
 
-ALL_WORKERS_TF = {
-    "framework": "tensorflow",
-    "topology": {"workers": 2, "chief": 1},
-    "runPolicy": {"successPolicy": "AllWorkers"},
-}
+ALL_WORKERS_TF = {"framework": "tensorflow", "topology": {"workers": 2}, "runPolicy": {"successPolicy": "AllWorkers"}}
+CHIEF_ALL_WORKERS = {**ALL_WORKERS_TF, "topology": {"workers": 2, "chief": 1}}
+CHIEF_ONLY = {**ALL_WORKERS_TF, "topology": {"workers": 0, "chief": 1}}
 
 
 @pytest.mark.parametrize(
@@ -613,17 +621,14 @@ ALL_WORKERS_TF = {
         ({"framework": "tensorflow", "topology": {"workers": 2, "chief": 1}}, ["w0", "w1"], "Running"),
         # Without one: worker 0.
         ({"framework": "tensorflow", "topology": {"workers": 2}}, ["w0"], "Succeeded"),
-        # successPolicy AllWorkers: every worker, the chief's success is not enough.
-        (
-            ALL_WORKERS_TF,
-            ["chief", "w0"],
-            "Running",
-        ),
-        (
-            ALL_WORKERS_TF,
-            ["w0", "w1"],
-            "Succeeded",
-        ),
+        # successPolicy AllWorkers: every worker, not worker 0 alone ...
+        (ALL_WORKERS_TF, ["w0"], "Running"),
+        (ALL_WORKERS_TF, ["w0", "w1"], "Succeeded"),
+        # ... unless a chief decides (TFJob ignores AllWorkers then), with or without workers.
+        (CHIEF_ALL_WORKERS, ["chief"], "Succeeded"),
+        (CHIEF_ALL_WORKERS, ["w0", "w1"], "Running"),
+        (CHIEF_ONLY, [], "Running"),
+        (CHIEF_ONLY, ["chief"], "Succeeded"),
         # A PyTorchJob of Workers only: every worker.
         ({"framework": "pytorch", "topology": {"workers": 2, "master": 0}}, ["w0"], "Running"),
         ({"framework": "pytorch", "topology": {"workers": 2, "master": 0}}, ["w0", "w1"], "Succeeded"),
@@ -635,7 +640,7 @@ def test_which_replicas_success_ends_the_run(fields: dict[str, Any], done: list[
     pods = [
         pod(role, index, "Succeeded", 0) if key in done else pod(role, index)
         for key, (role, index) in named.items()
-        if role != "chief" or s.topology.chief
+        if (role == "chief" and s.topology.chief) or (role == "worker" and index < s.topology.workers)
     ]
     assert observe(s, pods).status["phase"] == phase
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from trainerop_kubeflow.convert import to_trainer
-from trainerop_kubeflow.decide import OUR_MANAGER, Decision, Observed, contains, decide
+from trainerop_kubeflow.decide import OUR_MANAGER, Decision, Observed, decide, with_hash
 from trainerop_kubeflow.kinds import JOB_KINDS
 
 PYTORCH = JOB_KINDS["PyTorchJob"]
@@ -42,13 +42,13 @@ def observe(j: dict[str, Any], trainer: dict[str, Any] | None = None, upstream: 
 
 def test_a_new_job_gets_its_trainer_and_the_created_condition() -> None:
     d = observe(job())
-    assert d.trainer == to_trainer(PYTORCH, job())
+    assert d.trainer == with_hash(to_trainer(PYTORCH, job()))
     assert d.status is not None
     assert [c["type"] for c in d.status["conditions"]] == ["Created"]
 
 
 def test_a_trainer_that_holds_the_job_as_it_is_is_not_applied_again() -> None:
-    trainer = stored(to_trainer(PYTORCH, job()), {"phase": "Running"})
+    trainer = stored(with_hash(to_trainer(PYTORCH, job())), {"phase": "Running"})
     d = observe(job(), trainer)
     assert d.trainer is None
     assert d.status is not None
@@ -58,9 +58,41 @@ def test_a_trainer_that_holds_the_job_as_it_is_is_not_applied_again() -> None:
 
 
 def test_a_changed_job_applies_its_trainer_again() -> None:
-    trainer = stored(to_trainer(PYTORCH, job()))
+    trainer = stored(with_hash(to_trainer(PYTORCH, job())))
     suspended = job(suspend=True)
-    assert observe(suspended, trainer).trainer == to_trainer(PYTORCH, suspended)
+    assert observe(suspended, trainer).trainer == with_hash(to_trainer(PYTORCH, suspended))
+
+
+def test_a_field_the_job_no_longer_sets_is_applied_away() -> None:
+    with_port = job()
+    with_port["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] = [
+        {"name": "pytorchjob-port", "containerPort": 29400}
+    ]
+    trainer = stored(with_hash(to_trainer(PYTORCH, with_port)))
+    applied = observe(job(), trainer).trainer
+    assert applied is not None
+    assert "port" not in applied["spec"]  # the apply leaves it out, and so takes it away
+
+
+def test_an_update_its_trainer_cannot_carry_leaves_the_run_as_it_was_and_says_why() -> None:
+    trainer = stored(with_hash(to_trainer(PYTORCH, job())), {"phase": "Running"})
+    broken = job()
+    broken["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    d = observe(broken, trainer)
+    assert d.trainer is None
+    assert [e[1] for e in d.events] == ["PyTorchJobUpdateRefused"]
+    assert d.status is not None
+    assert d.status["conditions"][-1]["type"] == "Running"  # not Failed: the run goes on
+
+
+def test_a_job_another_operator_has_started_stays_its_own_and_ours_stays_ours() -> None:
+    theirs = job()
+    theirs["metadata"]["managedFields"] = [
+        {"manager": "training-operator", "operation": "Update", "subresource": "status"}
+    ]
+    assert observe(theirs) == Decision()
+    ours = stored(with_hash(to_trainer(PYTORCH, job())), {"phase": "Running"})
+    assert observe(job(), ours, upstream=True).status is not None  # upstream installed later: the run stays ours
 
 
 @pytest.mark.parametrize(
@@ -92,7 +124,7 @@ def test_a_refused_job_fails_validation_once() -> None:
 
 
 def test_a_trainer_of_the_jobs_name_that_is_not_its_own_is_left_alone_and_said() -> None:
-    other = stored(to_trainer(PYTORCH, job()))
+    other = stored(with_hash(to_trainer(PYTORCH, job())))
     other["metadata"]["ownerReferences"] = [{"uid": "someone-else", "controller": True}]
     d = observe(job(), other)
     assert d.trainer is None
@@ -113,26 +145,13 @@ def test_a_finished_job_is_deleted_past_its_ttl_and_never_gets_a_trainer_again()
 
 def test_the_ttl_is_counted_from_the_completion_the_trainer_reports() -> None:
     trainer = stored(
-        to_trainer(PYTORCH, job()), {"phase": "Succeeded", "progress": {"completionTime": "2026-12-04T09:59:30Z"}}
+        with_hash(to_trainer(PYTORCH, job())),
+        {"phase": "Succeeded", "progress": {"completionTime": "2026-12-04T09:59:30Z"}},
     )
     d = observe(job(ttlSecondsAfterFinished=60), trainer)
     assert d.status is not None
     assert d.status["completionTime"] == "2026-12-04T09:59:30Z"
     assert d.requeue_after == 30.0
-
-
-@pytest.mark.parametrize(
-    ("have", "want", "held"),
-    [
-        ({"a": 1, "b": 2}, {"a": 1}, True),
-        ({"a": [{"x": 1, "y": 2}]}, {"a": [{"x": 1}]}, True),
-        ({"a": [{"x": 1}]}, {"a": [{"x": 1}, {"x": 2}]}, False),
-        ({"a": 1}, {"a": 2}, False),
-        ({}, {"a": None}, True),
-    ],
-)
-def test_contains(have: Any, want: Any, held: bool) -> None:
-    assert contains(have, want) is held
 
 
 def test_a_trainer_leads_back_to_the_job_that_controls_it() -> None:

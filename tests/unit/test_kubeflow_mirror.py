@@ -135,3 +135,4 @@ def test_a_job_no_trainer_can_carry_fails_validation_naming_the_problems() -> No
     (failed,) = status["conditions"]
     assert (failed["type"], failed["reason"]) == ("Failed", "PyTorchJobFailedValidation")
     assert "must be 1" in failed["message"]
+    assert status["completionTime"] == T1  # finished: its ttlSecondsAfterFinished counts from then

@@ -74,6 +74,7 @@ def test_elastic_pytorch_uses_c10d_rendezvous_on_worker_0_without_a_master() -> 
     env = framework_env("j", "ns", s, Replica("worker", 2))
     assert env == {
         "PYTHONUNBUFFERED": "0",
+        "PET_NPROC_PER_NODE": "auto",  # as Kubeflow v1 defaults it for an elastic job too
         "PET_RDZV_BACKEND": "c10d",
         "PET_RDZV_ENDPOINT": "j-worker-0.j:23456",
         "PET_NNODES": "2:5",

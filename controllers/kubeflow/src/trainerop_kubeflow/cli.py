@@ -25,11 +25,16 @@ def convert_all(documents: Iterable[Any]) -> tuple[list[dict[str, Any]], list[st
             refused.append(f"{doc.get('apiVersion')} {doc.get('kind')}: not a Kubeflow v1 job ({', '.join(JOB_KINDS)})")
             continue
         name = f"{kind.kind} {(doc.get('metadata') or {}).get('name')}"
-        found = problems(kind, doc)
+        try:
+            found = problems(kind, doc)
+            trainer = to_trainer(kind, doc) if not found else {}
+        except (AttributeError, KeyError, TypeError, ValueError) as err:  # not shaped as the CRD's schema says
+            found = [
+                f"not a valid {kind.kind} ({type(err).__name__}: {err}); kubectl apply --dry-run=server says where"
+            ]
         if found:
             refused += [f"{name}: {p}" for p in found]
             continue
-        trainer = to_trainer(kind, doc)
         trainer["metadata"] = {k: v for k, v in trainer["metadata"].items() if v is not None}
         trainers.append(trainer)
     return trainers, refused

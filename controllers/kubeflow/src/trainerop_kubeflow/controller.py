@@ -10,6 +10,7 @@ part of Trainer.status).
 import functools
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -17,6 +18,7 @@ from lightkube import ApiError
 
 from trainerop_common.api import kind_info
 from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
+from trainerop_common.clock import rfc3339
 from trainerop_common.contracts import KUBEFLOW_JOB_KIND_LABEL
 from trainerop_common.kube import is_not_found
 from trainerop_common.lookup import CachedLookup
@@ -30,10 +32,15 @@ from trainerop_common.watch_events import on_event
 from trainerop_common.workqueue import WorkQueue, key_of
 
 from .config import KubeflowConfig
+from .convert import replica_specs
 from .decide import Decision, Observed, decide
 from .kinds import JOB_KINDS, JobKind
+from .mirror import Job, refused_status
 
 log = logging.getLogger("trainerop.kubeflow")
+# What the API server answers a request it refuses for what it holds (invalid, forbidden, or a
+# webhook's denial): a retry would be refused the same.
+REFUSED_CODES = (400, 403, 422)
 
 
 def upstream_validator(kind: JobKind) -> str:
@@ -64,6 +71,7 @@ class KubeflowController:
             lambda _: runtime.kube.validating_webhooks(), config.upstream_check_seconds, runtime.clock
         )
         self.manager = field_manager(self.name)
+        self._said: dict[tuple[str, str], tuple[int, str]] = {}  # (generation, reason) of the last Event per job
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         for name, kind in JOB_KINDS.items():
@@ -108,22 +116,47 @@ class KubeflowController:
                 return
             result = "temporary_error"
             log.warning("reconcile of %s %s/%s failed, retrying in %.0fs: %s", kind.kind, *key, queue.retry(key), err)
-        except (TimeoutError, OSError) as err:
-            result = "temporary_error"
-            log.warning("reconcile of %s %s/%s failed, retrying in %.0fs: %s", kind.kind, *key, queue.retry(key), err)
+        except Exception:  # a bug or a transport error: the next try comes after a backoff, not never
+            result = "error"
+            log.exception("reconcile of %s %s/%s crashed, retrying in %.0fs", kind.kind, *key, queue.retry(key))
         finally:
             RECONCILE_DURATION.labels(self.name, kind.kind, result).observe(time.perf_counter() - started)
+
+    def _say(self, job: Body, type_: str, reason: str, message: str) -> None:
+        """An Event about the job, once per generation and reason (a resync says nothing new)."""
+        meta = job["metadata"]
+        seen = (int(meta.get("generation", 0)), reason)
+        if self._said.get((meta["namespace"], meta["name"])) != seen:
+            self._said[(meta["namespace"], meta["name"])] = seen
+            self.rt.event(job, type_, reason, message)
+
+    async def _apply_trainer(self, kind: JobKind, job: Body, trainer: dict[str, Any]) -> dict[str, Any] | None:
+        """Apply the job's Trainer; what the API server or a webhook refuses of it becomes the job's
+        refusal (a status to write; None: applied)."""
+        try:
+            await self.rt.kube.apply("Trainer", trainer)
+        except ApiError as err:
+            if err.status.code not in REFUSED_CODES:
+                raise
+            message = f"its Trainer was refused: {err.status.message}"
+            self._say(job, "Warning", f"{kind.kind}FailedValidation", message)
+            if key_of(job) in self.rt.trainers:  # an update of a running job: the run goes on as it was
+                return None
+            meta = job["metadata"]
+            mirrored = Job(kind, meta["namespace"], meta["name"], tuple(replica_specs(kind, job)))
+            return refused_status(mirrored, job.get("status"), [message], rfc3339(self.rt.clock.now()))
+        return None
 
     async def _carry_out(self, kind: JobKind, job: Body, decision: Decision) -> None:
         meta = job["metadata"]
         for type_, reason, message in decision.events:
-            self.rt.event(job, type_, reason, message)
+            self._say(job, type_, reason, message)
         if decision.delete:
             log.info("%s %s/%s: deleted, past its ttlSecondsAfterFinished", kind.kind, meta["namespace"], meta["name"])
             await self.rt.kube.delete(kind.kind, meta["name"], meta["namespace"])
             return
-        if decision.trainer is not None:
-            await self.rt.kube.apply("Trainer", decision.trainer)
+        refused = await self._apply_trainer(kind, job, decision.trainer) if decision.trainer is not None else None
+        decision = replace(decision, status=refused) if refused is not None else decision
         if decision.status is not None:
             body = {
                 "apiVersion": KUBEFLOW_API_VERSION,

@@ -127,7 +127,7 @@ def problems(kind: JobKind, job: Mapping[str, Any]) -> list[str]:
             f"{MAX_TRAINER_NAME} characters (its pods are named <name>-<replica type>-<index>)"
         )
     written = (job.get("spec") or {}).get(kind.specs_field) or {}
-    if not written:
+    if not isinstance(written, Mapping) or not replica_specs(kind, job):
         return [*out, f"spec.{kind.specs_field}: Required value: must be required"]
     out += [
         f"spec.{kind.specs_field}[{t}]: Unsupported value: {t!r}: supported values: {', '.join(kind.types)}"
@@ -151,12 +151,13 @@ def override(template: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _port(kind: JobKind, specs: Mapping[str, Mapping[str, Any]]) -> int | None:
-    """The main container's port named like upstream's default one, when the job sets one."""
-    for spec in specs.values():
-        main = main_container(kind, spec) or {}
+    """The main container's port named like upstream's default one, when the job sets one (the
+    master's first, as upstream reads it)."""
+    for type_ in (t for t in kind.types if t in specs):
+        main = main_container(kind, specs[type_]) or {}
         for port in main.get("ports") or ():
             if isinstance(port, Mapping) and port.get("name") == CONTRACTS[kind.framework].port_name:
-                return int(port["containerPort"])
+                return int(port.get("containerPort") or CONTRACTS[kind.framework].port)
     return None
 
 

@@ -1,6 +1,8 @@
 """What the kubeflow controller does with one job (pure; docs/kubeflow.md): leave it to another
 controller, refuse it, make or update its Trainer, write its status, delete it past its TTL."""
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -8,8 +10,9 @@ from typing import Any
 
 from trainerop_common.api.kubeflow import UPSTREAM_MANAGER
 from trainerop_common.clock import parse_time, rfc3339
+from trainerop_common.names import field_manager
 
-from .convert import problems, to_trainer
+from .convert import problems, replica_specs, to_trainer
 from .kinds import JobKind
 from .mirror import Job, job_status, refused_status
 
@@ -17,6 +20,8 @@ from .mirror import Job, job_status, refused_status
 # upstream's operator runs.
 OUR_MANAGER = "trainer.operator.kubeflow.org/kubeflow"
 TAKEN_RECHECK_SECONDS = 30.0  # a Trainer of the job's name that another owns: looked at again
+# On a job's Trainer: the digest of the manifest last applied (decide.applied_hash).
+APPLIED_ANNOTATION = "trainer.operator.kubeflow.org/applied-job-hash"
 
 Event = tuple[str, str, str]
 
@@ -39,13 +44,25 @@ class Decision:
     events: tuple[Event, ...] = field(default_factory=tuple)
 
 
-def contains(have: Any, want: Any) -> bool:
-    """Whether ``have`` (as stored: with the API server's defaults) holds everything of ``want``."""
-    if isinstance(want, Mapping):
-        return isinstance(have, Mapping) and all(contains(have.get(k), v) for k, v in want.items())
-    if isinstance(want, list):
-        return isinstance(have, list) and len(have) == len(want) and all(map(contains, have, want))
-    return bool(have == want)
+def applied_hash(trainer: Mapping[str, Any]) -> str:
+    """A digest of the Trainer manifest as the controller applies it (without this annotation)."""
+    text = json.dumps(trainer, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def with_hash(trainer: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with its digest as an annotation: a Trainer that carries it needs no apply. A
+    field the job no longer sets changes the digest, so the apply (server-side: fields this
+    controller applied before and leaves out now are removed) takes it out of the Trainer too."""
+    meta = trainer["metadata"]
+    annotations = {**(meta.get("annotations") or {}), APPLIED_ANNOTATION: applied_hash(trainer)}
+    return {**trainer, "metadata": {**meta, "annotations": annotations}}
+
+
+def status_by_other(job: Mapping[str, Any]) -> bool:
+    """Whether another controller has written the job's status (Kubeflow's own operator)."""
+    entries = job.get("metadata", {}).get("managedFields") or ()
+    return any(e.get("subresource") == "status" and e.get("manager") != field_manager("kubeflow") for e in entries)
 
 
 def leave_to_other(job: Mapping[str, Any], upstream_running: bool) -> str | None:
@@ -87,19 +104,20 @@ def owned_by(trainer: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
 def decide(o: Observed) -> Decision:
     meta = o.job["metadata"]
     now = rfc3339(o.now)
-    specs = (o.job.get("spec") or {}).get(o.kind.specs_field) or {}
-    job = Job(o.kind, meta.get("namespace", ""), meta["name"], tuple(t for t in o.kind.types if t in specs))
+    job = Job(o.kind, meta.get("namespace", ""), meta["name"], tuple(replica_specs(o.kind, o.job)))
     previous = o.job.get("status") or {}
-    if leave_to_other(o.job, o.upstream_running):
+    ours = o.trainer is not None and owned_by(o.trainer, o.job)
+    # A job this controller started stays its own; one another controller has started stays theirs.
+    if not ours and (leave_to_other(o.job, o.upstream_running) or status_by_other(o.job)):
         return Decision()
+    if o.trainer is not None and not ours:
+        why = f"Trainer {meta['name']} exists and is not this {o.kind.kind}'s; rename the job or delete that Trainer"
+        return Decision(requeue_after=TAKEN_RECHECK_SECONDS, events=(("Warning", "TrainerNameTaken", why),))
     found = problems(o.kind, o.job)
-    if found:
+    if found and not ours:
         status = refused_status(job, previous, found, now)
         said = (("Warning", f"{o.kind.kind}FailedValidation", "; ".join(found)),)
         return Decision(status=status if status != previous else None, events=said if status != previous else ())
-    if o.trainer is not None and not owned_by(o.trainer, o.job):
-        why = f"Trainer {meta['name']} exists and is not this {o.kind.kind}'s; rename the job or delete that Trainer"
-        return Decision(requeue_after=TAKEN_RECHECK_SECONDS, events=(("Warning", "TrainerNameTaken", why),))
     trainer_status = (o.trainer or {}).get("status") or {}
     if finished(previous):
         left = ttl_left(o.job, o.now)
@@ -107,8 +125,19 @@ def decide(o: Observed) -> Decision:
             return Decision(delete=True)
         status = job_status(job, previous, trainer_status, now) if o.trainer is not None else previous
         return Decision(status=status if status != previous else None, requeue_after=left)
-    wanted = to_trainer(o.kind, o.job)
-    apply = None if o.trainer is not None and contains(o.trainer, wanted) else wanted
+    # An update the Trainer cannot carry leaves it running as it was, and says why.
+    refused = (("Warning", f"{o.kind.kind}UpdateRefused", "; ".join(found)),) if found else ()
+    wanted = None if found else with_hash(to_trainer(o.kind, o.job))
+    annotations = ((o.trainer or {}).get("metadata") or {}).get("annotations") or {}
+    current = (
+        wanted is not None
+        and annotations.get(APPLIED_ANNOTATION) == wanted["metadata"]["annotations"][APPLIED_ANNOTATION]
+    )
     status = job_status(job, previous, trainer_status, now)
     left = ttl_left({**o.job, "status": status}, o.now) if finished(status) else None
-    return Decision(trainer=apply, status=status if status != previous else None, requeue_after=left)
+    return Decision(
+        trainer=None if current else wanted,
+        status=status if status != previous else None,
+        requeue_after=left,
+        events=refused,
+    )

@@ -130,9 +130,12 @@ def job_status(
 
 
 def refused_status(job: Job, previous: Mapping[str, Any] | None, problems: Sequence[str], now: str) -> dict[str, Any]:
-    """A job no Trainer can carry: Failed, reason ``<Kind>FailedValidation``, the problems named."""
+    """A job no Trainer can carry: Failed, reason ``<Kind>FailedValidation``, the problems named,
+    finished now (its ttlSecondsAfterFinished counts from then)."""
     said = f"{job.kind.kind} {job.name} failed validation because {'; '.join(problems)}"
-    conditions = set_condition(
-        (previous or {}).get("conditions") or (), job.condition("Failed", "True", "FailedValidation", said, now)
-    )
-    return {**dict(previous or {}), "conditions": conditions}
+    before = dict(previous or {})
+    failed = job.condition("Failed", "True", "FailedValidation", said, now)
+    conditions = set_condition(before.get("conditions") or (), failed)
+    if conditions == list(before.get("conditions") or ()):
+        return before
+    return {**before, "conditions": conditions, "completionTime": before.get("completionTime") or now}

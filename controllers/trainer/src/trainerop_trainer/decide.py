@@ -18,6 +18,7 @@ from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
 from trainerop_common.contracts import CONTRACTS
 from trainerop_common.outcome import Event, soonest
+from trainerop_common.topology import restart_policy
 
 from .glance import summarized
 from .overrides import override_problems
@@ -214,9 +215,10 @@ def failed(run: Run) -> Decision | None:
         )
     elif permanent is not None:
         reason = "PodFailed"
+        rule = restart_policy(run.spec, permanent.role)  # the role's own, else the run's
         message = (
-            f"{describe_failure(permanent)}, which restartPolicy {policy.restart_policy} does not retry"
-            + (" (exit codes 1-127 are permanent)" if policy.restart_policy == "ExitCode" else "")
+            f"{describe_failure(permanent)}, which restartPolicy {rule} does not retry"
+            + (" (exit codes 1-127 are permanent)" if rule == "ExitCode" else "")
             + "; fix the cause and create the Trainer again"
         )
     elif failures and restarts + len(run.uncounted(failures)) > limit:

@@ -135,20 +135,20 @@ def describe_failure(pod: PodView) -> str:
 
 
 def succeeded(spec: TrainerSpec, pods: Mapping[Replica, PodView]) -> bool:
-    """Kubeflow's success policies: with successPolicy AllWorkers, every worker; else the master
-    or the chief where there is one; else worker 0 or every worker for tensorflow; every worker
-    otherwise (jax, generic, pytorch without a master)."""
+    """Kubeflow's success policies: the master or the chief where the run has one (TFJob ignores
+    AllWorkers then); else, with successPolicy AllWorkers, every worker; else every worker, or
+    worker 0 for tensorflow."""
 
     def done(r: Replica) -> bool:
         pod = pods.get(r)
         return pod is not None and pod.phase == "Succeeded"
 
-    every_worker = all(done(Replica("worker", i)) for i in range(spec.topology.workers))
-    if spec.run_policy.success_policy == "AllWorkers":
-        return every_worker
     first = leader(spec)
     if first is not None:
         return done(Replica(first, 0))
+    every_worker = spec.topology.workers > 0 and all(done(Replica("worker", i)) for i in range(spec.topology.workers))
+    if spec.run_policy.success_policy == "AllWorkers":
+        return every_worker
     return every_worker or (spec.framework == "tensorflow" and done(Replica("worker", 0)))
 
 

@@ -31,15 +31,20 @@ class Restarts:
         return {p.name for p in self.restart}
 
 
+# Roles a gang restart leaves running.
+OUTSIDE_THE_RING = ("ps", "evaluator")
+
+
 def restarts(run: Run) -> Restarts:
     """Replace each retryable failure (within the backoff limit, judged before): the pod alone, or
-    with restartScope Gang every pod but the parameter servers (they keep their state)."""
+    with restartScope Gang every pod of the training ring, not the parameter servers (they keep
+    their state) or the evaluators (outside the ring): a failure of one of those replaces it alone."""
     failed = sorted((p for p in run.live if p.phase == "Failed"), key=lambda p: (p.role, p.index))
     out = Restarts(failed, history=dict(run.history))
     gang = run.spec.run_policy.restart_scope == "Gang"
     for pod in failed:
-        if pod.role != "ps" and gang:
-            out.restart = [p for p in run.live if p.role != "ps" or p.phase == "Failed"]
+        if pod.role not in OUTSIDE_THE_RING and gang:
+            out.restart = [p for p in run.live if p.role not in OUTSIDE_THE_RING or p.phase == "Failed"]
             break
         out.restart.append(pod)
     backoff = run.obs.backoff

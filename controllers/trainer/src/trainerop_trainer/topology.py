@@ -103,8 +103,7 @@ def pytorch_env(c: Cluster, replica: Replica) -> dict[str, str]:
         env |= {"MASTER_ADDR": master, "MASTER_PORT": str(port(spec)), "WORLD_SIZE": str(world), "RANK": rank}
         env |= {"PET_MASTER_ADDR": master, "PET_MASTER_PORT": str(port(spec)), "PET_NODE_RANK": rank}
         return env | {"PET_NPROC_PER_NODE": nproc, "PET_NNODES": str(c.total)}
-    if spec.nproc_per_node:
-        env["PET_NPROC_PER_NODE"] = spec.nproc_per_node
+    env["PET_NPROC_PER_NODE"] = nproc  # as Kubeflow v1 defaults it for an elastic job too
     return env | {
         "PET_RDZV_BACKEND": "c10d",
         "PET_RDZV_ENDPOINT": f"{c.address('worker', 0)}:{port(spec)}",
