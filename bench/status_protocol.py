@@ -21,7 +21,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.setup import run_with_trainers
-from testbed import localdev
+from bench.throughput import CONTROLLERS_WRITING_STATUS
 from tests.harness import REPO, Cluster, eventually
 from tests.integration.test_seed_examples import is_converged
 
@@ -29,7 +29,7 @@ from tests.integration.test_seed_examples import is_converged
 def writes(c: Cluster, outcome: str) -> float:
     return sum(
         c.metric(ctl, "operator_status_writes_total", {"controller": ctl, "kind": "Trainer", "outcome": outcome})
-        for ctl in localdev.CONTROLLERS
+        for ctl in CONTROLLERS_WRITING_STATUS
     )
 
 
@@ -54,7 +54,7 @@ def run(c: Cluster, namespace: str, trainers: int) -> None:
     written_before, skipped_before = writes(c, "written"), writes(c, "skipped")
     c.kubectl("label", "trainers", "--all", "-n", namespace, "bench-poke=1")
     eventually(
-        lambda: writes(c, "skipped") >= skipped_before + len(localdev.CONTROLLERS) * trainers,
+        lambda: writes(c, "skipped") >= skipped_before + len(CONTROLLERS_WRITING_STATUS) * trainers,
         timeout=120,
         what="every controller to see the no-op change",
     )

@@ -12,6 +12,7 @@ from tests.harness import REPO, Cluster
 
 OVERLAYS = ("dev", "minimal", "local")
 CONCERNS = ("profile", "quota", "checkpoint", "audit")
+KUBEFLOW_JOBS = ("pytorchjobs", "tfjobs", "jaxjobs", "xgboostjobs")
 
 
 def build(cluster: Cluster, overlay: str) -> list[dict[str, Any]]:
@@ -46,10 +47,11 @@ def test_overlay_builds_and_the_api_server_accepts_it(cluster: Cluster, overlay:
     )
 
 
-def test_dev_deploys_all_five_and_announces_every_gate(cluster: Cluster) -> None:
+def test_dev_deploys_all_six_and_announces_every_gate(cluster: Cluster) -> None:
     objects = build(cluster, "dev")
     deployments = by_kind(objects, "Deployment")
-    assert set(deployments) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
+    assert set(deployments) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS, "kubeflow")}
+    assert set(by_kind(objects, "CustomResourceDefinition")) >= {f"{k}.kubeflow.org" for k in KUBEFLOW_JOBS}
     assert gate_env(deployments["trainer-operator-trainer"]) == {f"TRAINEROP_GATE_{c.upper()}" for c in CONCERNS}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
@@ -70,8 +72,10 @@ def test_minimal_deploys_only_the_trainer_without_gates(cluster: Cluster) -> Non
 def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
     objects = build(cluster, "local")
     assert by_kind(objects, "Deployment") == {}
-    assert set(by_kind(objects, "ServiceAccount")) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
-    controllers = {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS)}
+    assert set(by_kind(objects, "ServiceAccount")) == {
+        f"trainer-operator-{c}" for c in ("trainer", *CONCERNS, "kubeflow")
+    }
+    controllers = {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS, "kubeflow")}
     # --webhook-tls self-signed (components/self-signed-tls): each webhook server its own configurations
     controllers |= {f"trainer-operator-{c}-webhook-ca" for c in ("trainer", "profile", "quota", "audit")}
     assert controllers <= set(by_kind(objects, "ClusterRoleBinding"))
@@ -90,8 +94,15 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
         "trainer-operator-view",
         "trainer-operator-cluster-profile-reader",
         "trainer-operator-audit-admin",  # bound by a platform to its auditors, per namespace or cluster-wide
+        "trainer-operator-kubeflow-jobs-edit",
+        "trainer-operator-kubeflow-jobs-view",
     }
-    for name in ("trainer-operator-edit", "trainer-operator-view"):
+    for name in (
+        "trainer-operator-edit",
+        "trainer-operator-view",
+        "trainer-operator-kubeflow-jobs-edit",
+        "trainer-operator-kubeflow-jobs-view",
+    ):
         assert any(
             k.startswith("rbac.authorization.k8s.io/aggregate-to-")
             for k in by_kind(objects, "ClusterRole")[name]["metadata"]["labels"]

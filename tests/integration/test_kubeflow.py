@@ -5,6 +5,7 @@ import json
 from typing import Any
 
 from tests.harness import Cluster, eventually
+from tests.integration.test_faults import kill_9
 
 SIM = "sim.trainer.operator.kubeflow.org"
 
@@ -118,3 +119,24 @@ def test_a_job_left_to_another_controller_is_not_touched(cluster: Cluster, names
     eventually(lambda: cluster.get("trainer", "marker", namespace), what="the other job's Trainer")
     assert "elsewhere" not in cluster.names("trainers", namespace)
     assert not cluster.get("pytorchjob", "elsewhere", namespace).get("status")
+
+
+def test_killed_in_a_burst_of_jobs_it_makes_each_its_one_trainer(cluster: Cluster, namespace: str) -> None:
+    count = 30
+    specs = {"Worker": replica("pytorch", 1)}
+    jobs = [job("PyTorchJob", f"j{i:02d}", specs) for i in range(count)]
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": jobs})
+    )
+    eventually(lambda: len(cluster.names("trainers", namespace)) >= 5, what="the first Trainers")
+    kill_9("kubeflow")
+
+    def all_running() -> bool:
+        listed = json.loads(cluster.kubectl("get", "pytorchjobs", "-n", namespace, "-o", "json"))["items"]
+        states = [((j.get("status") or {}).get("conditions") or [{}])[-1].get("type") for j in listed]
+        return states.count("Running") == count
+
+    assert eventually(all_running, timeout=180, what="every job Running after the kill")
+    assert cluster.names("trainers", namespace) == {f"j{i:02d}" for i in range(count)}
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
+    assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"j{i:02d}-worker-0" for i in range(count))
