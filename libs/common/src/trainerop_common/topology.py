@@ -72,8 +72,8 @@ def role_counts(spec: TrainerSpec, workers: int | None = None) -> dict[Role, int
         "master": 1 if has_master(spec) else 0,
         "worker": spec.topology.workers if workers is None else workers,
         "ps": spec.topology.parameter_servers,
-        "chief": spec.topology.chief,
-        "evaluator": spec.topology.evaluators,
+        "chief": spec.topology.chief or 0,
+        "evaluator": spec.topology.evaluators or 0,
     }
 
 

@@ -73,9 +73,14 @@ class Topology(K8sModel):
         "pytorch with 0: worker 0 is the rendezvous, as in a PyTorchJob without a Master; tensorflow with 1: "
         "TFJob's Master role (TF_CONFIG task type master).",
     )
-    chief: int = Field(default=0, ge=0, le=1, description="tensorflow: the Chief replica (TF_CONFIG task type chief).")
-    evaluators: int = Field(
-        default=0, ge=0, le=64, description="tensorflow: Evaluator replicas (TF_CONFIG task type evaluator)."
+    chief: int | None = Field(
+        default=None, ge=0, le=1, description="tensorflow: the Chief replica (TF_CONFIG task type chief). Unset: 0."
+    )
+    evaluators: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="tensorflow: Evaluator replicas (TF_CONFIG task type evaluator). Unset: 0.",
     )
     replication_factor: int = Field(
         default=1,
@@ -226,7 +231,8 @@ MASTERS_CEL = (
     "? 1 : 0))"
 )
 # The replicas besides the workers that write a checkpoint shard: the master and the chief.
-SHARD_LEADERS_CEL = f"({MASTERS_CEL} + self.topology.chief)"
+CHIEF_CEL = "(has(self.topology.chief) ? self.topology.chief : 0)"
+SHARD_LEADERS_CEL = f"({MASTERS_CEL} + {CHIEF_CEL})"
 
 
 class Scheduling(K8sModel):
@@ -272,17 +278,18 @@ class TrainerSpec(K8sModel):
                     "topology.master must be 0 with topology.elastic (torchrun's rendezvous is on worker 0)",
                 ),
                 cel(
-                    f"(self.topology.chief == 0 && self.topology.evaluators == 0) || self.framework in "
-                    f"{list(CHIEF_FRAMEWORKS)}",
+                    f"({CHIEF_CEL} == 0 && (!has(self.topology.evaluators) || self.topology.evaluators == 0)) || "
+                    f"self.framework in {list(CHIEF_FRAMEWORKS)}",
                     "topology.chief and topology.evaluators are roles of tensorflow (and generic) runs; set them "
                     "to 0 or use framework tensorflow",
                 ),
                 cel(
                     f"self.topology.workers >= 1 || {SHARD_LEADERS_CEL} >= 1",
                     "topology.workers must be at least 1 in a run without a master or a chief",
+                    fieldPath=".topology.workers",
                 ),
                 cel(
-                    "self.topology.chief + (has(self.topology.master) ? self.topology.master : 0) <= 1",
+                    f"{CHIEF_CEL} + (has(self.topology.master) ? self.topology.master : 0) <= 1",
                     "topology: must not have more than 1 Chief or Master role",
                 ),
                 cel(
