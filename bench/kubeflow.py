@@ -29,7 +29,7 @@ from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
 
-from bench.measure import Obj, Stalled, Timeline, api_requests, conflicts, create_all, rss_mib, writes
+from bench.measure import Obj, Stalled, Timeline, api_requests, conflicts, create_all, writes
 from bench.throughput import running
 from testbed import cluster as cluster_tool
 from tests.harness import Cluster, eventually
@@ -52,6 +52,34 @@ def cache() -> Path:
 def module_dir() -> Path:
     root = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
     return Path(root) / f"{MODULE}@{VERSION}"
+
+
+def upstream_file(relative: str) -> Path:
+    """A file of the upstream module's source at VERSION (its examples, say), downloaded once."""
+    path = module_dir() / relative
+    if not path.exists():
+        subprocess.run(["go", "mod", "download", f"{MODULE}@{VERSION}"], check=True)
+    return path
+
+
+# Upstream's own examples, run on the real node by tests/e2e/test_kubeflow_frameworks.py and the main job.
+PYTORCH_EXAMPLE = "examples/pytorch/mnist/v1/pytorch_job_mnist_gloo.yaml"  # Master + Worker, DDP over gloo
+TENSORFLOW_EXAMPLE = "examples/tensorflow/distribution_strategy/keras-API/multi_worker_tfjob.yaml"  # 2 Workers
+
+
+def upstream_example(relative: str, image: str) -> Obj:
+    """Upstream's example job with every container's image replaced by ``image`` and its
+    ``nvidia.com/gpu`` limit dropped (its PyTorch example says to on CPU; no GPU here)."""
+    job: Obj = yaml.safe_load(upstream_file(relative).read_text())
+    specs = next(v for k, v in job["spec"].items() if k.endswith("ReplicaSpecs"))
+    for spec in specs.values():
+        for container in spec["template"]["spec"]["containers"]:
+            container["image"] = image
+            limits = container.get("resources", {}).get("limits", {})
+            limits.pop("nvidia.com/gpu", None)
+            if not limits:
+                container.pop("resources", None)
+    return job
 
 
 def binary() -> Path:
@@ -181,7 +209,18 @@ def reach(waits: dict[str, Callable[[], float]]) -> tuple[dict[str, float | None
     return reached, None
 
 
-def run(c: Cluster, client: Client, namespace: str, pid: int, count: int, pods_per_job: int) -> dict[str, Any]:
+def run(
+    c: Cluster,
+    client: Client,
+    namespace: str,
+    count: int,
+    pods_per_job: int,
+    memory: Callable[[], Any],
+    who: str = "kubeflow",
+) -> dict[str, Any]:
+    """``count`` PyTorchJobs of ``pods_per_job`` pods created at once, timed to every pod created,
+    running, and every job Running, by whichever operator serves them (``who``: Kubeflow's, or
+    ours through the kubeflow controller); ``memory`` reads the operator's RSS at the end."""
     pods = Timeline(client, Pod, namespace, running)
     jobs = Timeline(client, PYTORCHJOB, namespace, job_running)
     before = api_requests(c)
@@ -190,9 +229,9 @@ def run(c: Cluster, client: Client, namespace: str, pid: int, count: int, pods_p
     creates_done = time.monotonic()  # every create answered (through Kubeflow's webhook)
     reached, stalled = reach(
         {
-            "all_pods_created_seconds": lambda: pods.wait(count * pods_per_job, "kubeflow: pods created", ready=False),
-            "all_pods_running_seconds": lambda: pods.wait(count * pods_per_job, "kubeflow: pods running"),
-            "all_jobs_running_seconds": lambda: jobs.wait(count, "kubeflow: PyTorchJobs Running"),
+            "all_pods_created_seconds": lambda: pods.wait(count * pods_per_job, f"{who}: pods created", ready=False),
+            "all_pods_running_seconds": lambda: pods.wait(count * pods_per_job, f"{who}: pods running"),
+            "all_jobs_running_seconds": lambda: jobs.wait(count, f"{who}: PyTorchJobs Running"),
         }
     )
     time.sleep(2)  # trailing status writes land before the snapshot (a measurement aid)
@@ -207,7 +246,7 @@ def run(c: Cluster, client: Client, namespace: str, pid: int, count: int, pods_p
         "all_jobs_created_seconds": round(creates_done - t0, 2),
         **{name: None if at is None else round(at - t0, 2) for name, at in reached.items()},
         "stalled": stalled,
-        "memory_mib": rss_mib(pid),
+        "memory_mib": memory(),
         "writes_to_running_per_job": round(sum(by_resource.values()) / count, 1),
         "writes_by_resource": {k: round(v / count, 2) for k, v in sorted(by_resource.items()) if v},
         "conflicts_409": conflicts(before, after),

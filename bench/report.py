@@ -115,6 +115,7 @@ def markdown(r: dict[str, Any]) -> str:
             )
         )
     lines += kubeflow_lines(r)
+    lines += pytorchjob_lines(r)
     lines += same_qps_lines(r)
     lines += recovery_lines(r)
     lines += webhook_lines(r.get("webhook_burst"))
@@ -277,6 +278,48 @@ def kubeflow_lines(r: dict[str, Any]) -> list[str]:
         for n, k in kf.items()
         for stall in k.get("stalls", ())
     ]
+    return lines
+
+
+def pytorchjob_lines(r: dict[str, Any]) -> list[str]:
+    """The same PyTorchJobs carried out by ours (the kubeflow controller, then the Trainer's
+    controllers) against Kubeflow v1's run of them."""
+    ours, kf = r.get("pytorchjobs") or {}, r.get("kubeflow") or {}
+    if not ours:
+        return []
+    lines = [
+        "",
+        "The same PyTorchJobs through ours (the kubeflow controller makes a Trainer of each) against Kubeflow v1:",
+        "",
+        _row(
+            "N jobs",
+            "all pods created",
+            "all pods running",
+            "all jobs Running",
+            "ours faster: created",
+            "running",
+            "jobs Running",
+            "memory MiB (kubeflow, trainer)",
+            "writes per job to Running",
+            "409s",
+        ),
+        _row(*["---"] * 10),
+    ]
+    for n, o in ours.items():
+        k = kf.get(n) or {}
+        times = ("all_pods_created_seconds", "all_pods_running_seconds", "all_jobs_running_seconds")
+        memory = o["memory_mib"]
+        lines.append(
+            _row(
+                n,
+                *[spread_text(o, t) for t in times],
+                *[_ratio(figure(k, t), figure(o, t)) if k else "-" for t in times],
+                f"{memory.get('kubeflow', 0):.1f}, {memory.get('trainer', 0):.1f}",
+                o["writes_to_running_per_job"],
+                o["conflicts_409"],
+            )
+        )
+    lines += [f"- N = {n}, {stall} (stalled)" for n, o in ours.items() for stall in o.get("stalls", ())]
     return lines
 
 

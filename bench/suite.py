@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
 from bench import kubeflow, leak, recovery, repeats, webhooks
-from bench.measure import CREATORS, Obj, Profile, machine, resident_mib
+from bench.measure import CREATORS, Obj, Profile, machine, resident_mib, rss_mib
 from bench.plot import plot
 from bench.report import markdown
 from bench.setup import gone, operator_running, scratch_namespace
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--phases",
-        default="throughput,same-qps,recovery,webhooks,leak,kubeflow",
+        default="throughput,pytorchjobs,same-qps,recovery,webhooks,leak,kubeflow",
         help="the parts to run, comma-separated",
     )
     p.add_argument("--leak-trainers", type=int, default=5000, help="Trainers created and deleted by the leak check")
@@ -248,6 +249,15 @@ def main(argv: list[str] | None = None) -> int:
             levels = [int(result["ceiling"]["concurrency"])]  # the sweep's best for the rest
             repeats.record_throughput(results["throughput"].setdefault(str(n), result), result)
             save()
+        if "pytorchjobs" in phases:  # the same jobs as Kubeflow's phase, carried out by ours
+            results["pytorchjobs"] = {}
+            for rep, n in repeats.order(sizes, args.repeat):
+                print(f"== ours: {n} PyTorchJobs x {args.workers} pods (repetition {rep + 1})", file=sys.stderr)
+                with scratch(c, f"bench-pj{n}") as ns:
+                    run = kubeflow.run(c, client, ns, n, args.workers, functools.partial(resident_mib, c), "ours")
+                gone(c, ns)
+                repeats.record_kubeflow(results["pytorchjobs"].setdefault(str(n), run), run)
+                save()
         if "same-qps" in phases:
             results["same_qps"] = same_qps(c, client, sizes, args.workers)
             save()
@@ -282,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                     with scratch(c, f"bench-kf{n}") as ns:
-                        run = kubeflow.run(c, client, ns, pid, n, args.workers)
+                        run = kubeflow.run(c, client, ns, n, args.workers, functools.partial(rss_mib, pid))
                     gone(c, ns)
                     repeats.record_kubeflow(results["kubeflow"].setdefault(str(n), run), run)
                     save()

@@ -158,12 +158,16 @@ step "The operator in the cluster: its image from deploy/Dockerfile, deploy/over
 step "Training examples/jax/trainer.yaml on real-0: JAX on CPU across 3 pods, a checkpoint per epoch; worker 1 is killed after epoch 4"
 .venv/bin/python hack/train_demo.py
 
+step "Kubeflow v1 jobs unchanged: upstream's PyTorchJob (Master + Worker, DDP over gloo) and TFJob (2 Workers, MultiWorkerMirroredStrategy) on real-0"
+.venv/bin/python hack/kubeflow_demo.py
+
 cat <<MSG
 
 To look around:
   export KUBECONFIG=$KUBECONFIG PATH=$BIN_DIR:\$PATH
   kubectl get trainer-operator -A         # every object of the operator's category
   kubectl get trainers,checkpoints,pods -n jax-demo
+  kubectl get pytorchjobs,tfjobs,trainers,pods -n kubeflow-demo
   kubectl logs -n jax-demo jax-spirals-worker-0
   kubectl get pods -n trainer-operator-system -o wide
 Stop everything:  .venv/bin/python -m testbed.node down && .venv/bin/python -m testbed.cluster down

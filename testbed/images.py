@@ -48,6 +48,10 @@ class Image:
 IMAGES = {
     "controllers": Image("docker.io/library/trainer-operator:dev", "deploy/Dockerfile"),
     "jax-example": Image("docker.io/library/trainer-operator-jax-example:dev", "examples/jax/Dockerfile"),
+    "pytorch-example": Image("docker.io/library/trainer-operator-pytorch-example:dev", "examples/pytorch/Dockerfile"),
+    "tensorflow-example": Image(
+        "docker.io/library/trainer-operator-tensorflow-example:dev", "examples/tensorflow/Dockerfile"
+    ),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from bench.kubeflow import reach
 from bench.measure import Stalled
 from bench.repeats import figure, merged, order, record_kubeflow, record_throughput, spread_text
-from bench.report import kubeflow_lines, recovery_lines
+from bench.report import kubeflow_lines, pytorchjob_lines, recovery_lines
 
 
 def run(created: float, running: float, ceiling: tuple[float, float], ramp: list[float]) -> dict[str, Any]:
@@ -176,3 +176,26 @@ def test_the_report_says_which_kubeflow_wait_stalled() -> None:
         f"- N = 1000, repetition 1: {stall} (that time and the later ones: stalled)",
         f"- N = 1000, repetition 3: {stall.replace('997', '998')} (that time and the later ones: stalled)",
     ]
+
+
+def test_the_same_pytorchjobs_through_ours_are_compared_with_kubeflows_run_of_them() -> None:
+    def job_run(created: float, running: float, jobs: float | None, memory: Any) -> dict[str, Any]:
+        return {
+            "all_jobs_created_seconds": 5.0,
+            "all_pods_created_seconds": created,
+            "all_pods_running_seconds": running,
+            "all_jobs_running_seconds": jobs,
+            "memory_mib": memory,
+            "writes_to_running_per_job": 14.0,
+            "conflicts_409": 0,
+            "stalled": None,
+        }
+
+    kf = job_run(40.0, 41.0, None, 200.0)  # Kubeflow's jobs never all Running: no ratio there
+    record_kubeflow(kf, kf)
+    ours = job_run(10.0, 20.5, 21.0, {"trainer": 110.0, "kubeflow": 60.25})
+    record_kubeflow(ours, ours)
+    lines = pytorchjob_lines({"pytorchjobs": {"100": ours}, "kubeflow": {"100": kf}})
+    row = next(x for x in lines if x.startswith("| 100 |"))
+    assert row.split(" | ")[4:8] == ["4.00", "2.00", "-", "60.2, 110.0"]
+    assert pytorchjob_lines({"kubeflow": {"100": kf}}) == []  # the phase did not run

@@ -1,0 +1,105 @@
+"""Kubeflow v1's own examples on the real node, served by the kubeflow controller (issue 22):
+upstream's PyTorchJob of a Master and a Worker (DDP over gloo on CPU) and its TFJob of two Workers
+(MultiWorkerMirroredStrategy on CPU), read from the upstream module's source (the version
+bench/kubeflow.py builds) and applied with only their image changed to examples/pytorch's and
+examples/tensorflow's, which train on scikit-learn's bundled digits (no download). Upstream's GPU
+limits go too: its PyTorch example says to remove them on CPU, and this machine has no GPU.
+Each job reaches Succeeded with its loss falling, and reads back as upstream's status."""
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import kubeflow as upstream
+from testbed import cluster as cluster_tool
+from testbed import containerd, images
+from tests.harness import Cluster, condition, eventually, table
+
+TORCH_LOSS = re.compile(r"Train Epoch: (\d+) \[\d+/\d+\]\tloss=([0-9.]+)")
+KERAS_LOSS = re.compile(r"Epoch (\d+): loss=([0-9.]+)")
+
+
+def finished(cluster: Cluster, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    conditions = cluster.get(kind, name, namespace).get("status", {}).get("conditions", [])
+    done = [c for c in conditions if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"]
+    return cluster.get(kind, name, namespace) if done else None
+
+
+def falling(losses: list[tuple[int, float]]) -> bool:
+    return len(losses) >= 2 and losses[-1][1] < losses[0][1]
+
+
+@pytest.fixture(scope="module")
+def framework_images(real_node: str, operator_in_cluster: None) -> dict[str, str]:
+    """examples/pytorch's and examples/tensorflow's images on the node (built once, by content)."""
+    for name in ("pytorch-example", "tensorflow-example"):
+        images.load(name, containerd.node_dir())
+    return {name: images.IMAGES[name].ref for name in ("pytorch-example", "tensorflow-example")}
+
+
+@pytest.fixture
+def strategy_volume(cluster: Cluster, real_namespace: str) -> Iterator[Path]:
+    """The claim upstream's TFJob mounts (strategy-volume; its README has users make it with their
+    storage class), backed by a directory on the node writable by the example's user."""
+    volume, claim = cluster_tool.checkpoint_volume(real_namespace, "strategy-volume")
+    root = Path(volume["spec"]["hostPath"]["path"])
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o777)
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [volume, claim]})
+    yield root
+    cluster.kubectl("delete", "persistentvolume", volume["metadata"]["name"], "--wait=false")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_upstreams_pytorchjob_trains_with_ddp_over_gloo_to_succeeded(
+    cluster: Cluster, real_namespace: str, framework_images: dict[str, str]
+) -> None:
+    job = upstream.upstream_example(upstream.PYTORCH_EXAMPLE, framework_images["pytorch-example"])
+    name = job["metadata"]["name"]  # pytorch-dist-mnist-gloo
+    cluster.apply(job, real_namespace)
+    done = eventually(
+        lambda: finished(cluster, "pytorchjob", real_namespace, name), timeout=600, what="the PyTorchJob to finish"
+    )
+    assert condition(done, "Succeeded")["status"] == "True", json.dumps(done["status"], indent=1)
+    assert done["status"]["replicaStatuses"]["Master"].get("succeeded") == 1, done["status"]
+    for pod, rank in ((f"{name}-master-0", 0), (f"{name}-worker-0", 1)):
+        log = cluster.kubectl("logs", "-n", real_namespace, pod, "-c", "pytorch")
+        # torch.distributed met on the Master through the variables the job's pods get.
+        assert "Using distributed PyTorch with gloo backend" in log, log
+        assert f"World Size: 2. Rank: {rank}" in log, log
+        losses = [(int(e), float(loss)) for e, loss in TORCH_LOSS.findall(log)]
+        assert falling(losses), losses
+    rows = table(cluster.kubectl("get", "pytorchjobs", "-n", real_namespace))
+    assert [(r["NAME"], r["STATE"]) for r in rows] == [(name, "Succeeded")], rows
+
+
+def test_upstreams_tfjob_trains_with_multi_worker_mirrored_strategy_to_succeeded(
+    cluster: Cluster, real_namespace: str, framework_images: dict[str, str], strategy_volume: Path
+) -> None:
+    job = upstream.upstream_example(upstream.TENSORFLOW_EXAMPLE, framework_images["tensorflow-example"])
+    name = job["metadata"]["name"]  # multi-worker
+    cluster.apply(job, real_namespace)
+    done = eventually(lambda: finished(cluster, "tfjob", real_namespace, name), timeout=600, what="the TFJob to finish")
+    assert condition(done, "Succeeded")["status"] == "True", json.dumps(done["status"], indent=1)
+    assert done["status"]["replicaStatuses"]["Worker"].get("succeeded") == 2, done["status"]
+    per_worker = []
+    for index in range(2):
+        log = cluster.kubectl("logs", "-n", real_namespace, f"{name}-worker-{index}", "-c", "tensorflow")
+        assert f"Workers in sync: 2; this is worker {index}" in log, log
+        losses = [(int(e), float(loss)) for e, loss in KERAS_LOSS.findall(log)]
+        assert falling(losses), losses
+        per_worker.append(losses)
+    assert per_worker[0] == per_worker[1]  # one model: the gradients were all-reduced
+    # Worker 0 saved the model on the claim, the other in a directory of its own (upstream's layout).
+    assert (strategy_volume / "saved_model" / "model.keras").is_file()
+    assert (strategy_volume / "saved_model" / "worker_tmp_1" / "model.keras").is_file()
+    # cleanPodPolicy None: the pods stay after the job ends.
+    pods = cluster.kubectl(
+        "get", "pods", "-n", real_namespace, "-l", f"training.kubeflow.org/job-name={name}", "-o", "name"
+    )
+    assert len(pods.split()) == 2, pods
