@@ -24,7 +24,12 @@ import os
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+
+# tf.keras is Keras 2 (the tf-keras package): Keras 3's Model.fit refuses the per-replica batches
+# of MultiWorkerMirroredStrategy ("unsupported type PerReplica"), Keras 2's takes them.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import tensorflow as tf  # after the variable above, which it reads on import
 from sklearn.datasets import load_digits
 
 BATCH_PER_REPLICA = 32
