@@ -16,6 +16,7 @@ import base64
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -55,16 +56,27 @@ def module_dir() -> Path:
 
 
 def upstream_file(relative: str) -> Path:
-    """A file of the upstream module's source at VERSION (its examples, say), downloaded once."""
-    path = module_dir() / relative
+    """A file of the upstream module's source at VERSION (its examples, say), downloaded once
+    from the Go module proxy."""
+    hint = f"the upstream examples come from the Go module {MODULE}@{VERSION}: install Go and reach its proxy"
+    try:
+        path = module_dir() / relative
+        if not path.exists():
+            subprocess.run(["go", "mod", "download", f"{MODULE}@{VERSION}"], check=True)
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise cluster_tool.ClusterError(f"{err}; {hint}") from err
     if not path.exists():
-        subprocess.run(["go", "mod", "download", f"{MODULE}@{VERSION}"], check=True)
+        raise cluster_tool.ClusterError(f"{relative} is not in {MODULE}@{VERSION} ({path})")
     return path
 
 
-# Upstream's own examples, run on the real node by tests/e2e/test_kubeflow_frameworks.py and the main job.
+# Upstream's own examples (paths in its module at VERSION), run on the real node by
+# tests/e2e/test_kubeflow_frameworks.py and the main job with this repository's example images.
 PYTORCH_EXAMPLE = "examples/pytorch/mnist/v1/pytorch_job_mnist_gloo.yaml"  # Master + Worker, DDP over gloo
 TENSORFLOW_EXAMPLE = "examples/tensorflow/distribution_strategy/keras-API/multi_worker_tfjob.yaml"  # 2 Workers
+# The loss lines those images print: examples/pytorch/mnist.py's per batch, examples/tensorflow's per epoch.
+TORCH_LOSS = re.compile(r"Train Epoch: (\d+) \[\d+/\d+\]\tloss=([0-9.]+)")
+KERAS_LOSS = re.compile(r"Epoch (\d+): loss=([0-9.]+)")
 
 
 def upstream_example(relative: str, image: str) -> Obj:

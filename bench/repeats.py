@@ -141,9 +141,10 @@ def spread_text(result: dict[str, Any], *path: str) -> str:
 def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Several runs as one: the first's description, each N's figures from the first run that
     has them (a later run adds sizes, e.g. N = 3000 measured on its own)."""
-    out = {**runs[0], "throughput": {}, "kubeflow": {}}
+    phases = ("throughput", "pytorchjobs", "kubeflow")
+    out = {**runs[0], **{phase: {} for phase in phases}}
     for run in runs:
-        for phase in ("throughput", "kubeflow"):
+        for phase in phases:
             for n, figures in (run.get(phase) or {}).items():
                 out[phase].setdefault(n, figures)
     out["label"] = " + ".join(str(r.get("label", "")) for r in runs)

@@ -319,7 +319,11 @@ def pytorchjob_lines(r: dict[str, Any]) -> list[str]:
                 o["conflicts_409"],
             )
         )
-    lines += [f"- N = {n}, {stall} (stalled)" for n, o in ours.items() for stall in o.get("stalls", ())]
+    lines += [
+        f"- N = {n}, {stall} (that time and the later ones: stalled)"
+        for n, o in ours.items()
+        for stall in o.get("stalls", ())
+    ]
     return lines
 
 

@@ -5,7 +5,8 @@ API cost, and the Kubeflow Training Operator v1 side by side (prints progress; w
     python bench/suite.py              # N = 100 and 1000 Trainers of 4 workers on 100 kwok nodes,
                                        # 100 failures, 10 restarts of a 32-pod gang, 5 spot losses,
                                        # Kubeflow v1 side by side, a profile of the trainer controller;
-                                       # the throughput and Kubeflow phases 3 times (--repeat)
+                                       # the same PyTorchJobs through ours; the throughput,
+                                       # PyTorchJob and Kubeflow phases 3 times (--repeat)
     python bench/suite.py --smoke      # a small run that proves the harness (CI)
 
 Writes <out>/<label>.json and <out>/<label>.md (default bench/results/full). Figures are printed,
@@ -23,6 +24,7 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,32 @@ def same_qps(c: Cluster, client: Client, sizes: list[int], workers: int) -> dict
     return out
 
 
+def pytorchjobs(
+    c: Cluster,
+    client: Client,
+    args: argparse.Namespace,
+    who: str,
+    memory: Callable[[], Any],
+    into: dict[str, Any],
+    save: Callable[[], None],
+) -> None:
+    """PyTorchJobs of 1 master + workers at each N (``--repeat`` times), served by ``who``
+    (Kubeflow's operator, or ours through the kubeflow controller), each N's runs recorded
+    ``into`` its entry and saved after each."""
+    sizes = [int(n) for n in args.trainers.split(",") if n]
+    for rep, n in repeats.order(sizes, args.repeat):
+        print(
+            f"== {who}: {n} PyTorchJobs x {args.workers} pods (repetition {rep + 1} of {args.repeat})",
+            file=sys.stderr,
+            flush=True,
+        )
+        with scratch(c, f"bench-{'kf' if who == 'kubeflow' else 'pj'}{n}") as ns:
+            run = kubeflow.run(c, client, ns, n, args.workers, memory, who)
+        gone(c, ns)
+        repeats.record_kubeflow(into.setdefault(str(n), run), run)
+        save()
+
+
 def check_capacity(p: argparse.ArgumentParser, trainers: int, workers: int, nodes: int) -> None:
     """Refuse, before anything starts, a largest N whose pods the local cluster's nodes cannot all
     run, and the probe's (N = 3000 of 4 workers once waited forever at 10 990 of 12 000)."""
@@ -181,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--webhook-rate", type=float, default=50, help="Trainer creates a second of the webhook burst")
     p.add_argument("--webhook-seconds", type=float, default=20, help="how long the webhook burst lasts")
     p.add_argument(
-        "--repeat", type=int, default=3, help="runs of the headline figures (throughput, Kubeflow) at each N"
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs of the headline figures (throughput, PyTorchJobs, Kubeflow) at each N",
     )
     p.add_argument(
         "--resync-seconds",
@@ -199,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--label", default="full")
     p.add_argument(
-        "--smoke", action="store_true", help="a small run: 5 Trainers, 5 failures, a 4-pod gang, no Kubeflow"
+        "--smoke",
+        action="store_true",
+        help="a small run: 5 Trainers and 5 PyTorchJobs, 5 failures, a 4-pod gang, no Kubeflow",
     )
     args = p.parse_args(argv)
     if args.smoke:
@@ -251,13 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
         if "pytorchjobs" in phases:  # the same jobs as Kubeflow's phase, carried out by ours
             results["pytorchjobs"] = {}
-            for rep, n in repeats.order(sizes, args.repeat):
-                print(f"== ours: {n} PyTorchJobs x {args.workers} pods (repetition {rep + 1})", file=sys.stderr)
-                with scratch(c, f"bench-pj{n}") as ns:
-                    run = kubeflow.run(c, client, ns, n, args.workers, functools.partial(resident_mib, c), "ours")
-                gone(c, ns)
-                repeats.record_kubeflow(results["pytorchjobs"].setdefault(str(n), run), run)
-                save()
+            pytorchjobs(c, client, args, "ours", functools.partial(resident_mib, c), results["pytorchjobs"], save)
         if "same-qps" in phases:
             results["same_qps"] = same_qps(c, client, sizes, args.workers)
             save()
@@ -285,17 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             localdev.stop()  # one operator at a time on the machine's 2 cores
             results["kubeflow"] = {}
             with kubeflow.training_operator(c) as pid:
-                for rep, n in repeats.order(sizes, args.repeat):
-                    print(
-                        f"== kubeflow: {n} PyTorchJobs x {args.workers} pods (repetition {rep + 1} of {args.repeat})",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    with scratch(c, f"bench-kf{n}") as ns:
-                        run = kubeflow.run(c, client, ns, n, args.workers, functools.partial(rss_mib, pid))
-                    gone(c, ns)
-                    repeats.record_kubeflow(results["kubeflow"].setdefault(str(n), run), run)
-                    save()
+                pytorchjobs(c, client, args, "kubeflow", functools.partial(rss_mib, pid), results["kubeflow"], save)
     save()
     (args.out / f"{args.label}.md").write_text(markdown(results))
     if results["throughput"]:  # the growth plot (a single size draws single points)

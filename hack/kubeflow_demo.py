@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,6 @@ JOBS = (  # (kind, the upstream example, image, its training container)
     ("pytorchjob", upstream.PYTORCH_EXAMPLE, "pytorch-example", "pytorch"),
     ("tfjob", upstream.TENSORFLOW_EXAMPLE, "tensorflow-example", "tensorflow"),
 )
-LOSS = re.compile(r"(Train Epoch: \d+ \[\d+/\d+\]\s+loss=[0-9.]+|Epoch \d+: loss=[0-9.]+)")
 
 
 def state(kind: str, name: str, namespace: str) -> str:
@@ -73,6 +71,15 @@ def follow(jobs: list[tuple[str, str, str]], namespace: str, timeout: float) -> 
     )
 
 
+def losses(namespace: str, pod: str, container: str) -> str:
+    """The pod's first and last loss (epoch or batch, loss) as its log says."""
+    log = kubectl("logs", "-n", namespace, pod, "-c", container)
+    found = upstream.TORCH_LOSS.findall(log) or upstream.KERAS_LOSS.findall(log)
+    if not found:
+        return f"{pod}: no loss lines; see kubectl logs -n {namespace} {pod} -c {container}"
+    return f"{pod}: loss {found[0][1]} (epoch {found[0][0]}) -> {found[-1][1]} (epoch {found[-1][0]})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--namespace", default="kubeflow-demo")
@@ -90,15 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         jobs = apply_jobs(args.namespace)
         ended = follow(jobs, args.namespace, args.timeout)
+        print(kubectl("get", "pytorchjobs,tfjobs", "-n", args.namespace))
+        print(kubectl("get", "pods", "-n", args.namespace, "-o", "wide"))
+        for _, name, container in jobs:
+            print(losses(args.namespace, f"{name}-worker-0", container))
     except cluster.ClusterError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(kubectl("get", "pytorchjobs,tfjobs", "-n", args.namespace))
-    print(kubectl("get", "pods", "-n", args.namespace, "-o", "wide"))
-    for _, name, container in jobs:
-        pod = f"{name}-worker-0"
-        lines = LOSS.findall(kubectl("logs", "-n", args.namespace, pod, "-c", container))
-        print(f"{pod}: {len(lines)} loss lines; first {lines[0] if lines else '-'}; last {lines[-1] if lines else '-'}")
     failed = [name for name, s in ended.items() if s != "Succeeded"]
     if failed:
         print(f"error: {', '.join(failed)} failed; see kubectl describe pytorchjobs,tfjobs -n {args.namespace}")

@@ -1,10 +1,11 @@
 """Data-parallel PyTorch training on CPU, for Kubeflow's PyTorchJob examples run unchanged.
 
-The image of ``pytorch_job_mnist_gloo.yaml`` (this directory) runs this file in every replica of
-the job, Master and Workers alike, with the variables a PyTorchJob's pods get: MASTER_ADDR,
-MASTER_PORT, WORLD_SIZE and RANK. ``torch.distributed`` meets on the Master (env:// rendezvous),
-DistributedDataParallel all-reduces each step's gradients with the chosen backend (gloo on CPU),
-and each rank trains on its own shard of the data (DistributedSampler).
+The image this directory builds runs this file in every replica of upstream Kubeflow's
+``pytorch_job_mnist_gloo.yaml`` example (bench.kubeflow.PYTORCH_EXAMPLE), Master and Workers
+alike, with the variables a PyTorchJob's pods get: MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK.
+``torch.distributed`` meets on the Master (env:// rendezvous), DistributedDataParallel all-reduces
+each step's gradients with the chosen backend (gloo on CPU), and each rank trains on its own shard
+of the data (DistributedSampler).
 
 The data ships with scikit-learn (``load_digits``: 1797 handwritten digits of 8x8 pixels), so the
 job needs no download; a small convolutional network learns them. Each rank prints its loss every

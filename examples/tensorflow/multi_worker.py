@@ -1,8 +1,9 @@
 """Data-parallel TensorFlow training on CPU, for Kubeflow's TFJob examples run unchanged.
 
-The image of ``multi_worker_tfjob.yaml`` (this directory) runs this file in every Worker of the
-job. TF_CONFIG (the cluster of workers and this one's task, set by the operator) is what
-``tf.distribute.MultiWorkerMirroredStrategy`` reads: the workers meet over gRPC, each holds a
+The image this directory builds runs this file in every Worker of upstream Kubeflow's
+``multi_worker_tfjob.yaml`` example (bench.kubeflow.TENSORFLOW_EXAMPLE). TF_CONFIG (the cluster of
+workers and this one's task, set by the operator) is what ``tf.distribute.MultiWorkerMirroredStrategy``
+reads: the workers meet over gRPC, each holds a
 replica of the model, and each step's gradients are all-reduced across them (ring collectives on
 CPU). The input is sharded by data, so each worker trains on its own part of every global batch.
 

@@ -1,13 +1,13 @@
 """Kubeflow v1's own examples on the real node, served by the kubeflow controller (issue 22):
 upstream's PyTorchJob of a Master and a Worker (DDP over gloo on CPU) and its TFJob of two Workers
-(MultiWorkerMirroredStrategy on CPU), read from the upstream module's source (the version
-bench/kubeflow.py builds) and applied with only their image changed to examples/pytorch's and
-examples/tensorflow's, which train on scikit-learn's bundled digits (no download). Upstream's GPU
-limits go too: its PyTorch example says to remove them on CPU, and this machine has no GPU.
-Each job reaches Succeeded with its loss falling, and reads back as upstream's status."""
+(MultiWorkerMirroredStrategy on CPU), read from the upstream Go module's source at the version
+bench/kubeflow.py builds (bench.kubeflow.PYTORCH_EXAMPLE, TENSORFLOW_EXAMPLE) and applied with only
+their image changed to examples/pytorch's and examples/tensorflow's, which train on scikit-learn's
+bundled digits (no download). Upstream's GPU limits go too: its PyTorch example says to remove
+them on CPU, and this machine has no GPU. Each job reaches Succeeded with its loss falling, and
+reads back as upstream's status."""
 
 import json
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +20,7 @@ from testbed import cluster as cluster_tool
 from testbed import containerd, images
 from testbed.cluster import ClusterError
 from tests.harness import Cluster, eventually, table
-
-TORCH_LOSS = re.compile(r"Train Epoch: (\d+) \[\d+/\d+\]\tloss=([0-9.]+)")
-KERAS_LOSS = re.compile(r"Epoch (\d+): loss=([0-9.]+)")
+from trainerop_common.contracts import KUBEFLOW_JOB_NAME_LABEL
 
 
 def finished(cluster: Cluster, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -89,7 +87,7 @@ def test_upstreams_pytorchjob_trains_with_ddp_over_gloo_to_succeeded(
         # torch.distributed met on the Master through the variables the job's pods get.
         assert "Using distributed PyTorch with gloo backend" in log, log
         assert f"World Size: 2. Rank: {rank}" in log, log
-        losses = [(int(e), float(loss)) for e, loss in TORCH_LOSS.findall(log)]
+        losses = [(int(e), float(loss)) for e, loss in upstream.TORCH_LOSS.findall(log)]
         assert falling(losses), losses
     rows = table(cluster.kubectl("get", "pytorchjobs", "-n", real_namespace))
     assert [(r["NAME"], r["STATE"]) for r in rows] == [(name, "Succeeded")], rows
@@ -119,7 +117,7 @@ def test_upstreams_tfjob_trains_with_multi_worker_mirrored_strategy_to_succeeded
     for index in range(2):
         log = cluster.kubectl("logs", "-n", real_namespace, f"{name}-worker-{index}", "-c", "tensorflow")
         assert f"Workers in sync: 2; this is worker {index}" in log, log
-        losses = [(int(e), float(loss)) for e, loss in KERAS_LOSS.findall(log)]
+        losses = [(int(e), float(loss)) for e, loss in upstream.KERAS_LOSS.findall(log)]
         assert falling(losses), losses
         per_worker.append(losses)
     assert per_worker[0] == per_worker[1]  # one model: the gradients were all-reduced
@@ -127,7 +125,5 @@ def test_upstreams_tfjob_trains_with_multi_worker_mirrored_strategy_to_succeeded
     assert (strategy_volume / "saved_model" / "model.keras").is_file()
     assert (strategy_volume / "saved_model" / "worker_tmp_1" / "model.keras").is_file()
     # cleanPodPolicy None: the pods stay after the job ends.
-    left = cluster.kubectl(
-        "get", "pods", "-n", real_namespace, "-l", f"training.kubeflow.org/job-name={name}", "-o", "name"
-    )
+    left = cluster.kubectl("get", "pods", "-n", real_namespace, "-l", f"{KUBEFLOW_JOB_NAME_LABEL}={name}", "-o", "name")
     assert len(left.split()) == 2, left

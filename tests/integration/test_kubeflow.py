@@ -6,6 +6,8 @@ from typing import Any
 
 from tests.harness import Cluster, eventually
 from tests.integration.test_faults import kill_9
+from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
+from trainerop_kubeflow.kinds import JOB_KINDS
 
 SIM = "sim.trainer.operator.kubeflow.org"
 
@@ -20,8 +22,13 @@ def replica(container: str, replicas: int = 1, succeed_after: str | None = None,
 
 
 def job(kind: str, name: str, specs: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    field = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}[kind]
-    return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name}, "spec": {field: specs, **spec}}
+    field = JOB_KINDS[kind].specs_field
+    return {
+        "apiVersion": KUBEFLOW_API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {field: specs, **spec},
+    }
 
 
 def state(cluster: Cluster, plural: str, name: str, namespace: str) -> str:

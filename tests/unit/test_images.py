@@ -46,3 +46,17 @@ def test_the_mirror_apt_uses_for_the_suite_is_taken(
 def test_a_mirror_given_in_the_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINER_OPERATOR_DEBIAN_MIRROR", "http://local.example/debian")
     assert images.debian_mirror(apt_dir(tmp_path, "sources.list.d/debian.sources")) == "http://local.example/debian"
+
+
+def test_every_file_an_image_copies_gets_past_the_dockerignore() -> None:
+    """The build context is the repository with .dockerignore's allow-list: a COPY of a path it
+    does not allow fails the build (examples/pytorch's did once)."""
+    ignore = (images.REPO / ".dockerignore").read_text().splitlines()
+    allowed = [line[1:].rstrip("/") + "/" for line in ignore if line[:1] == "!"]
+    for image in images.IMAGES.values():
+        lines = (images.REPO / image.dockerfile).read_text().splitlines()
+        copies = [line.split()[1:-1] for line in lines if line.startswith("COPY ")]
+        sources = [src for words in copies for src in words if not src.startswith("--")]
+        assert sources, image.dockerfile
+        blocked = [src for src in sources if not any(f"{src}/".startswith(prefix) for prefix in allowed)]
+        assert blocked == [], f"{image.dockerfile} copies {blocked}, which .dockerignore leaves out"
