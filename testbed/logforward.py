@@ -46,7 +46,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -651,9 +651,16 @@ class Received:
 
 class Receiver:
     """An HTTP collector on 127.0.0.1 that keeps every POST; `statuses` answers the first
-    requests with those codes (then 200); `echo` prints each accepted record line."""
+    requests with those codes (then 200), only those whose body `answers` picks when given;
+    `echo` prints each accepted record line."""
 
-    def __init__(self, port: int = 0, statuses: Sequence[int] = (), echo: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        statuses: Sequence[int] = (),
+        echo: TextIO | None = None,
+        answers: Callable[[bytes], bool] = lambda _: True,
+    ) -> None:
         self.requests: list[Received] = []
         queue, lock, requests = list(statuses), threading.Lock(), self.requests
 
@@ -661,7 +668,7 @@ class Receiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with lock:
-                    status = queue.pop(0) if queue else 200
+                    status = queue.pop(0) if queue and answers(body) else 200
                     requests.append(Received(self.path, dict(self.headers.items()), body, status))
                     if echo and status < 300:
                         echo.write("".join(f"{self.path} {line}\n" for line in _lines(body)))
