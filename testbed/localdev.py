@@ -80,28 +80,19 @@ REMOVED = (
 )
 
 
+def crds_established() -> None:
+    """Wait until the API server serves every CRD of the operator's."""
+    part_of = "app.kubernetes.io/part-of=trainer-operator"
+    kubectl("wait", "--for=condition=Established", "crd", "-l", part_of, "--timeout=60s")
+
+
 def install() -> None:
     cluster.say("installing CRDs, namespace, ServiceAccounts and RBAC (deploy/overlays/local)")
     # CRDs first: the overlay also holds objects of a CRD it installs (kopf's peering objects).
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "base"))
-    kubectl(
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "-l",
-        "app.kubernetes.io/part-of=trainer-operator",
-        "--timeout=60s",
-    )
+    crds_established()
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy" / "overlays" / "local"))
-    # Kubeflow v1's jobs' CRDs come with the overlay: served before the kubeflow controller looks.
-    kubectl(
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "-l",
-        "app.kubernetes.io/part-of=trainer-operator",
-        "--timeout=60s",
-    )
+    crds_established()  # Kubeflow v1's jobs' CRDs come with the overlay: served before its controller looks
     for removed in REMOVED:  # a cluster kept from an earlier version (docs/deploy.md, Upgrading)
         kubectl("delete", "--ignore-not-found", *removed)
     register_webhooks()
