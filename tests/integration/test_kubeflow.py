@@ -2,8 +2,14 @@
 controller running as its ServiceAccount beside the others, pods on kwok nodes."""
 
 import json
+import os
+import signal
 from typing import Any
 
+import pytest
+
+from testbed import cluster as cluster_tool
+from testbed import localdev
 from tests.harness import Cluster, eventually
 from tests.integration.test_faults import kill_9
 from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
@@ -147,3 +153,49 @@ def test_killed_in_a_burst_of_jobs_it_makes_each_its_one_trainer(cluster: Cluste
     assert cluster.names("trainers", namespace) == {f"j{i:02d}" for i in range(count)}
     pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"j{i:02d}-worker-0" for i in range(count))
+
+
+def test_a_jobs_trainer_deleted_by_hand_is_made_again_at_once(cluster: Cluster, namespace: str) -> None:
+    """Upstream makes a deleted pod of a job again; here the job's Trainer is what it makes, and it
+    does so on the Trainer's deletion, not at the next resync (5 min)."""
+    cluster.apply(job("PyTorchJob", "kept", {"Master": replica("pytorch"), "Worker": replica("pytorch")}), namespace)
+    first = eventually(lambda: cluster.get("trainer", "kept", namespace), what="the job's Trainer")["metadata"]["uid"]
+    eventually(lambda: state(cluster, "pytorchjobs", "kept", namespace) == "Running", what="the job Running")
+    cluster.kubectl("delete", "trainer", "kept", "-n", namespace, "--wait=true")
+
+    def made_again() -> bool:
+        names = cluster.names("trainers", namespace)
+        return "kept" in names and cluster.get("trainer", "kept", namespace)["metadata"]["uid"] != first
+
+    eventually(made_again, timeout=60, what="the job's Trainer made again")
+    assert eventually(lambda: state(cluster, "pytorchjobs", "kept", namespace) == "Running", what="Running again")
+
+
+def test_a_job_deleted_while_the_watch_is_away_is_forgotten_after_the_relist(cluster: Cluster, namespace: str) -> None:
+    """The kubeflow controller frozen while the API server restarts, a job is deleted and etcd
+    compacted: its watch of jobs resumes with 410 Gone and kopf lists again, reporting only the jobs
+    that exist. The job deleted meanwhile must leave its queue (else each resync would apply its
+    Trainer again, owned by a job that is gone)."""
+    if os.environ.get("KUBECONFIG") != str(cluster_tool.RUN_DIR / "admin.kubeconfig"):
+        pytest.skip("restarts the API server: only on the local cluster the session started (CI's)")
+    specs = {"Worker": replica("pytorch")}
+    for name in ("stays", "doomed"):
+        cluster.apply(job("PyTorchJob", name, specs), namespace)
+    eventually(lambda: cluster.names("trainers", namespace) == {"stays", "doomed"}, what="both jobs' Trainers")
+    pid = cluster_tool.running_pid(localdev.state_dir(), "controller-kubeflow")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        cluster_tool.restart("kube-apiserver")
+        cluster.kubectl("delete", "pytorchjob", "doomed", "-n", namespace)
+        cluster_tool.compact_etcd()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    def watched() -> float:
+        return cluster.metric("kubeflow", "operator_watched_objects", {"controller": "kubeflow", "kind": "PyTorchJob"})
+
+    def every_job() -> int:
+        return len(json.loads(cluster.kubectl("get", "pytorchjobs", "-A", "-o", "json"))["items"])
+
+    eventually(lambda: watched() == every_job(), timeout=60, what="the kubeflow controller to forget the job")

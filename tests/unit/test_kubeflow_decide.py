@@ -143,6 +143,13 @@ def test_a_finished_job_is_deleted_past_its_ttl_and_never_gets_a_trainer_again()
     assert observe({**job(), "status": done}) == Decision()  # no TTL: it stays, without a new Trainer
 
 
+def test_a_job_being_deleted_gets_no_trainer_again_nor_a_status() -> None:
+    going = job()
+    going["metadata"]["deletionTimestamp"] = "2026-12-04T09:59:00Z"  # a foreground deletion waits
+    assert observe(job()).trainer is not None
+    assert observe(going) == Decision()  # its Trainer gone first: not made again
+
+
 def test_the_ttl_is_counted_from_the_completion_the_trainer_reports() -> None:
     trainer = stored(
         with_hash(to_trainer(PYTORCH, job())),

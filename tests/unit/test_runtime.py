@@ -620,3 +620,33 @@ async def test_a_trainer_event_from_the_stream_starts_its_reconcile_without_wait
     on_trainer("DELETED", BODY)
     assert rt.trainers == {}
     assert watch_events.route(kopf.OperatorSettings(), registry) == ["trainers.trainer.operator.kubeflow.org"]
+
+
+class ToldOfDeletions(FailingController):
+    """A controller with the optional ``trainer_gone`` hook (the kubeflow controller's)."""
+
+    def __init__(self, outcome: Outcome | None = None) -> None:
+        super().__init__(None, outcome)
+        self.gone: list[str] = []
+
+    def trainer_gone(self, last: Body) -> None:
+        self.gone.append(last["metadata"]["name"])
+
+
+async def test_a_controller_with_the_hook_is_told_of_each_deleted_trainer_however_it_was_found() -> None:
+    from trainerop_common import watch_events
+
+    controller = ToldOfDeletions(CHANGED)
+    rt = Runtime(ControllerConfig(controller="test", resync_seconds=0, trim_memory_seconds=0), cast(Kube, None))
+    registry = rt.registry_for(controller)
+    (handler,) = [h.fn for h in registry._watching.get_all_handlers()]
+    on_trainer = watch_events.handler_of(handler)
+    assert on_trainer is not None
+    for name in ("by-event", "in-gap"):
+        rt.queue.seen(trainer_body(name, "ns"))
+    on_trainer("DELETED", trainer_body("by-event", "ns"))
+    rt._vanished(("ns", "in-gap"))  # what the relist's convergence does
+    rt._vanished(("ns", "never-seen"))  # nothing known of it: nothing to tell
+    at_write, _ = runtime_with(controller, StatusApi(api_error(404)))  # its status write finds it gone
+    await at_write.reconcile(BODY)
+    assert controller.gone == ["by-event", "in-gap", "t"]

@@ -3,8 +3,9 @@
 
 Each job kind has a work queue of its own, fed by a watch of the kind; a job's reconcile applies
 its Trainer and writes its status (``decide``). The runtime watches Trainers as every controller
-does; a Trainer owned by a job only brings its job's reconcile forward (this controller writes no
-part of Trainer.status).
+does; a Trainer owned by a job only brings its job's reconcile forward, and one deleted makes its
+job's reconcile make it again (this controller writes no part of Trainer.status). Jobs deleted while
+a watch was away are forgotten when its relist converges, as Trainers are.
 """
 
 import functools
@@ -18,13 +19,14 @@ from lightkube import ApiError
 
 from trainerop_common.api import kind_info
 from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
+from trainerop_common.cache import Key, Relists
 from trainerop_common.clock import rfc3339
 from trainerop_common.contracts import KUBEFLOW_JOB_KIND_LABEL
 from trainerop_common.kube import is_not_found
 from trainerop_common.lookup import CachedLookup
-from trainerop_common.metrics import RECONCILE_DURATION
+from trainerop_common.metrics import RECONCILE_DURATION, WATCHED
 from trainerop_common.names import field_manager
-from trainerop_common.objects import managers_only
+from trainerop_common.objects import managers_only, metadata_only
 from trainerop_common.outcome import Outcome, StatusSection
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
@@ -70,8 +72,23 @@ class KubeflowController:
         self.webhooks: CachedLookup[str, set[str]] = CachedLookup(
             lambda _: runtime.kube.validating_webhooks(), config.upstream_check_seconds, runtime.clock
         )
+        self.relists = {name: self._relists(kind) for name, kind in JOB_KINDS.items()}
         self.manager = field_manager(self.name)
-        self._said: dict[tuple[str, str], tuple[int, str]] = {}  # (generation, reason) of the last Event per job
+        self._said: dict[Key, tuple[int, str]] = {}  # (generation, reason) of the last Event per job
+        for name, queue in self.queues.items():
+            WATCHED.labels(self.name, name).set_function(functools.partial(len, queue.objects))
+
+    def _relists(self, kind: JobKind) -> Relists:
+        """Jobs of ``kind`` deleted in a watch's gap: forgotten once the relist is read."""
+
+        async def listed() -> set[Key]:
+            return {key_of(j) for j in await self.rt.kube.list_all(kind.kind, metadata_only)}
+
+        return Relists(listed, lambda: self.queues[kind.kind].objects.keys(), functools.partial(self._forget, kind))
+
+    def _forget(self, kind: JobKind, key: Key) -> None:
+        self.queues[kind.kind].drop(key)
+        self._said.pop(key, None)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         for name, kind in JOB_KINDS.items():
@@ -81,8 +98,10 @@ class KubeflowController:
 
     def _on_job(self, kind: JobKind, event_type: str | None, body: dict[str, Any]) -> None:
         queue = self.queues[kind.kind]
+        self.relists[kind.kind].seen(key_of(body), event_type)
         if event_type == "DELETED":
-            queue.forget(body)
+            if queue.forget(body):
+                self._said.pop(key_of(body), None)
             return
         queue.poke(key_of(queue.seen(managers_only(body))))
 
@@ -93,11 +112,38 @@ class KubeflowController:
 
     async def reconcile(self, body: Body) -> Outcome:
         """A Trainer changed: its job's status follows (nothing else to do with Trainers)."""
-        owner = owning_job(body)
+        self._poke_owner(body)
+        return Outcome()
+
+    def trainer_gone(self, last: Body) -> None:
+        """A job's Trainer deleted (by hand, or in a watch's gap): the job's reconcile makes it again
+        unless the job is finished or going too."""
+        owner = owning_job(last)
+        if owner is None:
+            return
+        kind, name = owner
+        key = (last["metadata"]["namespace"], name)
+        if key in self.queues[kind].objects:  # (a job deleted before its Trainer is forgotten already)
+            self.rt.tasks.spawn(self._remake(JOB_KINDS[kind], key))
+
+    async def _remake(self, kind: JobKind, key: Key) -> None:
+        """The job read afresh before its Trainer is made again: one deleted in a watch's gap (its
+        Trainer collected meanwhile) is forgotten, not given a Trainer owned by nothing."""
+        try:
+            exists = await self.rt.kube.get(kind.kind, key[1], key[0]) is not None
+        except Exception as err:  # the API server away: the reconcile tries, and backs off
+            log.warning("reading %s %s/%s failed: %s", kind.kind, *key, err)
+            exists = True
+        if exists:
+            self.queues[kind.kind].poke(key)
+        else:
+            self._forget(kind, key)
+
+    def _poke_owner(self, trainer: Body) -> None:
+        owner = owning_job(trainer)
         if owner is not None:
             kind, name = owner
-            self.queues[kind].poke((body["metadata"]["namespace"], name))
-        return Outcome()
+            self.queues[kind].poke((trainer["metadata"]["namespace"], name))
 
     async def _reconcile_job(self, kind: JobKind, job: Body) -> None:
         key = key_of(job)
@@ -112,7 +158,7 @@ class KubeflowController:
                 queue.after(key, max(decision.requeue_after, 1.0))
         except ApiError as err:
             if is_not_found(err):  # the job went meanwhile (its DELETED event may be in a watch's gap)
-                queue.drop(key)
+                self._forget(kind, key)
                 return
             result = "temporary_error"
             log.warning("reconcile of %s %s/%s failed, retrying in %.0fs: %s", kind.kind, *key, queue.retry(key), err)

@@ -103,6 +103,8 @@ def owned_by(trainer: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
 
 def decide(o: Observed) -> Decision:
     meta = o.job["metadata"]
+    if meta.get("deletionTimestamp"):  # going (its Trainer with it): nothing to make or write
+        return Decision()
     now = rfc3339(o.now)
     job = Job(o.kind, meta.get("namespace", ""), meta["name"], tuple(replica_specs(o.kind, o.job)))
     previous = o.job.get("status") or {}

@@ -62,6 +62,9 @@ class PermanentError(Exception):
 
 
 class Controller(Protocol):
+    """What the runtime calls. Optional, looked up by name: ``trainer_labels`` (the label selector
+    of the Trainers it is sent) and ``trainer_gone(last)`` (told of each Trainer deleted)."""
+
     @property
     def name(self) -> str: ...
 
@@ -221,17 +224,23 @@ class Runtime:
 
     def _gone(self, body: Body) -> None:
         if self.queue.forget(body):
-            self._forget(key_of(body))
+            self._forget(key_of(body), body)
 
     def _vanished(self, key: Key) -> None:
         """A Trainer deleted in a watch's gap, found by the relist's convergence."""
+        last = self.queue.objects.get(key)
         self.queue.drop(key)
-        self._forget(key)
+        self._forget(key, last)
 
-    def _forget(self, key: Key) -> None:
+    def _forget(self, key: Key, last: Body | None) -> None:
+        """A Trainer is gone (``last``: its last state seen); a controller with a ``trainer_gone``
+        hook is told (the kubeflow controller makes its job's Trainer again)."""
         self._reported.pop(key, None)
         if self.writer is not None:
             self.writer.forget(*key)
+        told = getattr(self._controller, "trainer_gone", None)
+        if told is not None and last is not None:
+            told(last)
 
     async def _trainer_keys(self) -> set[Key]:
         return {key_of(t) for t in await self.kube.list_all("Trainer", lambda o: {"metadata": o.get("metadata", {})})}
