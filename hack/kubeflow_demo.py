@@ -89,10 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for _, _, image, _ in JOBS:
             images.load(image, containerd.node_dir())
-        volume = cluster.checkpoint_volume(args.namespace, "strategy-volume")  # the TFJob's claim
-        root = Path(volume[0]["spec"]["hostPath"]["path"])
-        root.mkdir(parents=True, exist_ok=True)
-        root.chmod(0o777)  # the examples run as user 1000
+        volume, _ = cluster.node_volume(args.namespace, "strategy-volume")  # the TFJob's claim
         items = [node.team_namespace(args.namespace), *volume]
         kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         jobs = apply_jobs(args.namespace)

@@ -667,6 +667,16 @@ def checkpoint_volume(namespace: str, claim: str = "pvc-backups") -> list[dict[s
     ]
 
 
+def node_volume(namespace: str, claim: str) -> tuple[list[dict[str, Any]], Path]:
+    """:func:`checkpoint_volume`'s manifests and their directory on the node, made and writable by
+    every user (the examples run as user 1000, as a volume with an fsGroup would let them)."""
+    manifests = checkpoint_volume(namespace, claim)
+    root = Path(manifests[0]["spec"]["hostPath"]["path"])
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o777)
+    return manifests, root
+
+
 def team_namespace(name: str, labels: dict[str, str]) -> dict[str, Any]:
     """A namespace whose pods tolerate the fake nodes (as the default namespace's do)."""
     return {

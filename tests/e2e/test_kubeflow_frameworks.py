@@ -8,7 +8,6 @@ them on CPU, and this machine has no GPU. Each job reaches Succeeded with its lo
 reads back as upstream's status."""
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,9 @@ from typing import Any
 import pytest
 
 from bench import kubeflow as upstream
-from testbed import cluster as cluster_tool
 from testbed import containerd, images
 from testbed.cluster import ClusterError
+from tests.e2e.volumes import node_volume
 from tests.harness import Cluster, eventually, table
 from trainerop_common.contracts import KUBEFLOW_JOB_NAME_LABEL
 
@@ -58,15 +57,9 @@ def framework_images(real_node: str, operator_in_cluster: None) -> dict[str, str
 @pytest.fixture
 def strategy_volume(cluster: Cluster, real_namespace: str) -> Iterator[Path]:
     """The claim upstream's TFJob mounts (strategy-volume; its README has users make it with their
-    storage class), backed by a directory on the node writable by the example's user."""
-    volume, claim = cluster_tool.checkpoint_volume(real_namespace, "strategy-volume")
-    root = Path(volume["spec"]["hostPath"]["path"])
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o777)
-    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [volume, claim]})
-    yield root
-    cluster.kubectl("delete", "persistentvolume", volume["metadata"]["name"], "--wait=false")
-    shutil.rmtree(root, ignore_errors=True)
+    storage class), backed by a directory on the node."""
+    with node_volume(cluster, real_namespace, "strategy-volume") as root:
+        yield root
 
 
 def test_upstreams_pytorchjob_trains_with_ddp_over_gloo_to_succeeded(

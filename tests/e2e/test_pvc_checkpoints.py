@@ -5,16 +5,15 @@ ones deleted by collector pods (trainerop_checkpoint.pvc_pods, with the operator
 
 import hashlib
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed import cluster as cluster_tool
 from testbed import containerd, images
 from tests.e2e.test_training import checkpoint_phases, example, finished
+from tests.e2e.volumes import node_volume
 from tests.harness import Cluster, eventually
 from trainerop_checkpoint import pvc_pods as pvc
 from trainerop_checkpoint.decide import Copy
@@ -25,16 +24,9 @@ from trainerop_sdk.storage import LocalLocation
 @pytest.fixture
 def claim(cluster: Cluster, real_namespace: str) -> Iterator[Path]:
     """The seed's claim pvc-backups, backed by a directory on the node (the local cluster has no
-    provisioner); yields that directory. Writable by the example's user (1000) as a volume with an
-    fsGroup would be."""
-    volume, claim = cluster_tool.checkpoint_volume(real_namespace)
-    root = Path(volume["spec"]["hostPath"]["path"])
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o777)
-    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [volume, claim]})
-    yield root
-    cluster.kubectl("delete", "persistentvolume", volume["metadata"]["name"], "--wait=false")
-    shutil.rmtree(root, ignore_errors=True)
+    provisioner); yields that directory."""
+    with node_volume(cluster, real_namespace, "pvc-backups") as root:
+        yield root
 
 
 def test_a_verifier_pod_reads_the_claim_and_reports_each_copy(
