@@ -22,7 +22,7 @@ from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
 from trainerop_common.cache import Key, Relists
 from trainerop_common.clock import rfc3339
 from trainerop_common.contracts import KUBEFLOW_JOB_KIND_LABEL
-from trainerop_common.kube import is_not_found
+from trainerop_common.kube import is_namespace_terminating, is_not_found
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.metrics import RECONCILE_DURATION, WATCHED
 from trainerop_common.names import field_manager
@@ -106,7 +106,13 @@ class KubeflowController:
         queue.poke(key_of(queue.seen(managers_only(body))))
 
     async def _resync_jobs(self) -> None:
-        for queue in self.queues.values():
+        """Every job reconciled once, after those gone are forgotten (a relist that found none of a
+        kind left ends without an object to start its convergence)."""
+        for name, queue in self.queues.items():
+            try:
+                await self.relists[name].converge()
+            except Exception as err:  # the API server away: the jobs are reconciled all the same
+                log.warning("listing %s jobs failed: %s", name, err)
             for key in list(queue.objects):
                 await queue.process(key)
 
@@ -127,17 +133,21 @@ class KubeflowController:
             self.rt.tasks.spawn(self._remake(JOB_KINDS[kind], key))
 
     async def _remake(self, kind: JobKind, key: Key) -> None:
-        """The job read afresh before its Trainer is made again: one deleted in a watch's gap (its
-        Trainer collected meanwhile) is forgotten, not given a Trainer owned by nothing."""
+        """The job read afresh before its Trainer is made again, and reconciled as read: one deleted
+        in a watch's gap (its Trainer collected meanwhile) is forgotten, one being deleted or made
+        again under its name is not given a Trainer owned by what went."""
+        queue = self.queues[kind.kind]
         try:
-            exists = await self.rt.kube.get(kind.kind, key[1], key[0]) is not None
+            fresh = await self.rt.kube.get(kind.kind, key[1], key[0])
         except Exception as err:  # the API server away: the reconcile tries, and backs off
             log.warning("reading %s %s/%s failed: %s", kind.kind, *key, err)
-            exists = True
-        if exists:
-            self.queues[kind.kind].poke(key)
-        else:
+            queue.poke(key)
+            return
+        if fresh is None:
             self._forget(kind, key)
+        elif not fresh["metadata"].get("deletionTimestamp"):
+            queue.seen(managers_only(fresh))
+            queue.poke(key)
 
     def _poke_owner(self, trainer: Body) -> None:
         owner = owning_job(trainer)
@@ -167,6 +177,8 @@ class KubeflowController:
             log.exception("reconcile of %s %s/%s crashed, retrying in %.0fs", kind.kind, *key, queue.retry(key))
         finally:
             RECONCILE_DURATION.labels(self.name, kind.kind, result).observe(time.perf_counter() - started)
+            if key not in queue.objects:  # forgotten meanwhile: nothing of it kept (an Event said, a backoff)
+                self._forget(kind, key)
 
     def _say(self, job: Body, type_: str, reason: str, message: str) -> None:
         """An Event about the job, once per generation and reason (a resync says nothing new)."""
@@ -184,6 +196,8 @@ class KubeflowController:
         except ApiError as err:
             if err.status.code not in REFUSED_CODES:
                 raise
+            if is_namespace_terminating(err):  # the job goes with its namespace
+                return None
             message = f"its Trainer was refused: {err.status.message}"
             self._say(job, "Warning", f"{kind.kind}FailedValidation", message)
             if key_of(job) in self.rt.trainers:  # an update of a running job: the run goes on as it was
