@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from testbed import cluster as cluster_tool
-from testbed import localdev
+from testbed import deploy, localdev
 from tests.factories import trainer_manifest
 from tests.harness import Cluster, KubectlError, eventually
 from tests.integration.test_trainer_pods import fail_pod
@@ -233,6 +233,13 @@ def test_the_trainer_killed_during_gang_restarts_counts_each_failure_once(
         assert restarts == round_, f"after {round_} failures the status counts {restarts}"
 
 
+def only_where_the_api_server_may_restart() -> None:
+    """A test that restarts the API server runs on the local cluster the session started (CI's),
+    never on a cluster named in $KUBECONFIG: skipped there, saying so."""
+    if not deploy.local_cluster():
+        pytest.skip("restarts the API server: only on the local cluster the session started (CI's)")
+
+
 def test_what_is_deleted_while_a_watch_is_away_is_not_kept_after_the_relist(
     cluster: Cluster, namespace: str, record_property: Callable[[str, object], None]
 ) -> None:
@@ -240,8 +247,7 @@ def test_what_is_deleted_while_a_watch_is_away_is_not_kept_after_the_relist(
     deleted and etcd is compacted: its watches resume from compacted versions (410 Gone) and kopf
     lists again, reporting only what exists. Its cache must drop the deleted pod (else the replica counts
     as present and is never replaced) and it must forget the deleted Trainer."""
-    if os.environ.get("KUBECONFIG") != str(cluster_tool.RUN_DIR / "admin.kubeconfig"):
-        pytest.skip("restarts the API server: only on the local cluster the session started (CI's)")
+    only_where_the_api_server_may_restart()
     cluster.apply(trainer_manifest("w", epochs=1, image="bench:latest", topology={"workers": 2}), namespace)
     cluster.apply(trainer_manifest("doomed", epochs=1, image="bench:latest", topology={"workers": 1}), namespace)
     eventually(lambda: all_running(cluster, namespace, 2), what="both runs Running")

@@ -6,12 +6,10 @@ import os
 import signal
 from typing import Any
 
-import pytest
-
 from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.harness import Cluster, eventually
-from tests.integration.test_faults import kill_9
+from tests.integration.test_faults import kill_9, only_where_the_api_server_may_restart
 from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
 from trainerop_kubeflow.kinds import JOB_KINDS
 
@@ -177,8 +175,7 @@ def test_a_job_deleted_while_the_watch_is_away_is_forgotten_after_the_relist(clu
     that exist. The job deleted meanwhile must leave its queue (else each resync would reconcile a
     job that is gone). The deleted job is one left to another controller: it has no Trainer whose
     deletion would bring it to the controller's attention."""
-    if os.environ.get("KUBECONFIG") != str(cluster_tool.RUN_DIR / "admin.kubeconfig"):
-        pytest.skip("restarts the API server: only on the local cluster the session started (CI's)")
+    only_where_the_api_server_may_restart()
 
     def watched() -> float:
         return cluster.metric("kubeflow", "operator_watched_objects", {"controller": "kubeflow", "kind": "PyTorchJob"})
