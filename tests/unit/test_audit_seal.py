@@ -10,7 +10,7 @@ import pytest
 
 from trainerop_audit.record import stamp_of, subject_uid
 from trainerop_audit.retention import Retention, pruned_record
-from trainerop_audit.seal import forgettable, held, next_seal, record_hash, verify
+from trainerop_audit.seal import forgettable, held, next_seal, record_hash, trimmed_seals, verify
 from trainerop_common.clock import parse_time
 
 NS = "team-a"
@@ -131,7 +131,7 @@ def test_the_controller_holds_a_record_as_what_its_seals_and_decisions_read() ->
     whole.append(stored(first, 3))
     whole.append(record("c", 4))
     kept = [held(r) for r in whole]
-    assert kept[2] == whole[2]  # a seal is held whole
+    assert kept[2]["spec"]["seal"] == {"sequence": 1, "records": ["a", "b"]}  # a seal: names, not hashes
     assert "user" not in kept[0]["spec"]
     assert [(subject_uid(k), stamp_of(k)) for k in kept] == [(subject_uid(w), stamp_of(w)) for w in whole]
     assert next_seal(NS, kept, "2026-12-01T12:00:05.000000Z") == next_seal(NS, whole, "2026-12-01T12:00:05.000000Z")
@@ -161,3 +161,16 @@ def test_a_sealed_old_record_of_a_gone_trainer_is_no_longer_held(
     now = parse_time("2026-12-01T12:00:06Z") + timedelta(minutes=minutes_later)
     gone = {r["metadata"]["name"] for r in forgettable(records, live, now)}
     assert (name in gone) is forgotten
+
+
+def test_a_held_seal_lists_only_the_records_still_held() -> None:
+    """Once the controller lets sealed records go, the seals it holds stop naming them (else the
+    names of every record ever sealed stay held); the next seal is the same with trimmed seals."""
+    kept = [held(r) for r in trail()]  # a, b, seal 1 (a, b), c, seal 2 (c), d
+    still = [r for r in kept if r["metadata"]["name"] != "a"]  # a let go (forgettable)
+    trimmed = trimmed_seals(still)
+    assert [(t["metadata"]["name"], t["spec"]["seal"]["records"]) for t in trimmed] == [("audit-seal-00000001", ["b"])]
+    replaced = [next((t for t in trimmed if t["metadata"] == r["metadata"]), r) for r in still]
+    assert trimmed_seals(replaced) == []
+    now = "2026-12-01T12:00:07.000000Z"
+    assert next_seal(NS, replaced, now) == next_seal(NS, kept, now)  # d only, chained to seal 2

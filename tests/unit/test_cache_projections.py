@@ -177,6 +177,19 @@ async def test_a_cache_holds_what_its_controller_keeps() -> None:
     assert await by_default.values() == [slim(pod())]
 
 
+async def test_a_smaller_form_is_held_in_place_of_a_held_object_only() -> None:
+    async def lister(keep: Keep) -> list[dict[str, Any]]:
+        return [keep(pod())]
+
+    cache = ObjectCache(lister, "", "v1", "pods", keep=trainer_keeps, index=owner_of)
+    (cached,) = await cache.values()
+    smaller = {"metadata": cached["metadata"]}  # what a controller makes of it (the same owner)
+    cache.hold(ObjectCache.key(cached), smaller)
+    cache.hold(("ns", "not-held"), smaller)  # nothing held there: nothing held now either
+    assert await cache.values() == [smaller]
+    assert await cache.grouped(("ns", "t")) == [smaller]
+
+
 def test_derived_values_are_computed_again_only_for_objects_that_changed() -> None:
     calls: list[str] = []
 

@@ -74,10 +74,11 @@ class Served:
             references.Resource(GROUP, VERSION, k.plural, kind=k.kind, namespaced=k.scope == "Namespaced")
             for k in KINDS
         )
+        self.memories = inventory.ResourceMemories()
         self.fn = functools.partial(
             kopf_admission.serve_admission_request,
             settings=kopf.OperatorSettings(),
-            memories=inventory.ResourceMemories(),
+            memories=self.memories,
             memobase=kopf.Memo(),  # type: ignore[arg-type]  # kopf's own default memo
             registry=registry,
             insights=insights,
@@ -156,6 +157,20 @@ async def test_a_check_that_refuses_is_not_made_to_allow(served: tuple[Served, s
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"]["message"] == "no x"
     assert s.seen == []
+
+
+@pytest.mark.parametrize(
+    ("path", "resource", "operation"),
+    [("/validate-trainer", "trainers", "UPDATE"), ("/audit", "trainers", "UPDATE"), ("/audit", "auditlogs", "DELETE")],
+)
+async def test_kopf_keeps_no_memory_of_a_reviewed_object(
+    served: tuple[Served, str], path: str, resource: str, operation: str
+) -> None:
+    s, url = served
+    webhooks.reviews_remember_nothing()
+    status, _ = await s.post(url, path, review(resource, operation))
+    assert status == 200
+    assert list(s.memories.iter_all_memories()) == []  # nothing a later event would have to forget
 
 
 async def test_an_observing_server_waits_for_its_certificate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,7 @@ from .delivery import NOTIFICATIONS, Notifier
 from .notices import Notified, RoleFailures, Settings, due, retry_delay
 from .record import TRAINER_LABEL, subject_uid
 from .retention import Retention, expired, pruned_record
-from .seal import forgettable, held, next_seal
+from .seal import forgettable, held, next_seal, trimmed_seals
 from .user_recorder import RESOURCES, WEBHOOK, UserRecorder
 
 log = logging.getLogger("trainerop.audit")
@@ -185,11 +185,14 @@ class AuditController:
     async def seal(self) -> int:
         """Seal, in each namespace, the records no seal lists yet (trainerop_audit.seal); returns
         the seals written. A seal another replica wrote first (same sequence) is left to it. The
-        records sealed before, old, and of Trainers gone are then no longer held (``forgettable``)."""
+        records sealed before, old, and of Trainers gone are then no longer held (``forgettable``),
+        nor their names in the seals that list them (``trimmed_seals``)."""
         records = await self.records.values()
         live = {str(t["metadata"].get("uid")) for t in self.rt.trainers.values()}
         for record in forgettable(records, live, self.rt.clock.now()):
             self.records.forget(ObjectCache.key(record))
+        for trimmed in trimmed_seals(await self.records.values()):
+            self.records.hold(ObjectCache.key(trimmed), trimmed)
         now = rfc3339_micro(self.rt.clock.now())
         written = 0
         for namespace in sorted({str(r["metadata"].get("namespace", "")) for r in records}):

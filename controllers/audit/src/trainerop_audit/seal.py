@@ -19,7 +19,6 @@ from typing import Any
 
 from trainerop_common.api import GROUP, VERSION
 from trainerop_common.clock import parse_time
-from trainerop_common.objects import slim
 
 from .record import audit_record, derived_audit_id, operator_user, subject_uid
 
@@ -52,12 +51,12 @@ def hash_of(record: Mapping[str, Any]) -> str:
 
 
 def held(record: dict[str, Any]) -> dict[str, Any]:
-    """What the audit controller keeps of an AuditLog: a seal whole (the next seal reads its list
-    and hashes it); any other record as what the decisions and seals read — its identity, the
-    Trainer it is about, when, its action — and its hash. The whole trail stays in the cluster
-    (until retention); held whole, the trails of a benchmark's first 1500 Trainers took 47 MiB more."""
+    """What the audit controller keeps of an AuditLog: what the decisions and seals read — its
+    identity, the Trainer it is about, when, its action — and its hash. The whole trail stays in
+    the cluster (until retention); held whole, the trails of a benchmark's first 1500 Trainers took
+    47 MiB more."""
     if is_seal(record):
-        return slim(record)
+        return held_seal(record)
     meta, spec = record.get("metadata") or {}, record.get("spec") or {}
     kept = {k: spec[k] for k in ("stageTimestamp", "time", "action") if k in spec}
     if ref := spec.get("objectRef"):
@@ -65,6 +64,36 @@ def held(record: dict[str, Any]) -> dict[str, Any]:
     if trainer := spec.get("trainer"):
         kept["trainer"] = {"uid": trainer.get("uid")}
     return {"metadata": {k: meta[k] for k in IDENTITY if k in meta}, "spec": kept, HASH: record_hash(record)}
+
+
+def held_seal(seal: dict[str, Any]) -> dict[str, Any]:
+    """What the controller keeps of a seal: its identity, place in the chain and hash (the next
+    seal chains to it) and the names of the records it lists, not their hashes (the next seal
+    skips those records, ``forgettable`` lets them go)."""
+    meta, spec = seal.get("metadata") or {}, seal.get("spec") or {}
+    link = spec.get("seal") or {}
+    kept = {"sequence": link.get("sequence"), "records": list(link.get("records") or ())}
+    return {
+        "metadata": {k: meta[k] for k in IDENTITY if k in meta},
+        "spec": {"action": spec.get("action"), "stageTimestamp": spec.get("stageTimestamp"), "seal": kept},
+        HASH: record_hash(seal),
+    }
+
+
+def trimmed_seals(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The held seals among ``records`` that list records no longer held, each listing only those
+    still held: what a seal lists matters to the controller only while the record is held (a record
+    let go comes back only with a relist, which brings its seal back whole). A seal's names would
+    otherwise be held for every record ever sealed."""
+    here = {(r["metadata"].get("namespace"), r["metadata"].get("name")) for r in records if not is_seal(r)}
+    out = []
+    for seal in seals_of(records):
+        listed = seal["spec"]["seal"]["records"]
+        namespace = seal["metadata"].get("namespace")
+        still = [name for name in listed if (namespace, name) in here]
+        if len(still) < len(listed):
+            out.append({**seal, "spec": {**seal["spec"], "seal": {**seal["spec"]["seal"], "records": still}}})
+    return out
 
 
 def is_seal(record: Mapping[str, Any]) -> bool:
@@ -79,7 +108,8 @@ def seals_of(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 def forgettable(records: Iterable[Mapping[str, Any]], live: Set[str], now: datetime) -> list[Mapping[str, Any]]:
     """The records among ``records`` the controller need not hold any more: listed by a seal of
     their namespace, older than FORGET_AFTER, and about no Trainer of ``live`` (uids). Seals stay
-    (the next seal chains to the newest and skips what any of them lists)."""
+    (the next seal chains to the newest and skips what any of them lists; ``trimmed_seals`` then
+    lists only what is still held)."""
     seals = [r for r in records if is_seal(r)]
     sealed = {(s["metadata"].get("namespace"), n) for s in seals for n in s["spec"]["seal"]["records"]}
     return [

@@ -213,6 +213,12 @@ class ObjectCache:
             if not group:
                 self._groups.pop(self._index(old), None)
 
+    def hold(self, key: Key, kept: dict[str, Any]) -> None:
+        """Hold ``kept``, a smaller form its controller made of what is held for ``key``, in its
+        place. A later event of it, or a relist, holds it afresh (through ``keep``)."""
+        if key in self.items:
+            self._put(key, kept, kept=True)
+
     def forget(self, key: Key) -> None:
         """Stop holding ``key`` (it stays on the server): what its controller will not read again.
         A later event of it, or a relist, holds it again."""

@@ -21,7 +21,7 @@ from .metrics import UP
 from .names import component
 from .runtime import Controller, Runtime, StartupError
 from .webhook_tls import CHECK_SECONDS
-from .webhooks import ReviewServer, missing_files, self_signed
+from .webhooks import ReviewServer, missing_files, reviews_remember_nothing, self_signed
 
 log = logging.getLogger("trainerop.process")
 # On stop, reconciles and Events in flight get this long to finish (a pod's termination grace is
@@ -59,6 +59,7 @@ def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None
             "(deploy/components/cert-manager), or run with --webhook-tls self-signed, or --webhook-port 0"
         )
     config = runtime.config
+    reviews_remember_nothing()
     # The checks' own client, used (and closed) only on the admission loop: webhooks.ReviewServer.
     runtime.admission_kube = Kube.from_environment(config.controller, config.qps, config.burst)
     client_ca = webhook.webhook_client_ca_file or None

@@ -14,7 +14,8 @@ from typing import Any, cast
 
 import aiohttp.web
 import kopf
-from kopf._cogs.structs import reviews
+from kopf._cogs.structs import ephemera, reviews
+from kopf._core.reactor import inventory
 
 from . import admission
 from .api import GROUP, VERSION
@@ -120,6 +121,31 @@ def register_observer(
 
     for plural, subresource in resources:
         kopf.on.validate(GROUP, VERSION, plural, id=webhook, subresource=subresource, registry=registry)(observed)
+
+
+def reviews_remember_nothing() -> None:
+    """kopf gives each reviewed object a memory (its memo for the handlers), kept for every update
+    or delete review until kopf's own processing of the object's deletion forgets it. The
+    controllers' watches are handled on the stream (:mod:`.watch_events`), not by that processing,
+    so nothing forgot them: each Trainer ever updated or deleted, and each profile or AuditLog an
+    observer saw, stayed held by every controller whose webhook reviewed it (the audit controller
+    grew by about 2 MiB a round of 500 Trainers created and deleted). No handler here reads kopf's
+    memo, so each review gets a fresh one, as kopf gives a create's review."""
+    remember: Callable[..., Awaitable[ephemera.AnyMemo]] = _KOPF_RECALL_MEMO
+
+    async def recall_memo(
+        self: inventory.ResourceMemories,
+        raw_body: Any,
+        *,
+        memobase: ephemera.AnyMemo | None = None,
+        ephemeral: bool = False,
+    ) -> ephemera.AnyMemo:
+        return await remember(self, raw_body, memobase=memobase, ephemeral=True)
+
+    inventory.ResourceMemories.recall_memo = recall_memo  # type: ignore[method-assign]
+
+
+_KOPF_RECALL_MEMO = inventory.ResourceMemories.recall_memo
 
 
 class _LargeReviews(kopf.WebhookServer):
