@@ -1,7 +1,7 @@
 """What the kubeflow controller does with one job (pure)."""
 
 import copy
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -159,6 +159,30 @@ def test_the_ttl_is_counted_from_the_completion_the_trainer_reports() -> None:
     assert d.status is not None
     assert d.status["completionTime"] == "2026-12-04T09:59:30Z"
     assert d.requeue_after == 30.0
+
+
+def replicas(active: int, phase: str = "Pending") -> dict[str, Any]:
+    return {"phase": phase, "topology": {"replicas": {"master": {"active": 1}, "worker": {"active": active}}}}
+
+
+@pytest.mark.parametrize(
+    ("seconds_since_write", "now_says", "written", "requeue_after"),
+    [
+        (1, replicas(2), False, 4.0),  # counts alone, soon after a write: with the next change
+        (5, replicas(2), True, None),  # counts alone, written at most every 5 s
+        (1, replicas(3, "Running"), True, None),  # a condition changes: at once, counts and all
+        (1, replicas(1), False, None),  # nothing changed
+    ],
+)
+def test_a_starting_jobs_counts_alone_are_written_at_most_every_few_seconds(
+    seconds_since_write: int, now_says: dict[str, Any], written: bool, requeue_after: float | None
+) -> None:
+    """Each pod made or started moves the counts: written each time, a status write per pod."""
+    trainer = stored(with_hash(to_trainer(PYTORCH, job())), replicas(1))
+    before = decide(Observed(PYTORCH, job(), trainer, False, NOW - timedelta(seconds=seconds_since_write))).status
+    assert before is not None
+    d = observe({**job(), "status": before}, {**trainer, "status": now_says})
+    assert (d.status is not None, d.requeue_after) == (written, requeue_after)
 
 
 def test_a_trainer_leads_back_to_the_job_that_controls_it() -> None:

@@ -11,10 +11,11 @@ from typing import Any
 from trainerop_common.api.kubeflow import UPSTREAM_MANAGER
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.names import field_manager
+from trainerop_common.outcome import soonest
 
 from .convert import problems, replica_specs, to_trainer
 from .kinds import JobKind
-from .mirror import Job, job_status, refused_status
+from .mirror import Job, counts_wait, job_status, refused_status
 
 # runPolicy.managedBy naming this operator: its kubeflow controller acts on the job even where
 # upstream's operator runs.
@@ -136,10 +137,11 @@ def decide(o: Observed) -> Decision:
         and annotations.get(APPLIED_ANNOTATION) == wanted["metadata"]["annotations"][APPLIED_ANNOTATION]
     )
     status = job_status(job, previous, trainer_status, now)
+    wait = counts_wait(previous, status, o.now) if status != previous else 0.0
     left = ttl_left({**o.job, "status": status}, o.now) if finished(status) else None
     return Decision(
         trainer=None if current else wanted,
-        status=status if status != previous else None,
-        requeue_after=left,
+        status=status if status != previous and not wait else None,
+        requeue_after=soonest(left, wait or None),
         events=refused,
     )
