@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from trainerop_kubeflow.convert import to_trainer
-from trainerop_kubeflow.decide import OUR_MANAGER, Decision, Observed, decide, with_hash
+from trainerop_kubeflow.decide import APPLIED_ANNOTATION, OUR_MANAGER, Decision, Observed, decide, with_hash
 from trainerop_kubeflow.kinds import JOB_KINDS
 
 PYTORCH = JOB_KINDS["PyTorchJob"]
@@ -172,6 +172,7 @@ def replicas(active: int, phase: str = "Pending") -> dict[str, Any]:
         (5, replicas(2), True, None),  # counts alone, written at most every 5 s
         (1, replicas(3, "Running"), True, None),  # a condition changes: at once, counts and all
         (1, replicas(1), False, None),  # nothing changed
+        (1, replicas(1) | {"progress": {"startTime": "2026-12-04T09:59:59Z"}}, False, 4.0),  # started: with the rest
     ],
 )
 def test_a_starting_jobs_counts_alone_are_written_at_most_every_few_seconds(
@@ -183,6 +184,17 @@ def test_a_starting_jobs_counts_alone_are_written_at_most_every_few_seconds(
     assert before is not None
     d = observe({**job(), "status": before}, {**trainer, "status": now_says})
     assert (d.status is not None, d.requeue_after) == (written, requeue_after)
+
+
+def test_a_trainer_applied_but_not_yet_brought_by_its_watch_is_not_applied_again() -> None:
+    """Under a ramp the Trainers' watch lags the applies: each reconcile meanwhile applied again."""
+    wanted = with_hash(to_trainer(PYTORCH, job()))
+    digest = wanted["metadata"]["annotations"][APPLIED_ANNOTATION]
+    assert decide(Observed(PYTORCH, job(), None, False, NOW, applied=digest)).trainer is None
+    assert decide(Observed(PYTORCH, job(), None, False, NOW, applied="an-older-one")).trainer == wanted
+    changed = job(suspend=True)  # changed since: applied again, whatever the watch has brought
+    again = decide(Observed(PYTORCH, changed, stored(wanted), False, NOW, applied=digest)).trainer
+    assert again == with_hash(to_trainer(PYTORCH, changed))
 
 
 def test_a_trainer_leads_back_to_the_job_that_controls_it() -> None:

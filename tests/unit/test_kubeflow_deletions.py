@@ -70,9 +70,11 @@ async def test_a_deleted_trainer_is_made_again_only_for_the_job_a_fresh_read_fin
     queue = controller.queues["PyTorchJob"]
     if known:
         queue.seen(job())
+    controller._applied[("ns", "j")] = "digest"  # what it applied is gone: made again, not taken as applied
     controller.trainer_gone(trainer_of("u1"))
     await settle(controller)
     assert (done, ("ns", "j") in queue.objects) == (reconciled, still_known)
+    assert controller._applied == {}
 
 
 async def test_a_resync_forgets_the_jobs_a_list_no_longer_has_before_reconciling() -> None:

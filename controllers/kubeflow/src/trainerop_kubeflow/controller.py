@@ -35,7 +35,7 @@ from trainerop_common.workqueue import WorkQueue, key_of
 
 from .config import KubeflowConfig
 from .convert import replica_specs
-from .decide import Decision, Observed, decide
+from .decide import APPLIED_ANNOTATION, Decision, Observed, decide
 from .kinds import JOB_KINDS, JobKind
 from .mirror import Job, refused_status
 
@@ -75,6 +75,7 @@ class KubeflowController:
         self.relists = {name: self._relists(kind) for name, kind in JOB_KINDS.items()}
         self.manager = field_manager(self.name)
         self._said: dict[Key, tuple[int, str]] = {}  # (generation, reason) of the last Event per job
+        self._applied: dict[Key, str] = {}  # the digest of the Trainer last applied per job (Observed.applied)
         for name, queue in self.queues.items():
             WATCHED.labels(self.name, name).set_function(functools.partial(len, queue.objects))
 
@@ -89,6 +90,7 @@ class KubeflowController:
     def _forget(self, kind: JobKind, key: Key) -> None:
         self.queues[kind.kind].drop(key)
         self._said.pop(key, None)
+        self._applied.pop(key, None)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         for name, kind in JOB_KINDS.items():
@@ -129,6 +131,7 @@ class KubeflowController:
             return
         kind, name = owner
         key = (last["metadata"]["namespace"], name)
+        self._applied.pop(key, None)  # what was applied is gone
         if key in self.queues[kind].objects:  # (a job deleted before its Trainer is forgotten already)
             self.rt.tasks.spawn(self._remake(JOB_KINDS[kind], key))
 
@@ -161,7 +164,8 @@ class KubeflowController:
         started, result = time.perf_counter(), "ok"
         try:
             upstream = upstream_validator(kind) in await self.webhooks.get("")
-            decision = decide(Observed(kind, job, self.rt.trainers.get(key), upstream, self.rt.clock.now()))
+            trainer, applied = self.rt.trainers.get(key), self._applied.get(key)
+            decision = decide(Observed(kind, job, trainer, upstream, self.rt.clock.now(), applied))
             await self._carry_out(kind, job, decision)
             queue.backoff.reset(key)
             if decision.requeue_after is not None:
@@ -191,8 +195,10 @@ class KubeflowController:
     async def _apply_trainer(self, kind: JobKind, job: Body, trainer: dict[str, Any]) -> dict[str, Any] | None:
         """Apply the job's Trainer; what the API server or a webhook refuses of it becomes the job's
         refusal (a status to write; None: applied)."""
+        key = key_of(job)
         try:
             await self.rt.kube.apply("Trainer", trainer)
+            self._applied[key] = trainer["metadata"]["annotations"][APPLIED_ANNOTATION]
         except ApiError as err:
             if err.status.code not in REFUSED_CODES:
                 raise
@@ -200,7 +206,7 @@ class KubeflowController:
                 return None
             message = f"its Trainer was refused: {err.status.message}"
             self._say(job, "Warning", f"{kind.kind}FailedValidation", message)
-            if key_of(job) in self.rt.trainers:  # an update of a running job: the run goes on as it was
+            if key in self.rt.trainers:  # an update of a running job: the run goes on as it was
                 return None
             meta = job["metadata"]
             mirrored = Job(kind, meta["namespace"], meta["name"], tuple(replica_specs(kind, job)))

@@ -34,6 +34,9 @@ class Observed:
     trainer: Mapping[str, Any] | None  # the Trainer named like the job, if one exists
     upstream_running: bool  # Kubeflow's own operator holds its leader Lease
     now: datetime
+    # The digest of the manifest this controller last applied for the job (its Trainer's watch may
+    # not have brought that Trainer yet): applied already, not again. None: none since it started.
+    applied: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,9 @@ def decide(o: Observed) -> Decision:
     refused = (("Warning", f"{o.kind.kind}UpdateRefused", "; ".join(found)),) if found else ()
     wanted = None if found else with_hash(to_trainer(o.kind, o.job))
     annotations = ((o.trainer or {}).get("metadata") or {}).get("annotations") or {}
-    current = (
-        wanted is not None
-        and annotations.get(APPLIED_ANNOTATION) == wanted["metadata"]["annotations"][APPLIED_ANNOTATION]
+    current = wanted is not None and wanted["metadata"]["annotations"][APPLIED_ANNOTATION] in (
+        annotations.get(APPLIED_ANNOTATION),
+        o.applied,
     )
     status = job_status(job, previous, trainer_status, now)
     wait = counts_wait(previous, status, o.now) if status != previous else 0.0

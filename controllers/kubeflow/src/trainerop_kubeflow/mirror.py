@@ -18,8 +18,8 @@ from trainerop_common.contracts import KUBEFLOW_JOB_NAME_LABEL, KUBEFLOW_REPLICA
 from .kinds import JobKind
 
 Condition = dict[str, Any]
-# A change of a job's replica counts alone (its pods made, starting, ending) is written at most this
-# often; a change of its conditions or times is written at once, with the counts as they are then.
+# A change of a job's replica counts or start time alone (its pods made, starting, ending) is written
+# at most this often; a change of its conditions or completion at once, with the counts as they are.
 COUNTS_EVERY_SECONDS = 5.0
 
 
@@ -136,10 +136,10 @@ def job_status(
 
 def counts_wait(previous: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> float:
     """Seconds ``status`` waits before it is written: none unless all it changes of ``previous`` is
-    the replica counts and the last write (``lastReconcileTime``) is younger than
-    COUNTS_EVERY_SECONDS. A starting job's counts move with each pod; written each time, they cost
-    the API server a status write per pod (3.98 a job to Running at N = 1000, docs/kubeflow.md)."""
-    moving = ("replicaStatuses", "lastReconcileTime")
+    the replica counts or the start time and the last write (``lastReconcileTime``) is younger
+    than COUNTS_EVERY_SECONDS. A starting job's counts move with each pod; written each time, they
+    cost the API server a status write per pod (3.98 a job to Running at N = 1000, docs/kubeflow.md)."""
+    moving = ("replicaStatuses", "startTime", "lastReconcileTime")
     if {k: v for k, v in status.items() if k not in moving} != {k: v for k, v in previous.items() if k not in moving}:
         return 0.0
     last = previous.get("lastReconcileTime")
