@@ -30,6 +30,7 @@ from trainerop_common.objects import managers_only, metadata_only
 from trainerop_common.outcome import Outcome, StatusSection
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
+from trainerop_common.status_writer import resource_version
 from trainerop_common.watch_events import on_event
 from trainerop_common.workqueue import WorkQueue, key_of
 
@@ -76,6 +77,7 @@ class KubeflowController:
         self.manager = field_manager(self.name)
         self._said: dict[Key, tuple[int, str]] = {}  # (generation, reason) of the last Event per job
         self._applied: dict[Key, str] = {}  # the digest of the Trainer last applied per job (Observed.applied)
+        self._wrote: dict[Key, int] = {}  # the job's resourceVersion this controller's last status write made
         for name, queue in self.queues.items():
             WATCHED.labels(self.name, name).set_function(functools.partial(len, queue.objects))
 
@@ -91,6 +93,7 @@ class KubeflowController:
         self.queues[kind.kind].drop(key)
         self._said.pop(key, None)
         self._applied.pop(key, None)
+        self._wrote.pop(key, None)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         for name, kind in JOB_KINDS.items():
@@ -162,6 +165,8 @@ class KubeflowController:
         key = key_of(job)
         queue = self.queues[kind.kind]
         started, result = time.perf_counter(), "ok"
+        if self._before_our_write(job):  # the event of that write brings the job back
+            return
         try:
             upstream = upstream_validator(kind) in await self.webhooks.get("")
             trainer, applied = self.rt.trainers.get(key), self._applied.get(key)
@@ -183,6 +188,12 @@ class KubeflowController:
             RECONCILE_DURATION.labels(self.name, kind.kind, result).observe(time.perf_counter() - started)
             if key not in queue.objects:  # forgotten meanwhile: nothing of it kept (an Event said, a backoff)
                 self._forget(kind, key)
+
+    def _before_our_write(self, job: Body) -> bool:
+        """``job`` is older than the version this controller's last status write made: read as it
+        is, its status (without what was written) would be written again, with new times."""
+        version, wrote = resource_version(job), self._wrote.get(key_of(job))
+        return version is not None and wrote is not None and version < wrote
 
     def _say(self, job: Body, type_: str, reason: str, message: str) -> None:
         """An Event about the job, once per generation and reason (a resync says nothing new)."""
@@ -231,7 +242,9 @@ class KubeflowController:
                 "status": decision.status,
             }
             info = kind_info(kind.kind)
-            await self.rt.kube.apply_status(info, meta["namespace"], meta["name"], body, self.manager)
+            version = await self.rt.kube.apply_status(info, meta["namespace"], meta["name"], body, self.manager)
+            if version is not None and version.isdigit():
+                self._wrote[key_of(job)] = int(version)
 
 
 entry = run_entrypoint("kubeflow", KubeflowController, KubeflowConfig)
