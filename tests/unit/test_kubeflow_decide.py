@@ -161,29 +161,32 @@ def test_the_ttl_is_counted_from_the_completion_the_trainer_reports() -> None:
     assert d.requeue_after == 30.0
 
 
-def replicas(active: int, phase: str = "Pending") -> dict[str, Any]:
-    return {"phase": phase, "topology": {"replicas": {"master": {"active": 1}, "worker": {"active": active}}}}
+def replicas(running: int, phase: str = "Pending") -> dict[str, Any]:
+    roles = {"master": {"active": 1, "ready": 1}, "worker": {"active": 3, "ready": running}}
+    return {"phase": phase, "topology": {"replicas": roles}}
 
 
 @pytest.mark.parametrize(
-    ("seconds_since_write", "now_says", "written", "requeue_after"),
+    ("held_for", "now_says", "written", "requeue_after"),
     [
-        (1, replicas(2), False, 4.0),  # counts alone, soon after a write: with the next change
-        (5, replicas(2), True, None),  # counts alone, written at most every 5 s
-        (1, replicas(3, "Running"), True, None),  # a condition changes: at once, counts and all
-        (1, replicas(1), False, None),  # nothing changed
-        (1, replicas(1) | {"progress": {"startTime": "2026-12-04T09:59:59Z"}}, False, 4.0),  # started: with the rest
+        (None, replicas(2), False, 5.0),  # counts alone: held, for a change of conditions to carry them
+        (1, replicas(2), False, 4.0),  # held for a second already
+        (5, replicas(2), True, None),  # held long enough: written
+        (None, replicas(3, "Running"), True, None),  # a condition changes: at once, counts and all
+        (None, replicas(1), False, None),  # nothing changed
+        (None, replicas(1) | {"progress": {"startTime": "2026-12-04T09:59:59Z"}}, False, 5.0),  # started: waits too
     ],
 )
-def test_a_starting_jobs_counts_alone_are_written_at_most_every_few_seconds(
-    seconds_since_write: int, now_says: dict[str, Any], written: bool, requeue_after: float | None
+def test_a_starting_jobs_counts_alone_wait_for_its_next_condition(
+    held_for: int | None, now_says: dict[str, Any], written: bool, requeue_after: float | None
 ) -> None:
-    """Each pod made or started moves the counts: written each time, a status write per pod."""
+    """Each pod that starts moves the counts: written each time, a status write per pod."""
     trainer = stored(with_hash(to_trainer(PYTORCH, job())), replicas(1))
-    before = decide(Observed(PYTORCH, job(), trainer, False, NOW - timedelta(seconds=seconds_since_write))).status
+    before = observe(job(), trainer).status
     assert before is not None
-    d = observe({**job(), "status": before}, {**trainer, "status": now_says})
-    assert (d.status is not None, d.requeue_after) == (written, requeue_after)
+    since = None if held_for is None else NOW - timedelta(seconds=held_for)
+    d = decide(Observed(PYTORCH, {**job(), "status": before}, {**trainer, "status": now_says}, False, NOW, None, since))
+    assert (d.status is not None, d.requeue_after, d.counts_held) == (written, requeue_after, requeue_after is not None)
 
 
 def test_a_trainer_applied_but_not_yet_brought_by_its_watch_is_not_applied_again() -> None:

@@ -55,7 +55,8 @@ def test_a_new_reason_with_the_same_status_keeps_the_transition_time() -> None:
 
 RUNNING = {
     "phase": "Running",
-    "topology": {"replicas": {"master": {"active": 1}, "worker": {"active": 2, "failed": 0}}},
+    # a worker pending (active, not ready): upstream counts only running pods as active
+    "topology": {"replicas": {"master": {"active": 1, "ready": 1}, "worker": {"active": 3, "ready": 2, "failed": 0}}},
     "progress": {"startTime": T0},
 }
 

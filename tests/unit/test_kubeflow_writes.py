@@ -65,3 +65,21 @@ async def test_a_job_read_before_the_controllers_own_write_is_neither_written_no
     written = job(server.version, server.statuses[0])  # the write's own event
     await controller._reconcile_job(PYTORCH, written)
     assert (len(server.applied), len(server.statuses)) == (1, 1)  # the Trainer's watch still lags
+
+
+async def test_a_change_of_the_counts_alone_is_written_once_it_has_waited() -> None:
+    server, clock = Server(), FixedClock(datetime(2026, 12, 4, 10, 0, tzinfo=UTC))
+    runtime = Runtime(ControllerConfig(controller="kubeflow"), cast(Kube, server), clock)
+    controller = KubeflowController(runtime, KubeflowConfig())
+    created = job(5)
+    controller.queues["PyTorchJob"].seen(created)
+    await controller._reconcile_job(PYTORCH, created)
+    starting = {"phase": "Pending", "topology": {"replicas": {"master": {"active": 1, "ready": 1}}}}
+    runtime.queue.seen(server.applied[0] | {"status": starting})  # the master runs, the workers do not yet
+    written = job(server.version, server.statuses[0])
+    await controller._reconcile_job(PYTORCH, written)
+    assert len(server.statuses) == 1  # held
+    clock.advance(5)
+    await controller._reconcile_job(PYTORCH, written)
+    assert len(server.statuses) == 2
+    assert server.statuses[1]["replicaStatuses"]["Master"]["active"] == 1

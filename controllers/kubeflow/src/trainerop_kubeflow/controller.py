@@ -12,6 +12,7 @@ import functools
 import logging
 import time
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import kopf
@@ -78,6 +79,7 @@ class KubeflowController:
         self._said: dict[Key, tuple[int, str]] = {}  # (generation, reason) of the last Event per job
         self._applied: dict[Key, str] = {}  # the digest of the Trainer last applied per job (Observed.applied)
         self._wrote: dict[Key, int] = {}  # the job's resourceVersion this controller's last status write made
+        self._counts_held: dict[Key, datetime] = {}  # since when a change of a job's counts alone waits
         for name, queue in self.queues.items():
             WATCHED.labels(self.name, name).set_function(functools.partial(len, queue.objects))
 
@@ -94,6 +96,7 @@ class KubeflowController:
         self._said.pop(key, None)
         self._applied.pop(key, None)
         self._wrote.pop(key, None)
+        self._counts_held.pop(key, None)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         for name, kind in JOB_KINDS.items():
@@ -169,8 +172,12 @@ class KubeflowController:
             return
         try:
             upstream = upstream_validator(kind) in await self.webhooks.get("")
-            trainer, applied = self.rt.trainers.get(key), self._applied.get(key)
-            decision = decide(Observed(kind, job, trainer, upstream, self.rt.clock.now(), applied))
+            trainer, applied, now = self.rt.trainers.get(key), self._applied.get(key), self.rt.clock.now()
+            decision = decide(Observed(kind, job, trainer, upstream, now, applied, self._counts_held.get(key)))
+            if decision.counts_held:
+                self._counts_held.setdefault(key, now)
+            else:
+                self._counts_held.pop(key, None)
             await self._carry_out(kind, job, decision)
             queue.backoff.reset(key)
             if decision.requeue_after is not None:

@@ -37,6 +37,8 @@ class Observed:
     # The digest of the manifest this controller last applied for the job (its Trainer's watch may
     # not have brought that Trainer yet): applied already, not again. None: none since it started.
     applied: str | None = None
+    # Since when a change of the job's counts alone has been held (mirror.counts_wait); None: none.
+    counts_held_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Decision:
     delete: bool = False  # the job, past ttlSecondsAfterFinished
     requeue_after: float | None = None
     events: tuple[Event, ...] = field(default_factory=tuple)
+    counts_held: bool = False  # a change of the counts alone waits (Observed.counts_held_since)
 
 
 def applied_hash(trainer: Mapping[str, Any]) -> str:
@@ -140,11 +143,12 @@ def decide(o: Observed) -> Decision:
         o.applied,
     )
     status = job_status(job, previous, trainer_status, now)
-    wait = counts_wait(previous, status, o.now) if status != previous else 0.0
+    wait = counts_wait(previous, status, o.now, o.counts_held_since) if status != previous else 0.0
     left = ttl_left({**o.job, "status": status}, o.now) if finished(status) else None
     return Decision(
         trainer=None if current else wanted,
         status=status if status != previous and not wait else None,
         requeue_after=soonest(left, wait or None),
         events=refused,
+        counts_held=wait > 0,
     )

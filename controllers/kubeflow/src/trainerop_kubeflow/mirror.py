@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from trainerop_common.clock import parse_time
 from trainerop_common.contracts import KUBEFLOW_JOB_NAME_LABEL, KUBEFLOW_REPLICA_TYPE_LABEL
 
 from .kinds import JobKind
 
 Condition = dict[str, Any]
-# A change of a job's replica counts or start time alone (its pods made, starting, ending) is written
-# at most this often; a change of its conditions or completion at once, with the counts as they are.
+# How long a change of a job's replica counts or start time alone (its pods starting, ending) waits
+# for a change of its conditions or completion, which is written at once with the counts as they are.
 COUNTS_EVERY_SECONDS = 5.0
 
 
@@ -93,6 +92,12 @@ def phase_conditions(job: Job, trainer_status: Mapping[str, Any], now: str) -> l
     return []
 
 
+# Upstream's count of each replica type: its running pods are ``active`` (pending ones are not
+# counted), its succeeded and failed ones; the Trainer's count of each (its ``active`` counts a
+# pending pod, its ``ready`` the running and ready ones).
+UPSTREAM_COUNTS = {"active": "ready", "succeeded": "succeeded", "failed": "failed"}
+
+
 def replica_statuses(job: Job, trainer_status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Counts per replica type, and the selector of its pods (upstream leaves a zero out)."""
     replicas = (trainer_status.get("topology") or {}).get("replicas") or {}
@@ -100,7 +105,7 @@ def replica_statuses(job: Job, trainer_status: Mapping[str, Any]) -> dict[str, d
     for type_ in job.types:
         role = job.kind.roles[type_]
         counts = replicas.get(role) or {}
-        entry: dict[str, Any] = {k: counts[k] for k in ("active", "succeeded", "failed") if counts.get(k)}
+        entry: dict[str, Any] = {k: counts[ours] for k, ours in UPSTREAM_COUNTS.items() if counts.get(ours)}
         entry["selector"] = f"{KUBEFLOW_JOB_NAME_LABEL}={job.name},{KUBEFLOW_REPLICA_TYPE_LABEL}={role}"
         out[type_] = entry
     return out
@@ -134,18 +139,19 @@ def job_status(
     return {k: v for k, v in status.items() if v is not None}
 
 
-def counts_wait(previous: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> float:
+def counts_wait(
+    previous: Mapping[str, Any], status: Mapping[str, Any], now: datetime, held_since: datetime | None
+) -> float:
     """Seconds ``status`` waits before it is written: none unless all it changes of ``previous`` is
-    the replica counts or the start time and the last write (``lastReconcileTime``) is younger
-    than COUNTS_EVERY_SECONDS. A starting job's counts move with each pod; written each time, they
-    cost the API server a status write per pod (3.98 a job to Running at N = 1000, docs/kubeflow.md)."""
+    the replica counts or the start time, which wait COUNTS_EVERY_SECONDS from when such a change
+    was first held (``held_since``; None: it is held from now) for a change of conditions to carry
+    them. A starting job's counts move as each pod starts; written each time, they cost the API
+    server a status write per move (3.98 writes a job to Running at N = 1000, docs/kubeflow.md)."""
     moving = ("replicaStatuses", "startTime", "lastReconcileTime")
     if {k: v for k, v in status.items() if k not in moving} != {k: v for k, v in previous.items() if k not in moving}:
         return 0.0
-    last = previous.get("lastReconcileTime")
-    if not last:
-        return 0.0
-    return max(0.0, COUNTS_EVERY_SECONDS - (now - parse_time(str(last))).total_seconds())
+    waited = (now - held_since).total_seconds() if held_since is not None else 0.0
+    return max(0.0, COUNTS_EVERY_SECONDS - waited)
 
 
 def refused_status(job: Job, previous: Mapping[str, Any] | None, problems: Sequence[str], now: str) -> dict[str, Any]:
