@@ -131,9 +131,10 @@ def reviews_remember_nothing() -> None:
     or delete review until kopf's own processing of the object's deletion forgets it. The
     controllers' watches are handled on the stream (:mod:`.watch_events`), not by that processing,
     so nothing forgot them: each Trainer ever updated or deleted, and each profile or AuditLog an
-    observer saw, stayed held by every controller whose webhook reviewed it (the audit controller's
-    grew by about 600 KiB, traced, a round of 500 Trainers created and deleted). No handler here reads kopf's
-    memo, so each review gets a fresh one, as kopf gives a create's review."""
+    observer saw, stayed held by every controller whose webhook reviewed it (the audit
+    controller's grew by about 600 KiB, traced, a round of 500 Trainers created and deleted). No
+    handler here reads kopf's memo, so each review gets a fresh one, as kopf gives a create's
+    review."""
     remember: Callable[..., Awaitable[ephemera.AnyMemo]] = _KOPF_RECALL_MEMO
 
     async def recall_memo(
