@@ -19,7 +19,7 @@ from .kinds import JobKind
 Condition = dict[str, Any]
 # How long a change of a job's replica counts or start time alone (its pods starting, ending) waits
 # for a change of its conditions or completion, which is written at once with the counts as they are.
-COUNTS_EVERY_SECONDS = 5.0
+COUNTS_WAIT_SECONDS = 5.0
 
 
 def set_condition(conditions: Sequence[Condition], new: Condition) -> list[Condition]:
@@ -143,15 +143,15 @@ def counts_wait(
     previous: Mapping[str, Any], status: Mapping[str, Any], now: datetime, held_since: datetime | None
 ) -> float:
     """Seconds ``status`` waits before it is written: none unless all it changes of ``previous`` is
-    the replica counts or the start time, which wait COUNTS_EVERY_SECONDS from when such a change
+    the replica counts or the start time, which wait COUNTS_WAIT_SECONDS from when such a change
     was first held (``held_since``; None: it is held from now) for a change of conditions to carry
     them. A starting job's counts move as each pod starts; written each time, they cost the API
-    server a status write per move (3.98 writes a job to Running at N = 1000, docs/kubeflow.md)."""
+    server a status write per move (3.98 writes a job to Running at N = 1000: bench/results)."""
     moving = ("replicaStatuses", "startTime", "lastReconcileTime")
     if {k: v for k, v in status.items() if k not in moving} != {k: v for k, v in previous.items() if k not in moving}:
         return 0.0
     waited = (now - held_since).total_seconds() if held_since is not None else 0.0
-    return max(0.0, COUNTS_EVERY_SECONDS - waited)
+    return max(0.0, COUNTS_WAIT_SECONDS - waited)
 
 
 def refused_status(job: Job, previous: Mapping[str, Any] | None, problems: Sequence[str], now: str) -> dict[str, Any]:
