@@ -51,13 +51,19 @@ def job(version: int, status: dict[str, Any] | None = None) -> dict[str, Any]:
     }
 
 
-async def test_a_job_read_before_the_controllers_own_write_is_neither_written_nor_applied_again() -> None:
+async def started() -> tuple[Server, FixedClock, KubeflowController, dict[str, Any]]:
+    """A controller that has reconciled a new job once (its Trainer applied, Created written)."""
     server, clock = Server(), FixedClock(datetime(2026, 12, 4, 10, 0, tzinfo=UTC))
     runtime = Runtime(ControllerConfig(controller="kubeflow"), cast(Kube, server), clock)
     controller = KubeflowController(runtime, KubeflowConfig())
     created = job(5)
     controller.queues["PyTorchJob"].seen(created)
     await controller._reconcile_job(PYTORCH, created)
+    return server, clock, controller, created
+
+
+async def test_a_job_read_before_the_controllers_own_write_is_neither_written_nor_applied_again() -> None:
+    server, clock, controller, created = await started()
     assert (len(server.applied), len(server.statuses)) == (1, 1)  # its Trainer, Created
     clock.advance(1)  # a status computed again would differ in its times
     await controller._reconcile_job(PYTORCH, copy.deepcopy(created))  # the watch has not brought the write
@@ -68,14 +74,9 @@ async def test_a_job_read_before_the_controllers_own_write_is_neither_written_no
 
 
 async def test_a_change_of_the_counts_alone_is_written_once_it_has_waited() -> None:
-    server, clock = Server(), FixedClock(datetime(2026, 12, 4, 10, 0, tzinfo=UTC))
-    runtime = Runtime(ControllerConfig(controller="kubeflow"), cast(Kube, server), clock)
-    controller = KubeflowController(runtime, KubeflowConfig())
-    created = job(5)
-    controller.queues["PyTorchJob"].seen(created)
-    await controller._reconcile_job(PYTORCH, created)
+    server, clock, controller, _ = await started()
     starting = {"phase": "Pending", "topology": {"replicas": {"master": {"active": 1, "ready": 1}}}}
-    runtime.queue.seen(server.applied[0] | {"status": starting})  # the master runs, the workers do not yet
+    controller.rt.queue.seen(server.applied[0] | {"status": starting})  # the master runs, the workers do not yet
     written = job(server.version, server.statuses[0])
     await controller._reconcile_job(PYTORCH, written)
     assert len(server.statuses) == 1  # held
