@@ -622,6 +622,7 @@ def fake_nodes(count: int) -> list[dict[str, Any]]:
                         "gpu-type": "nvidia-tesla-a100",
                         f"{LABEL_PREFIX}/capacity-type": "spot" if i % 2 else "on-demand",
                         f"{LABEL_PREFIX}/nvlink-domain": f"nvl-{i // 2}",
+                        "nvidia.com/gpu.clique": f"clique-{i // 4}",  # NVIDIA GPU feature discovery's
                     },
                 },
                 "spec": {

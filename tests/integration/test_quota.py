@@ -13,6 +13,7 @@ from tests.harness import REPO, Cluster, condition, eventually
 GPU = "nvidia.com/gpu"
 LABEL = "trainer.operator.kubeflow.org/capacity-type"
 ADMISSION = "trainer.operator.kubeflow.org/admission"
+CLIQUE = "nvidia.com/gpu.clique"
 
 
 def run(name: str, workers: int = 1, gpus: int = 8, domain: str | None = None, **spec: Any) -> dict[str, Any]:
@@ -112,6 +113,28 @@ def test_spot_first_then_on_demand_then_waiting(cluster: Cluster, namespace: str
     status = cluster.get("quotapolicy", f"quota-{namespace}")["status"]
     assert (status["admittedTrainers"], status["pendingTrainers"]) == (2, 0)
     assert status["used"] == {"onDemand": {GPU: "8", "pods": "1"}, "spot": {GPU: "8", "pods": "1"}}
+
+
+def test_a_run_is_packed_into_one_nvlink_clique(cluster: Cluster, namespace: str, policy: Any) -> None:
+    """The kwok nodes carry NVIDIA's clique label (4 nodes a clique, 2 of them on-demand): a run
+    that requires one clique gets one, and says so in its status; one no clique holds waits."""
+    policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="OnDemandOnly")
+    packing = {"packing": {"level": CLIQUE, "mode": "Required"}}
+    cluster.apply(run("packed", workers=2, scheduling=packing), namespace)
+    q = eventually(lambda: admitted_on(cluster, namespace, "packed", "on-demand"), what="admission in one clique")
+    assert q["placementScore"] == {"level": CLIQUE, "domains": 1, "crossNeighbours": 0}
+    pods = eventually(lambda: placed_on(cluster, namespace, "packed", "on-demand", 2), what="both pods on nodes")
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json"))["items"]
+    clique = {n["metadata"]["name"]: n["metadata"]["labels"][CLIQUE] for n in nodes}
+    assert len({clique[p["spec"]["nodeName"]] for p in pods}) == 1
+
+    cluster.apply(run("too-wide", workers=3, scheduling=packing), namespace)
+    cond = eventually(
+        lambda: (c := quota(cluster, namespace, "too-wide")[1]).get("reason") == "WaitingForCapacity" and c,
+        what="the run no clique holds to wait",
+    )
+    assert f"on-demand: no single {CLIQUE} holds the run" in cond["message"]
+    assert pods_of(cluster, namespace, "too-wide") == []
 
 
 def test_a_deleted_spot_node_moves_the_run_to_on_demand(cluster: Cluster, namespace: str, policy: Any) -> None:

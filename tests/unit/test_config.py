@@ -48,6 +48,14 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     assert quota.node_lost_seconds == 90
 
 
+def test_topology_levels_keep_their_order_finest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, quota = parse_args("quota", QuotaConfig, [])
+    assert quota.topology_levels == ("nvidia.com/gpu.clique", "topology.kubernetes.io/zone")
+    monkeypatch.setenv("TRAINEROP_TOPOLOGY_LEVELS", "rack, zone,rack")
+    assert parse_args("quota", QuotaConfig, [])[1].topology_levels == ("rack", "zone")
+    assert parse_args("quota", QuotaConfig, ["--topology-levels", "z,a"])[1].topology_levels == ("z", "a")
+
+
 def test_namespaces_come_from_one_variable_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINEROP_NAMESPACES", "b, a")
     config, _ = parse_args("profile", ProfileConfig, [])

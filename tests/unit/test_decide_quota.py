@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import trainer_body, trainer_spec
-from trainerop_common.api.quota import QuotaPolicySpec
+from trainerop_common.api.quota import PlacementScore, QuotaPolicySpec
 from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
@@ -63,6 +63,7 @@ def world(
     pods: list[PodInfo] | None = None,
     policies: list[PolicyInfo] | None = None,
     now: datetime = NOW,
+    levels: tuple[str, ...] = (),
 ) -> Observed:
     return Observed(
         now=now,
@@ -71,6 +72,7 @@ def world(
         namespace_labels={"team-a": {"team": "a"}, "team-b": {"team": "b"}},
         nodes=nodes,
         pods=list(pods or []),
+        levels=levels,
     )
 
 
@@ -722,3 +724,57 @@ def test_the_plan_reads_the_profile_only_of_a_trainer_that_names_one() -> None:
     profile = trainer_info(named).profile
     assert profile is not None and profile.node_selector == {"gpu-type": "a100"}  # noqa: PT018
     assert trainer_info(removed).profile is None
+
+
+CLIQUE, ZONE = "nvidia.com/gpu.clique", "topology.kubernetes.io/zone"
+
+
+def cliques(**sizes: int) -> list[NodeInfo]:
+    """On-demand nodes of 8 GPUs in cliques of one zone: ``a=3`` is a0, a1, a2."""
+    return [node(f"{c}{i}", "on-demand", labels={CLIQUE: c, ZONE: "z"}) for c, n in sizes.items() for i in range(n)]
+
+
+def grant_of(v: Decision) -> tuple[list[str], Any]:
+    q = QuotaStatus.model_validate(v.quota)
+    grant = q.contribution.grant if q.contribution else None
+    assert grant is not None
+    assert grant.placement is not None
+    return sorted(grant.placement["worker"]), q.placement_score
+
+
+def test_a_run_goes_into_the_smallest_clique_that_holds_it() -> None:
+    t = trainer("a", spec(workers=2))
+    on_demand = [policy(preference="OnDemandOnly")]
+    v = plan(world([t], cliques(a=3, b=2), policies=on_demand, levels=(CLIQUE, ZONE))).decisions[t.uid]
+    assert grant_of(v) == (["b0", "b1"], PlacementScore(level=CLIQUE, domains=1, cross_neighbours=0))
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason", "score"),
+    [
+        ("Required", "WaitingForCapacity", None),
+        ("Preferred", "Admitted", PlacementScore(level=ZONE, domains=2, cross_neighbours=2)),
+    ],
+)
+def test_a_run_no_clique_holds(mode: str, reason: str, score: PlacementScore | None) -> None:
+    packing = {"level": CLIQUE, "mode": mode}
+    t = trainer("a", spec(workers=4, scheduling={"preference": "OnDemandOnly", "packing": packing}))
+    v = plan(world([t], cliques(a=3, b=2), levels=(CLIQUE, ZONE))).decisions[t.uid]
+    assert v.condition.reason == reason
+    if score is None:
+        assert f"on-demand: no single {CLIQUE} holds the run" in v.condition.message
+    else:
+        assert grant_of(v)[1] == score
+
+
+def test_a_lost_replica_is_replaced_in_its_clique() -> None:
+    t = trainer("a", spec(workers=3, scheduling={"preference": "OnDemandOnly"}))
+    nodes = cliques(a=4, b=2)
+    first = plan(world([t], nodes, levels=(CLIQUE, ZONE))).decisions[t.uid]
+    placed, _ = grant_of(first)
+    assert {n[0] for n in placed} == {"a"}
+    lost = placed[0]
+    after = [n for n in nodes if n.name != lost]
+    v = plan(world([feed_back(t, first)], after, running(t, first), levels=(CLIQUE, ZONE))).decisions[t.uid]
+    assert v.condition.reason == "Admitted"
+    assert grant_of(v) == (sorted({"a0", "a1", "a2", "a3"} - {lost}), PlacementScore(level=CLIQUE, domains=1))

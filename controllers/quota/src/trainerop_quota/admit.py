@@ -12,7 +12,7 @@ from trainerop_common.conditions import find
 from trainerop_common.topology import worker_bounds
 
 from .cost import cost_section, describe
-from .ledger import budget, options, shape
+from .ledger import Shape, budget, options, shape
 from .model import CONDITION, Decision, PolicyInfo, TrainerInfo, condition, preference, priority
 from .planner import Planner
 
@@ -68,7 +68,7 @@ def why_waiting(p: Planner, t: TrainerInfo, policy: PolicyInfo, kinds: Sequence[
             continue
         too_big = False
         in_budget = p.ledger.within_budget(policy, t.namespace, kind, smallest.reserved)
-        reasons.append(f"{kind}: " + ("not enough free nodes" if in_budget else "the namespace's budget is in use"))
+        reasons.append(f"{kind}: " + (nodes_short(smallest) if in_budget else "the namespace's budget is in use"))
     need = f"{sum(smallest.counts.values())} pods ({describe(smallest.reserved)})"
     if too_big:
         return "ExceedsQuota", (
@@ -77,6 +77,13 @@ def why_waiting(p: Planner, t: TrainerInfo, policy: PolicyInfo, kinds: Sequence[
             + "); lower topology.workers or spec.resources, or ask an admin to raise the budget"
         )
     return "WaitingForCapacity", f"waiting for capacity for {need} — " + "; ".join(reasons)
+
+
+def nodes_short(s: Shape) -> str:
+    """Why the nodes do not hold the run: its required level, or room."""
+    if s.packing is not None and s.packing.mode == "Required":
+        return f"no single {s.packing.level} holds the run (spec.scheduling.packing)"
+    return "not enough free nodes"
 
 
 def waits(p: Planner, t: TrainerInfo, policy: PolicyInfo, prio: int, kinds: Sequence[CapacityType]) -> Decision:

@@ -2,8 +2,11 @@
 
 from dataclasses import dataclass
 
-from trainerop_common.config import flag
+from trainerop_common.config import flag, ordered_csv
 from trainerop_common.nodes import NODE_LOST_SECONDS
+
+# NVIDIA GPU feature discovery's NVLink multi-node domain, then the well-known zone label.
+TOPOLOGY_LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/zone")
 
 
 @dataclass(frozen=True)
@@ -15,4 +18,10 @@ class QuotaConfig:
         3.0,
         "after a plan, wait this many times its duration before the next (events meanwhile coalesce): "
         "planning, which reads every Trainer and pod, takes at most 1/(1+this) of the time",
+    )
+    topology_levels: tuple[str, ...] = flag(
+        TOPOLOGY_LEVELS,
+        "node label keys of the interconnect's levels, finest first, comma-separated: a run's pods go into as "
+        "few domains of them as hold the run (docs/quota.md#topology)",
+        parse=ordered_csv,
     )

@@ -213,7 +213,8 @@ class QuotaController:
         pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None] if policies else []
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         trainers, bodies = await self._trainers(rfc3339(now))
-        return Observed(now, trainers, policies, labels, nodes, pods), bodies, min(waits, default=None)
+        observed = Observed(now, trainers, policies, labels, nodes, pods, self.config.topology_levels)
+        return observed, bodies, min(waits, default=None)
 
     async def plan_once(self) -> float | None:
         """One plan for every Trainer, written; when to plan again (a node's grace period, a

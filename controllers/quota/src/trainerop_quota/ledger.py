@@ -1,18 +1,20 @@
 """Free capacity while a plan is made (pure): per node, per namespace budget, per capacity type;
 and a run's pods under one admission option (its shape), placed pod by pod, best fit."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
 from trainerop_common.api import Grant
 from trainerop_common.api.base import ResourceRequirements
-from trainerop_common.api.quota import CapacityType
+from trainerop_common.api.quota import CapacityType, Packing, PackingMode
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.topology import ROLES, Role, role_counts, role_override, worker_bounds
 
-from .capacity import Resources, adjusted, fits, node_usage, role_requests, subtract, total
+from .capacity import NodeInfo, Resources, adjusted, fits, node_usage, role_requests, subtract, total
 from .model import Observed, PolicyInfo, TrainerInfo
+from .packing import ROOM_ORDER, Site, Slot, pack
+from .packing import Want as PackWant
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,6 @@ def budget(policy: PolicyInfo, kind: CapacityType) -> Resources:
     return {name: parse_quantity(v) for name, v in (raw or {}).items()}
 
 
-Slot = tuple[Role, int]  # a replica: role and index
 Want = tuple[Slot, Resources, Mapping[str, str], str | None]  # its requests, nodeSelector, node hint
 
 
@@ -37,6 +38,7 @@ class Ledger:
 
     def __init__(self, world: Observed) -> None:
         self.nodes = {n.name: n for n in world.nodes}
+        self.levels = world.levels
         used = node_usage(world.pods)
         self.free: dict[str, Resources] = {}
         for node in world.nodes:
@@ -52,40 +54,39 @@ class Ledger:
         wants: Sequence[Want],
         commit: bool,
         released: Sequence[tuple[str, Resources]] = (),
+        packing: Packing | None = None,
+        near: Iterable[str] = (),
     ) -> tuple[bool, dict[Slot, str]]:
-        """Place each replica on a usable node of ``kind``: its hint when that still fits, else the
-        fullest node that holds it (best fit); the largest pods first, then by role and index.
-        ``released`` are pods about to be removed (a shrink): their room counts as free. Returns
-        whether all fit and where each went."""
+        """Place each replica on a usable node of ``kind``: its hint when that still fits; the
+        others packed into the fewest domains of the topology (:mod:`packing`; ``near``: nodes the
+        run is on, whose domains come first), and what packing leaves by best fit unless the run
+        requires its level. ``released`` are pods about to be removed (a shrink): their room counts
+        as free. Returns whether all fit and where each went."""
         free = {name: dict(f) for name, f in self.free.items()}
-        for node, requests in released:
-            if node in free:
-                subtract(free[node], {k: -v for k, v in requests.items()})  # given back
-        left: list[Resources] = []
+        for name, given in released:
+            if name in free:
+                subtract(free[name], {k: -v for k, v in given.items()})  # given back
+        usable = [n for n in self.nodes.values() if n.kind == kind and n.schedulable]
+        names = {n.name for n in usable}
         where: dict[Slot, str] = {}
-        biggest_first = sorted(wants, key=lambda w: w[0])
-        biggest_first.sort(key=lambda w: sorted(w[1].items()), reverse=True)  # stable: index order kept
-        for slot, requests, selector, hint in biggest_first:
-            candidates = [
-                n
-                for n in self.nodes.values()
-                if n.kind == kind
-                and n.schedulable
-                and all(n.labels.get(k) == v for k, v in selector.items())
-                and fits(free[n.name], requests)
-            ]
-            if not candidates:
-                left.append(requests)
-                continue
-            best = next((n for n in candidates if n.name == hint), None) or min(
-                candidates,
-                key=lambda n: (*(free[n.name].get(r, Decimal(0)) for r in ("nvidia.com/gpu", "cpu", "memory")), n.name),
-            )
-            subtract(free[best.name], requests)
-            where[slot] = best.name
-        pool = total(
-            (f, 1) for name, f in free.items() if self.nodes[name].kind == kind and self.nodes[name].schedulable
+        rest: list[Want] = []
+        for want in wants:
+            slot, requests, selector, hint = want
+            if hint in names and self.allows(self.nodes[hint], selector) and fits(free[hint], requests):
+                subtract(free[hint], requests)
+                where[slot] = hint
+            else:
+                rest.append(want)
+        sites = [Site(n.name, n.labels) for n in usable]
+        level = packing.level if packing else None
+        mode: PackingMode = packing.mode if packing else "Preferred"
+        packed = pack(
+            sites, free, [PackWant(w[0], w[1], w[2]) for w in rest], self.levels, level, mode, frozenset(near)
         )
+        where |= packed.where
+        unplaced = [w for w in rest if w[0] not in packed.where]
+        left = [w[1] for w in unplaced] if mode == "Required" else self.best_fit(usable, free, unplaced, where)
+        pool = total((free[n.name], 1) for n in usable)
         debt = total([(d, 1) for d in left] + [(self.debt.get(kind, {}), 1)])
         ok = not left and fits(pool, debt)
         if commit:
@@ -93,12 +94,34 @@ class Ledger:
             self.debt[kind] = debt
         return ok, where
 
+    @staticmethod
+    def allows(node: NodeInfo, selector: Mapping[str, str]) -> bool:
+        return all(node.labels.get(k) == v for k, v in selector.items())
+
+    def best_fit(
+        self, usable: Sequence[NodeInfo], free: dict[str, Resources], wants: Sequence[Want], where: dict[Slot, str]
+    ) -> list[Resources]:
+        """Each replica on the fullest node that holds it, the largest first (spends ``free``, fills
+        ``where``); returns the requests of those no node holds."""
+        left: list[Resources] = []
+        biggest_first = sorted(wants, key=lambda w: w[0])
+        biggest_first.sort(key=lambda w: sorted(w[1].items()), reverse=True)  # stable: index order kept
+        for slot, requests, selector, _ in biggest_first:
+            candidates = [n for n in usable if self.allows(n, selector) and fits(free[n.name], requests)]
+            if not candidates:
+                left.append(requests)
+                continue
+            best = min(candidates, key=lambda n: (*(free[n.name].get(r, Decimal(0)) for r in ROOM_ORDER), n.name))
+            subtract(free[best.name], requests)
+            where[slot] = best.name
+        return left
+
     def take(self, node: str, kind: CapacityType, requests: Resources, selector: Mapping[str, str]) -> bool:
         """Reserve room for one pod on ``node`` if it is a usable node of ``kind`` and has it."""
         n = self.nodes.get(node)
         if n is None or n.kind != kind or not n.schedulable or not fits(self.free[node], requests):
             return False
-        if any(n.labels.get(k) != v for k, v in selector.items()):
+        if not self.allows(n, selector):
             return False
         subtract(self.free[node], requests)
         return True
@@ -129,6 +152,7 @@ class Shape:
     counts: Mapping[Role, int]
     requests: Mapping[Role, Resources]
     selectors: Mapping[Role, Mapping[str, str]]
+    packing: Packing | None = None  # spec.scheduling.packing
 
     @property
     def reserved(self) -> Resources:
@@ -157,6 +181,7 @@ def shape(t: TrainerInfo, workers: int, resources: ResourceRequirements | None) 
         counts={r: counts[r] for r in roles},
         requests={r: role_requests(t.spec, r, t.profile, resources) for r in roles},
         selectors={r: selector(r) for r in roles},
+        packing=t.spec.scheduling.packing if t.spec.scheduling else None,
     )
 
 

@@ -64,6 +64,7 @@ class Observed:
     namespace_labels: Mapping[str, Mapping[str, str]]
     nodes: Sequence[NodeInfo]
     pods: Sequence[PodInfo]
+    levels: Sequence[str] = ()  # the topology's node label keys, finest first (--topology-levels)
 
 
 @dataclass(frozen=True)

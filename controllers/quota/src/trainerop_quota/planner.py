@@ -2,14 +2,14 @@
 decisions and policy summaries made so far; with the helpers every pass uses (:mod:`admit` for
 waiting runs, :mod:`renegotiate` for admitted ones)."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
 from trainerop_common.api import Contribution, Grant
-from trainerop_common.api.quota import CapacityType
+from trainerop_common.api.quota import CapacityType, PlacementScore
 from trainerop_common.api.trainer import QuotaStatus, RenegotiationStatus
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import find
@@ -19,8 +19,9 @@ from trainerop_common.topology import ROLES
 
 from .capacity import PodInfo, Resources, placement
 from .cost import cost_section, describe
-from .ledger import Ledger, Option, Shape, Slot, shape
+from .ledger import Ledger, Option, Shape, shape
 from .model import CONDITION, Decision, Observed, PolicyInfo, TrainerInfo, condition
+from .packing import Site, Slot, score
 
 
 @dataclass
@@ -128,7 +129,8 @@ class Planner:
         s = shape(t, option.workers, option.resources)
         if not self.ledger.within_budget(policy, t.namespace, option.kind, s.reserved):
             return False
-        ok, _ = self.ledger.place(option.kind, s.wants(bound, hints), False, self.surplus(t, s, bound))
+        released = self.surplus(t, s, bound)
+        ok, _ = self.ledger.place(option.kind, s.wants(bound, hints), False, released, s.packing, bound.values())
         return ok
 
     def reserve(
@@ -142,7 +144,8 @@ class Planner:
         """Take the run's resources from the ledger; returns where each replica goes (its node, or
         its earlier place / "" when it does not fit now)."""
         s = shape(t, option.workers, option.resources)
-        _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, self.surplus(t, s, bound))
+        released = self.surplus(t, s, bound)
+        _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, released, s.packing, bound.values())
         self.count(t, policy, option.kind, s.reserved, +1)
         nodes = {**hints, **where, **bound}
         return {role: [nodes.get((role, i), "") for i in range(n)] for role, n in s.counts.items()}
@@ -168,6 +171,7 @@ class Planner:
             admitted_time=t.quota.admitted_time if t.grant and t.grant.id == grant_id else self.now,
             renegotiations=renegotiations,
             renegotiation=renegotiation,
+            placement_score=self.score(where),
             contribution=Contribution(
                 generation=t.generation,
                 pod=pod,
@@ -177,6 +181,15 @@ class Planner:
         if (cost := cost_section(t, policy, option.kind, s.reserved, self.now)) is not None:
             status["cost"] = cost
         return status
+
+    def score(self, where: Mapping[str, Sequence[str]]) -> PlacementScore:
+        """How the placement sits in the topology (status.quota.placementScore)."""
+        slots = {(role, i): node for role in ROLES for i, node in enumerate(where.get(role, ()))}
+        return score(slots, self.sites, self.obs.levels)
+
+    @cached_property
+    def sites(self) -> dict[str, Site]:
+        return {n.name: Site(n.name, n.labels) for n in self.obs.nodes}
 
     def pending_status(self, t: TrainerInfo, policy: PolicyInfo, prio: int | None) -> dict[str, Any]:
         status = QuotaStatus(policy=policy.name, priority=prio, renegotiations=t.quota.renegotiations).to_k8s()

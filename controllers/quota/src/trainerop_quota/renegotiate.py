@@ -92,9 +92,10 @@ def replace_missing(p: Planner, held: Held) -> None:
         return
     s = held.shape
     wants = [(slot, s.requests[slot[0]], s.selectors[slot[0]], None) for slot in held.missing]
-    ok, where = p.ledger.place(held.option.kind, wants, commit=False)
+    near = held.placed.values()  # a replacement goes where its run is
+    ok, where = p.ledger.place(held.option.kind, wants, False, (), s.packing, near)
     if ok:
-        p.ledger.place(held.option.kind, wants, commit=True)
+        p.ledger.place(held.option.kind, wants, True, (), s.packing, near)
         held.placed.update(where)
         held.credits.extend((where[slot], s.requests[slot[0]]) for slot in held.missing)
         held.missing.clear()
@@ -139,10 +140,11 @@ def grow(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: in
     if not p.ledger.within_budget(policy, t.namespace, held.option.kind, extra):
         return False
     wants = bigger.wants({**held.placed, **dict.fromkeys(held.missing, "")}, {})
-    ok, where = p.ledger.place(held.option.kind, wants, commit=False)
+    near = held.placed.values()
+    ok, where = p.ledger.place(held.option.kind, wants, False, (), bigger.packing, near)
     if not ok:
         return False
-    p.ledger.place(held.option.kind, wants, commit=True)
+    p.ledger.place(held.option.kind, wants, True, (), bigger.packing, near)
     p.count(t, policy, held.option.kind, extra, +1)
     p.summary(policy)["admitted"] -= 1  # the same run, grown
     held.placed.update(where)

@@ -37,6 +37,11 @@ def csv(value: str) -> tuple[str, ...]:
     return tuple(sorted({v.strip() for v in value.split(",") if v.strip()}))
 
 
+def ordered_csv(value: str) -> tuple[str, ...]:
+    """``b, a,b`` -> ("b", "a"): in the order given, without blanks or repeats."""
+    return tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+
+
 @dataclass(frozen=True)
 class WebhookConfig:
     """The admission webhooks of the controllers that serve them (docs/admission.md)."""

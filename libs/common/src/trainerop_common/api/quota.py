@@ -11,10 +11,38 @@ from .base import Conditions, K8sModel, ResourceList, cel, list_map
 
 CapacityType = Literal["spot", "on-demand"]
 Preference = Literal["SpotFirst", "OnDemandFirst", "SpotOnly", "OnDemandOnly"]
+PackingMode = Literal["Required", "Preferred"]
 
 # A price per unit and hour: a plain decimal so that no float rounding reaches the status.
 Price = Annotated[str, Field(pattern=r"^[0-9]{1,9}([.][0-9]{1,6})?$", max_length=16)]
 PriceList = Annotated[dict[str, Price], Field(json_schema_extra={"maxProperties": 16})]
+
+
+class Packing(K8sModel):
+    """How close a run's pods are placed in the cluster's interconnect (docs/quota.md#topology)."""
+
+    level: str = Field(
+        min_length=1,
+        max_length=317,
+        description="A label key of the quota controller's --topology-levels (e.g. nvidia.com/gpu.clique): the "
+        "pods go into one of its domains, or as few as hold them.",
+    )
+    mode: PackingMode = Field(
+        default="Preferred",
+        json_schema_extra={"default": "Preferred"},
+        description="Required: one domain of the level or the run waits; Preferred: else the finest coarser "
+        "level one domain of which holds the run, else the fewest domains.",
+    )
+
+
+class PlacementScore(K8sModel):
+    """How the admitted pods sit in the interconnect (docs/quota.md#topology)."""
+
+    level: str | None = Field(default=None, description="The finest level one domain of which holds every pod.")
+    domains: int = Field(default=0, ge=0, description="Domains of the finest level the pods span.")
+    cross_neighbours: int = Field(
+        default=0, ge=0, description="Neighbours in the ranks' ring that are in different finest-level domains."
+    )
 
 
 class NamespaceSelector(K8sModel):

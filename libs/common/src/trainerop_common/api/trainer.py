@@ -22,7 +22,7 @@ from .base import (
     cel,
 )
 from .checkpoint import MAX_SHARDS
-from .quota import CapacityType, Preference
+from .quota import CapacityType, Packing, PlacementScore, Preference
 
 Framework = Literal["pytorch", "tensorflow", "jax", "xgboost", "generic"]
 # A stalled pod is restarted: the phase is Restarting and the Stalled condition says why.
@@ -246,6 +246,9 @@ class Scheduling(K8sModel):
     preference: Preference | None = Field(
         default=None, description="Capacity order for this run; unset: the QuotaPolicy's preference."
     )
+    packing: Packing | None = Field(
+        default=None, description="Where in the interconnect the pods go; unset: Preferred at the finest level."
+    )
 
 
 class TrainerSpec(K8sModel):
@@ -453,6 +456,9 @@ class QuotaStatus(K8sModel):
     renegotiations: int = Field(default=0, ge=0, description="Times the admission was moved or shrunk.")
     renegotiation: RenegotiationStatus | None = None
     cost: CostStatus | None = None
+    placement_score: PlacementScore | None = Field(
+        default=None, description="How the admitted pods sit in the interconnect; absent without a placement."
+    )
     contribution: Contribution | None = None
 
 
