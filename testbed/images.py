@@ -52,6 +52,9 @@ IMAGES = {
     "tensorflow-example": Image(
         "docker.io/library/trainer-operator-tensorflow-example:dev", "examples/tensorflow/Dockerfile"
     ),
+    "placement-example": Image(
+        "docker.io/library/trainer-operator-placement-example:dev", "examples/placement/Dockerfile"
+    ),
 }
 
 

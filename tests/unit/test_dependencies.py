@@ -21,6 +21,8 @@ PROVIDED_BY = {
     "httpx2": "lightkube",  # lightkube's HTTP client, which Kube catches the errors of
     "botocore": "boto3",  # boto3's own core (the SDK's multipart extra configures it)
     "s3transfer": "boto3",  # boto3's transfer manager (the SDK asks it the part size it uploads with)
+    "grpc": "grpcio",
+    "google": "protobuf",  # google.protobuf: the placement plugin's messages
 }
 OPENTELEMETRY = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}
 
@@ -33,7 +35,7 @@ def declared(distribution: Path) -> set[str]:
     names = {re.split(r"[<>=\[ ]", dep, maxsplit=1)[0].lower() for dep in [*project["dependencies"], *optional]}
     for workspace in [n for n in names if n.startswith("trainerop-")]:
         name = workspace.removeprefix("trainerop-")
-        names |= declared(REPO / ("libs" if name in ("common", "sdk") else "controllers") / name)
+        names |= declared(REPO / ("libs" if name in ("common", "sdk", "placement") else "controllers") / name)
     return names
 
 

@@ -32,12 +32,14 @@ def admit(p: Planner, t: TrainerInfo, policy: PolicyInfo) -> None:
         )
         return
     kinds = preference(policy, t.spec)
+    suggestion = p.suggestion(t)
+    hints = suggestion.nodes if suggestion is not None else {}  # tried first, each where it fits
     for option in options(t, policy, kinds):
         # Pods that run from before any admission (a policy came later) keep their place.
         bound = p.bound(t, None, option.kind)
-        if p.try_option(t, policy, option, bound, {}):
+        if p.try_option(t, policy, option, bound, hints):
             n = t.quota.renegotiations
-            where = p.reserve(t, policy, option, bound, {})
+            where = p.reserve(t, policy, option, bound, hints)
             s = shape(t, option.workers, option.resources)
             status = p.admitted(t, policy, prio, option, f"{option.kind}-{n}", where, n, None)
             message = p.admitted_message(policy, option, s)

@@ -25,3 +25,14 @@ class QuotaConfig:
         "few domains of them as hold the run (docs/quota.md#topology)",
         parse=ordered_csv,
     )
+    placement_plugin_address: str = flag(
+        "",
+        "host:port of a PlacementScheduler gRPC plugin (a sidecar: localhost:50051) asked where a run's replicas "
+        "go before it is admitted; empty: none (docs/placement-plugins.md)",
+    )
+    placement_plugin_timeout: float = flag(
+        1.0, "seconds the plugin has to answer; then the built-in placement is used and an Event says so"
+    )
+    placement_plugin_tls_dir: str = flag(
+        "", "mutual TLS with the plugin: a directory with ca.crt, tls.crt and tls.key; empty: plaintext"
+    )

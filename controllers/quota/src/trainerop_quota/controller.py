@@ -11,7 +11,7 @@ restart everything is read back from the Trainers' status (nothing else is kept)
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from lightkube import ApiError
@@ -45,6 +45,9 @@ from .views import (
     trainer_fingerprint,
     trainer_info,
 )
+
+if TYPE_CHECKING:
+    from .plugin import PlacementPlugin
 
 POLICY_SECTION = StatusSection(("admittedTrainers", "pendingTrainers", "used"))
 RETRY_SECONDS = 5.0
@@ -109,6 +112,15 @@ class QuotaController:
         # uid -> (the body, the decision) of the last write that found nothing to change: the same
         # decision on the same state (the cache's very dict) is not planned as a write again.
         self._unchanged: dict[str, tuple[Body, Decision]] = {}
+        self.plugin = self._plugin(runtime, config)
+
+    def _plugin(self, runtime: Runtime, config: QuotaConfig) -> "PlacementPlugin | None":
+        """The placement plugin's adapter, when one is configured (gRPC is loaded only then)."""
+        if not config.placement_plugin_address:
+            return None
+        from .plugin import PlacementPlugin  # gRPC only where a plugin is configured
+
+        return PlacementPlugin(runtime, config, self.planning.poke)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # A plan reads only some fields of each object: events that change none of them (node
@@ -220,6 +232,8 @@ class QuotaController:
         """One plan for every Trainer, written; when to plan again (a node's grace period, a
         reclaim's checkpoint wait, a write to retry)."""
         obs, bodies, node_wait = await self.observe()
+        if self.plugin is not None:
+            obs = self.plugin.round(obs, {b["metadata"]["uid"]: b for b in bodies})
         started = time.perf_counter()
         result = plan(obs)
         PLAN_SECONDS.observe(time.perf_counter() - started)

@@ -76,7 +76,8 @@ def plan(obs: Observed) -> Plan:
         move(p, t, policy, why)
     waiting.sort(key=lambda tp: (-(priority(tp[1], tp[0].spec) or 0), tp[0].created, tp[0].namespace, tp[0].name))
     for t, policy in waiting:
-        admit(p, t, policy)
+        if t.uid not in obs.asking:  # else planned once the placement plugin answers
+            admit(p, t, policy)
 
     return Plan(
         p.decisions,

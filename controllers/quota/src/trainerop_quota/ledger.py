@@ -1,7 +1,7 @@
 """Free capacity while a plan is made (pure): per node, per namespace budget, per capacity type;
 and a run's pods under one admission option (its shape), placed pod by pod, best fit."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -55,13 +55,13 @@ class Ledger:
         commit: bool,
         released: Sequence[tuple[str, Resources]] = (),
         packing: Packing | None = None,
-        near: Iterable[str] = (),
+        prefer: Mapping[str, int] | None = None,
     ) -> tuple[bool, dict[Slot, str]]:
         """Place each replica on a usable node of ``kind``: its hint when that still fits; the
-        others packed into the fewest domains of the topology (:mod:`packing`; ``near``: nodes the
-        run is on, whose domains come first), and what packing leaves by best fit unless the run
-        requires its level. ``released`` are pods about to be removed (a shrink): their room counts
-        as free. Returns whether all fit and where each went."""
+        others packed into the fewest domains of the topology (:mod:`packing`; ``prefer``: weights
+        of nodes, such as those the run is on, whose domains come first), and what packing leaves
+        by best fit unless the run requires its level. ``released`` are pods about to be removed
+        (a shrink): their room counts as free. Returns whether all fit and where each went."""
         free = {name: dict(f) for name, f in self.free.items()}
         for name, given in released:
             if name in free:
@@ -80,9 +80,7 @@ class Ledger:
         sites = [Site(n.name, n.labels) for n in usable]
         level = packing.level if packing else None
         mode: PackingMode = packing.mode if packing else "Preferred"
-        packed = pack(
-            sites, free, [PackWant(w[0], w[1], w[2]) for w in rest], self.levels, level, mode, frozenset(near)
-        )
+        packed = pack(sites, free, [PackWant(w[0], w[1], w[2]) for w in rest], self.levels, level, mode, prefer)
         where |= packed.where
         unplaced = [w for w in rest if w[0] not in packed.where]
         left = [w[1] for w in unplaced] if mode == "Required" else self.best_fit(usable, free, unplaced, where)

@@ -17,6 +17,7 @@ from trainerop_common.contracts import GATE_CONDITIONS
 from trainerop_common.outcome import Event, StatusSection
 
 from .capacity import NodeInfo, PodInfo, Resources
+from .hints import Suggestion
 
 CONDITION = GATE_CONDITIONS["quota"]
 SECTION = StatusSection(("quota",), (CONDITION,))
@@ -65,6 +66,8 @@ class Observed:
     nodes: Sequence[NodeInfo]
     pods: Sequence[PodInfo]
     levels: Sequence[str] = ()  # the topology's node label keys, finest first (--topology-levels)
+    suggestions: Mapping[str, Suggestion] = field(default_factory=dict)  # by Trainer uid: the plugin's
+    asking: frozenset[str] = frozenset()  # Trainer uids whose plugin answer is awaited: not admitted yet
 
 
 @dataclass(frozen=True)

@@ -96,17 +96,17 @@ def partition(sites: Sequence[Site], levels: Sequence[str], at: int) -> list[lis
     return [groups[k] for k in sorted(groups)]
 
 
-def near_first(group: Sequence[Site], near: frozenset[str]) -> bool:
-    return not any(s.name in near for s in group)
+def weight(group: Sequence[Site], prefer: Mapping[str, int]) -> int:
+    return sum(prefer.get(s.name, 0) for s in group)
 
 
 def lay_out(
-    group: Sequence[Site], free: Free, wants: Sequence[Want], levels: Sequence[str], at: int, near: frozenset[str]
+    group: Sequence[Site], free: Free, wants: Sequence[Want], levels: Sequence[str], at: int, prefer: Mapping[str, int]
 ) -> list[str]:
     """Nodes for the longest prefix of ``wants`` the group holds, over the fewest of its domains at
     ``levels[at]`` (nodes when ``at`` < 0): a domain that holds all that is left, the one with the
-    least room (best fit); else the one that holds the most. Domains with a node in ``near`` (where
-    the run already is) first. Spends ``free``."""
+    least room (best fit); else the one that holds the most. Domains whose nodes ``prefer`` weighs
+    more come first. Spends ``free``."""
     children = partition(group, levels, at)
     placed: list[str] = []
     while len(placed) < len(wants) and children:
@@ -114,13 +114,13 @@ def lay_out(
         held = [prefix_held(c, free, rest) for c in children]
         whole = [c for c, n in zip(children, held, strict=True) if n == len(rest)]
         if whole:
-            pick = min(whole, key=lambda c: (near_first(c, near), room(c, free)))
+            pick = min(whole, key=lambda c: (-weight(c, prefer), room(c, free)))
         elif max(held) > 0:
-            pick = max(zip(children, held, strict=True), key=lambda c: (c[1], not near_first(c[0], near)))[0]
+            pick = max(zip(children, held, strict=True), key=lambda c: (c[1], weight(c[0], prefer)))[0]
         else:
             break
         children.remove(pick)
-        placed += fill(pick, free, rest) if at < 0 else lay_out(pick, free, rest, levels, at - 1, near)
+        placed += fill(pick, free, rest) if at < 0 else lay_out(pick, free, rest, levels, at - 1, prefer)
     return placed
 
 
@@ -131,11 +131,14 @@ def pack(
     levels: Sequence[str],
     level: str | None = None,
     mode: PackingMode = "Preferred",
-    near: frozenset[str] = frozenset(),
+    prefer: Mapping[str, int] | None = None,
 ) -> Packing:
     """Place the gang (in ring order) within one domain of ``level`` (default: the finest), or for
     ``Preferred`` the finest coarser level one domain of which holds it, else over the fewest
-    domains of the whole cluster. Spends ``free`` only when every replica has a node."""
+    domains of the whole cluster. ``prefer`` weighs nodes (where the run is, a plugin's preferred
+    affinity): among domains that hold the gang, the heaviest first. Spends ``free`` only when
+    every replica has a node."""
+    prefer = prefer or {}
     ordered = sorted(wants, key=lambda w: ring_key(w.slot))
     start = levels.index(level) if level in levels else (len(levels) if mode == "Required" else 0)
     tries = range(start, min(start + 1, len(levels))) if mode == "Required" else range(start, len(levels))
@@ -143,14 +146,14 @@ def pack(
         trial = {k: dict(v) for k, v in free.items()}
         whole = [d for d in partition(sites, levels, at) if prefix_held(d, trial, ordered) == len(ordered)]
         if whole:
-            chosen = min(whole, key=lambda d: (near_first(d, near), room(d, trial)))
-            nodes = lay_out(chosen, trial, ordered, levels, at - 1, near)
+            chosen = min(whole, key=lambda d: (-weight(d, prefer), room(d, trial)))
+            nodes = lay_out(chosen, trial, ordered, levels, at - 1, prefer)
             if len(nodes) == len(ordered):
                 return packed(sites, free, trial, ordered, nodes, levels)
     if mode == "Required":
         return Packing({}, None)
     trial = {k: dict(v) for k, v in free.items()}
-    nodes = lay_out(sites, trial, ordered, levels, len(levels) - 1, near)
+    nodes = lay_out(sites, trial, ordered, levels, len(levels) - 1, prefer)
     return packed(sites, free, trial, ordered, nodes, levels)
 
 

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any
 
 from trainerop_common.api import Contribution, Grant
-from trainerop_common.api.quota import CapacityType, PlacementScore
+from trainerop_common.api.quota import CapacityType, PlacementScore, PluginHint
 from trainerop_common.api.trainer import QuotaStatus, RenegotiationStatus
 from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import find
@@ -19,9 +19,14 @@ from trainerop_common.topology import ROLES
 
 from .capacity import PodInfo, Resources, placement
 from .cost import cost_section, describe
+from .hints import Suggestion, weights
 from .ledger import Ledger, Option, Shape, shape
 from .model import CONDITION, Decision, Observed, PolicyInfo, TrainerInfo, condition
 from .packing import Site, Slot, score
+
+# A node the run is on outweighs any placement plugin's preference (Kubernetes' weights are 1-100
+# a term): a replacement goes where its run is.
+NEAR_WEIGHT = 1000
 
 
 @dataclass
@@ -123,14 +128,28 @@ class Planner:
         slots = set(s.slots())
         return [(node, self.requests.get((t.uid, *slot), {})) for slot, node in bound.items() if slot not in slots]
 
+    def suggestion(self, t: TrainerInfo) -> Suggestion | None:
+        """The placement plugin's answer for the run's current generation, if any."""
+        s = self.obs.suggestions.get(t.uid)
+        return s if s is not None and s.generation == t.generation else None
+
+    def prefer(self, t: TrainerInfo, bound: Mapping[Slot, str]) -> dict[str, int]:
+        """Node weights for packing: the plugin's preferred terms, and the nodes the run is on."""
+        s = self.suggestion(t)
+        out = weights(s.preferred, self.sites.values()) if s is not None else {}
+        for node in bound.values():
+            if node:
+                out[node] = out.get(node, 0) + NEAR_WEIGHT
+        return out
+
     def try_option(
         self, t: TrainerInfo, policy: PolicyInfo, option: Option, bound: Mapping[Slot, str], hints: Mapping[Slot, str]
     ) -> bool:
         s = shape(t, option.workers, option.resources)
         if not self.ledger.within_budget(policy, t.namespace, option.kind, s.reserved):
             return False
-        released = self.surplus(t, s, bound)
-        ok, _ = self.ledger.place(option.kind, s.wants(bound, hints), False, released, s.packing, bound.values())
+        released, prefer = self.surplus(t, s, bound), self.prefer(t, bound)
+        ok, _ = self.ledger.place(option.kind, s.wants(bound, hints), False, released, s.packing, prefer)
         return ok
 
     def reserve(
@@ -144,8 +163,8 @@ class Planner:
         """Take the run's resources from the ledger; returns where each replica goes (its node, or
         its earlier place / "" when it does not fit now)."""
         s = shape(t, option.workers, option.resources)
-        released = self.surplus(t, s, bound)
-        _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, released, s.packing, bound.values())
+        released, prefer = self.surplus(t, s, bound), self.prefer(t, bound)
+        _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, released, s.packing, prefer)
         self.count(t, policy, option.kind, s.reserved, +1)
         nodes = {**hints, **where, **bound}
         return {role: [nodes.get((role, i), "") for i in range(n)] for role, n in s.counts.items()}
@@ -171,7 +190,7 @@ class Planner:
             admitted_time=t.quota.admitted_time if t.grant and t.grant.id == grant_id else self.now,
             renegotiations=renegotiations,
             renegotiation=renegotiation,
-            placement_score=self.score(where),
+            placement_score=self.placement_score(t, grant_id, where),
             contribution=Contribution(
                 generation=t.generation,
                 pod=pod,
@@ -182,10 +201,21 @@ class Planner:
             status["cost"] = cost
         return status
 
-    def score(self, where: Mapping[str, Sequence[str]]) -> PlacementScore:
-        """How the placement sits in the topology (status.quota.placementScore)."""
+    def placement_score(self, t: TrainerInfo, grant_id: str, where: Mapping[str, Sequence[str]]) -> PlacementScore:
+        """How the placement sits in the topology (status.quota.placementScore), and what the
+        placement plugin suggested for the admission (kept while the admission is)."""
         slots = {(role, i): node for role in ROLES for i, node in enumerate(where.get(role, ()))}
-        return score(slots, self.sites, self.obs.levels)
+        before = t.quota.placement_score
+        if t.grant is not None and t.grant.id == grant_id and before is not None:
+            plugin = before.plugin
+        elif (s := self.suggestion(t)) is not None:
+            followed = sum(1 for slot, node in s.nodes.items() if slots.get(slot) == node)
+            plugin = PluginHint(
+                suggested=len(s.nodes), followed=followed, reason=s.reason or None, failed=s.failed or None
+            )
+        else:
+            plugin = None
+        return score(slots, self.sites, self.obs.levels).model_copy(update={"plugin": plugin})
 
     @cached_property
     def sites(self) -> dict[str, Site]:

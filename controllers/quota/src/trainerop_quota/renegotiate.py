@@ -15,7 +15,7 @@ from trainerop_common.topology import worker_bounds
 
 from .ledger import Option, hints_of, options, shape
 from .model import MAX_NODES_NAMED, Decision, PolicyInfo, TrainerInfo, condition, preference, priority
-from .planner import Held, Planner
+from .planner import NEAR_WEIGHT, Held, Planner
 
 
 def hold_current(p: Planner, t: TrainerInfo, policy: PolicyInfo) -> Held:
@@ -92,7 +92,7 @@ def replace_missing(p: Planner, held: Held) -> None:
         return
     s = held.shape
     wants = [(slot, s.requests[slot[0]], s.selectors[slot[0]], None) for slot in held.missing]
-    near = held.placed.values()  # a replacement goes where its run is
+    near = dict.fromkeys(held.placed.values(), NEAR_WEIGHT)  # a replacement goes where its run is
     ok, where = p.ledger.place(held.option.kind, wants, False, (), s.packing, near)
     if ok:
         p.ledger.place(held.option.kind, wants, True, (), s.packing, near)
@@ -140,7 +140,7 @@ def grow(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: in
     if not p.ledger.within_budget(policy, t.namespace, held.option.kind, extra):
         return False
     wants = bigger.wants({**held.placed, **dict.fromkeys(held.missing, "")}, {})
-    near = held.placed.values()
+    near = dict.fromkeys(held.placed.values(), NEAR_WEIGHT)
     ok, where = p.ledger.place(held.option.kind, wants, False, (), bigger.packing, near)
     if not ok:
         return False

@@ -35,6 +35,17 @@ class Packing(K8sModel):
     )
 
 
+class PluginHint(K8sModel):
+    """What the placement plugin suggested for the admission (docs/placement-plugins.md)."""
+
+    suggested: int = Field(default=0, ge=0, description="Replicas the plugin named a node for.")
+    followed: int = Field(default=0, ge=0, description="Of them, placed on the node it named.")
+    reason: str | None = Field(default=None, max_length=256, description="The plugin's own words.")
+    failed: str | None = Field(
+        default=None, max_length=256, description="Why it gave nothing usable (the built-in placement was used)."
+    )
+
+
 class PlacementScore(K8sModel):
     """How the admitted pods sit in the interconnect (docs/quota.md#topology)."""
 
@@ -43,6 +54,7 @@ class PlacementScore(K8sModel):
     cross_neighbours: int = Field(
         default=0, ge=0, description="Neighbours in the ranks' ring that are in different finest-level domains."
     )
+    plugin: PluginHint | None = Field(default=None, description="The placement plugin's hint, when one was asked.")
 
 
 class NamespaceSelector(K8sModel):
