@@ -1,5 +1,6 @@
 """The quota plan: admission order, capacity types, budgets, renegotiation, cost (pure)."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -778,3 +779,67 @@ def test_a_lost_replica_is_replaced_in_its_clique() -> None:
     v = plan(world([feed_back(t, first)], after, running(t, first), levels=(CLIQUE, ZONE))).decisions[t.uid]
     assert v.condition.reason == "Admitted"
     assert grant_of(v) == (sorted({"a0", "a1", "a2", "a3"} - {lost}), PlacementScore(level=CLIQUE, domains=1))
+
+
+def ungoverned_world(trainers: list[TrainerInfo], nodes: list[NodeInfo], pods: list[PodInfo] | None = None) -> Observed:
+    return replace(world(trainers, nodes, pods, policies=[]), ungoverned="AllOrNothing")
+
+
+# No QuotaPolicy, --ungoverned AllOrNothing: the run (2 workers of 8 GPUs) on SPOT2_OD2 ->
+# condition status and reason, (capacity, workers, grant id) admitted, Events posted
+UNGOVERNED_TABLE: list[tuple[str, TrainerSpec, list[PodInfo], tuple[str, str], tuple[str, int, str] | None, int]] = [
+    ("room on on-demand", spec(), [], ("True", "NoQuotaPolicy"), ("on-demand", 2, "on-demand-0"), 0),
+    (
+        "on-demand full: spot",
+        spec(),
+        [PodInfo(node="o1", requests={GPU: Decimal(8)})],
+        ("True", "NoQuotaPolicy"),
+        ("spot", 2, "spot-0"),
+        0,
+    ),
+    ("3 workers fit nowhere", spec(workers=3), [], ("False", "WaitingForCapacity"), None, 1),
+    (
+        "a priority class means nothing without a policy",
+        spec(scheduling={"priorityClassName": "vip"}),
+        [],
+        ("True", "NoQuotaPolicy"),
+        ("on-demand", 2, "on-demand-0"),
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("run", "pods", "condition", "grant", "events"),
+    [row[1:] for row in UNGOVERNED_TABLE],
+    ids=[row[0] for row in UNGOVERNED_TABLE],
+)
+def test_without_a_policy_runs_are_still_admitted_whole(
+    run: TrainerSpec,
+    pods: list[PodInfo],
+    condition: tuple[str, str],
+    grant: tuple[str, int, str] | None,
+    events: int,
+) -> None:
+    t = trainer("a", run)
+    v = plan(ungoverned_world([t], SPOT2_OD2, pods)).decisions[t.uid]
+    assert ((v.condition.status, v.condition.reason), admitted(v), len(v.events)) == (condition, grant, events)
+    assert "policy" not in v.quota
+    if grant is not None:
+        assert v.condition.message.endswith("no QuotaPolicy covers this namespace")
+
+
+def test_twenty_gangs_on_a_nearly_full_cluster_never_hold_gpus_they_cannot_use() -> None:
+    """Issue 23's new user: 20 Trainers of 5 one-GPU pods on nodes with 17 GPUs free in all.
+    Three are admitted whole; the others wait with nothing reserved (no half gang)."""
+    nodes = [node(f"n{i}", "on-demand") for i in range(4)]
+    busy = [PodInfo(node=f"n{i}", requests={GPU: Decimal(used)}) for i, used in enumerate((4, 4, 3, 4))]
+    runs = [trainer(f"r{i:02}", spec(workers=5, gpus=1), age=i) for i in range(20)]
+    result = plan(ungoverned_world(runs, nodes, busy))
+    admitted_runs = [t for t in runs if admitted(result.decisions[t.uid]) is not None]
+    assert len(admitted_runs) == 3
+    for t in admitted_runs:
+        assert len(grant_of(result.decisions[t.uid])[0]) == 5
+    waiting = [result.decisions[t.uid] for t in runs if t not in admitted_runs]
+    assert {(d.condition.status, d.condition.reason) for d in waiting} == {("False", "WaitingForCapacity")}
+    assert all("contribution" not in d.quota for d in waiting)

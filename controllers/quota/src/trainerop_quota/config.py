@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from trainerop_common.config import flag, ordered_csv
 from trainerop_common.nodes import NODE_LOST_SECONDS
 
+UNGOVERNED_MODES = ("AllOrNothing", "AtOnce")
 # NVIDIA GPU feature discovery's NVLink multi-node domain, then the well-known zone label.
 TOPOLOGY_LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/zone")
 
@@ -24,6 +25,12 @@ class QuotaConfig:
         "node label keys of the interconnect's levels, finest first, comma-separated: a run's pods go into as "
         "few domains of them as hold the run (docs/quota.md#topology)",
         parse=ordered_csv,
+    )
+    ungoverned: str = flag(
+        "AtOnce",
+        "runs in namespaces no QuotaPolicy covers: AllOrNothing (admitted only when all of a run's pods have a "
+        "node, pinned there, as a governed run) or AtOnce (admitted at once; the scheduler binds what fits)",
+        choices=UNGOVERNED_MODES,
     )
     placement_plugin_address: str = flag(
         "",

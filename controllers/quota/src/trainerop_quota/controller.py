@@ -35,7 +35,7 @@ from .capacity import quantity_text
 from .config import QuotaConfig
 from .decide import SECTION, Decision, Observed, Plan, PolicyInfo, TrainerInfo, plan
 from .metrics import PLAN_SECONDS, RENEGOTIATION_SECONDS, export, record_renegotiation
-from .model import policy_for
+from .model import Ungoverned, policy_for
 from .views import (
     node_fingerprint,
     node_info,
@@ -220,12 +220,16 @@ class QuotaController:
             if wait is not None:
                 waits.append(wait)
         policies = policy_infos(await self.policies.values())
-        # Pods hold capacity only in the budgets and nodes of runs a policy governs: with no policy,
-        # the plan reads none of them.
-        pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None] if policies else []
+        # Pods hold capacity only in the budgets and nodes of runs the plan places: with no policy
+        # and --ungoverned AtOnce, the plan reads none of them.
+        placing = policies or self.config.ungoverned == "AllOrNothing"
+        pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None] if placing else []
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         trainers, bodies = await self._trainers(rfc3339(now))
-        observed = Observed(now, trainers, policies, labels, nodes, pods, self.config.topology_levels)
+        ungoverned: Ungoverned = "AllOrNothing" if self.config.ungoverned == "AllOrNothing" else "AtOnce"
+        observed = Observed(
+            now, trainers, policies, labels, nodes, pods, self.config.topology_levels, ungoverned=ungoverned
+        )
         return observed, bodies, min(waits, default=None)
 
     async def plan_once(self) -> float | None:

@@ -16,12 +16,15 @@ Node fit is simulated pod by pod (best fit) on the free capacity the pods alread
 leave; an admitted run's pods that are not yet on a node are placed first.
 """
 
+from dataclasses import replace
+
 from trainerop_common.api.trainer import RenegotiationStatus
 
 from .admit import admit, invalid, released, ungoverned
 from .model import (
     CONDITION,
     SECTION,
+    UNGOVERNED,
     Decision,
     Observed,
     Plan,
@@ -40,26 +43,7 @@ __all__ = ["CONDITION", "SECTION", "Decision", "Observed", "Plan", "PolicyInfo",
 
 def plan(obs: Observed) -> Plan:
     p = Planner(obs)
-    governed: list[tuple[TrainerInfo, PolicyInfo]] = []
-    by_namespace: dict[str, PolicyInfo | None] = {}  # the governing policy, found once per namespace
-    for t in obs.trainers:
-        if t.namespace not in obs.namespace_labels:
-            continue  # its namespace is not seen yet: no decision without its labels
-        if t.namespace not in by_namespace:
-            by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
-        policy = by_namespace[t.namespace]
-        if t.deleting or t.finished or t.spec.run_policy.suspend:
-            p.decisions[t.uid] = released(p, t, policy)
-        elif policy is None:
-            p.decisions[t.uid] = ungoverned(p, t)
-        elif (problem := invalid(t)) is not None:
-            p.summary(policy)["pending"] += 1
-            p.decisions[t.uid] = Decision(
-                p.pending_status(t, policy, t.quota.priority), condition("False", "InvalidResources", problem)
-            )
-        else:
-            governed.append((t, policy))
-
+    governed = sort_out(p, obs)
     admitted = sorted(
         ((t, policy) for t, policy in governed if t.grant is not None and t.quota.capacity_type is not None),
         key=lambda tp: (tp[0].quota.admitted_time or "", tp[0].namespace, tp[0].name),
@@ -78,8 +62,46 @@ def plan(obs: Observed) -> Plan:
     for t, policy in waiting:
         if t.uid not in obs.asking:  # else planned once the placement plugin answers
             admit(p, t, policy)
+    for t, policy in governed:
+        if policy.implicit and t.uid in p.decisions:
+            p.decisions[t.uid] = as_ungoverned(p.decisions[t.uid])
 
-    return Plan(
-        p.decisions,
-        {name: PolicySummary(s["admitted"], s["pending"], s["used"]) for name, s in sorted(p.summaries.items())},
-    )
+    summaries = {name: s for name, s in sorted(p.summaries.items()) if name != UNGOVERNED.name}
+    return Plan(p.decisions, {n: PolicySummary(s["admitted"], s["pending"], s["used"]) for n, s in summaries.items()})
+
+
+def sort_out(p: Planner, obs: Observed) -> list[tuple[TrainerInfo, PolicyInfo]]:
+    """Decide the runs that reserve nothing (over, suspended, admitted at once without a policy,
+    unsizable); return the others with the policy they are planned under (``UNGOVERNED`` where
+    none covers them and runs are admitted all-or-nothing)."""
+    governed: list[tuple[TrainerInfo, PolicyInfo]] = []
+    by_namespace: dict[str, PolicyInfo | None] = {}  # the governing policy, found once per namespace
+    for t in obs.trainers:
+        if t.namespace not in obs.namespace_labels:
+            continue  # its namespace is not seen yet: no decision without its labels
+        if t.namespace not in by_namespace:
+            by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
+        policy = by_namespace[t.namespace]
+        if t.deleting or t.finished or t.spec.run_policy.suspend:
+            p.decisions[t.uid] = released(p, t, policy)
+        elif policy is None and obs.ungoverned == "AtOnce":
+            p.decisions[t.uid] = ungoverned(p, t)
+        elif (problem := invalid(t)) is not None:
+            p.decisions[t.uid] = Decision(
+                p.pending_status(t, policy or UNGOVERNED, t.quota.priority),
+                condition("False", "InvalidResources", problem),
+            )
+            p.summary(policy or UNGOVERNED)["pending"] += 1
+        else:
+            governed.append((t, policy or UNGOVERNED))
+    return governed
+
+
+def as_ungoverned(d: Decision) -> Decision:
+    """A run no QuotaPolicy covers, admitted all-or-nothing: its condition says NoQuotaPolicy as
+    before (a run admitted at once said so), and no Admitted Event is posted for it (one more
+    write for every run of a cluster without quota)."""
+    if d.condition.reason != "Admitted":
+        return d
+    kept = tuple(e for e in d.events if e[1] != "Admitted")
+    return replace(d, condition=replace(d.condition, reason="NoQuotaPolicy"), events=kept)

@@ -6,7 +6,7 @@ order."""
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from trainerop_common.api import Grant
 from trainerop_common.api.base import Condition, ConditionStatus, PodContribution
@@ -34,6 +34,17 @@ MAX_NODES_NAMED = 64  # status.quota.renegotiation.nodes
 class PolicyInfo:
     name: str
     spec: QuotaPolicySpec
+
+    @property
+    def implicit(self) -> bool:
+        """The stand-in for no QuotaPolicy (``--ungoverned AllOrNothing``)."""
+        return self.name == ""
+
+
+# Namespaces no QuotaPolicy covers, under --ungoverned AllOrNothing: no budget limits anything,
+# on-demand nodes first; every run still waits until all of its pods have a node.
+UNGOVERNED = PolicyInfo("", QuotaPolicySpec(budgets={"spot": {}, "onDemand": {}}, preference="OnDemandFirst"))
+Ungoverned = Literal["AllOrNothing", "AtOnce"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class Observed:
     levels: Sequence[str] = ()  # the topology's node label keys, finest first (--topology-levels)
     suggestions: Mapping[str, Suggestion] = field(default_factory=dict)  # by Trainer uid: the plugin's
     asking: frozenset[str] = frozenset()  # Trainer uids whose plugin answer is awaited: not admitted yet
+    ungoverned: Ungoverned = "AtOnce"  # how runs no QuotaPolicy covers are admitted (--ungoverned)
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,7 @@ def policy_for(policies: Sequence[PolicyInfo], labels: Mapping[str, str]) -> Pol
 def priority(policy: PolicyInfo, spec: TrainerSpec) -> int | None:
     """The Trainer's priority value; None when it names a class the policy does not define."""
     name = spec.scheduling.priority_class_name if spec.scheduling else None
-    if name is None:
+    if name is None or policy.implicit:
         return 0
     return next((c.value for c in policy.spec.priority_classes or () if c.name == name), None)
 

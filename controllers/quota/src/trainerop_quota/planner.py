@@ -183,7 +183,7 @@ class Planner:
         s = shape(t, option.workers, option.resources)
         pod = placement(option.kind).model_copy(update={"annotations": {ADMISSION_ANNOTATION: grant_id}})
         status = QuotaStatus(
-            policy=policy.name,
+            policy=policy.name or None,
             capacity_type=option.kind,
             workers=option.workers,
             priority=prio,
@@ -222,7 +222,7 @@ class Planner:
         return {n.name: Site(n.name, n.labels) for n in self.obs.nodes}
 
     def pending_status(self, t: TrainerInfo, policy: PolicyInfo, prio: int | None) -> dict[str, Any]:
-        status = QuotaStatus(policy=policy.name, priority=prio, renegotiations=t.quota.renegotiations).to_k8s()
+        status = QuotaStatus(policy=policy.name or None, priority=prio, renegotiations=t.quota.renegotiations).to_k8s()
         if t.quota.cost is not None and (cost := cost_section(t, policy, None, None, self.now)) is not None:
             status["cost"] = cost  # what the run cost until it lost its admission
         return status
@@ -298,10 +298,8 @@ class Planner:
     @staticmethod
     def admitted_message(policy: PolicyInfo, option: Option, s: Shape) -> str:
         pods = sum(s.counts.values())
-        return (
-            f"admitted on {option.kind}: {option.workers} workers, {pods} pods ({describe(s.reserved)}) "
-            f"under QuotaPolicy {policy.name}"
-        )
+        under = "no QuotaPolicy covers this namespace" if policy.implicit else f"under QuotaPolicy {policy.name}"
+        return f"admitted on {option.kind}: {option.workers} workers, {pods} pods ({describe(s.reserved)}) {under}"
 
     @staticmethod
     def lowered(option: Option) -> str:

@@ -21,7 +21,7 @@ from .capacity import Resources
 from .config import QuotaConfig
 from .hints import MAX_REASON, Requirement, Suggestion, Term, problems
 from .ledger import Ledger, shape
-from .model import ORDER, Observed, TrainerInfo, policy_for, preference
+from .model import UNGOVERNED, Observed, TrainerInfo, policy_for, preference
 from .packing import RING_ORDER, Slot, ring_key
 
 log = logging.getLogger("trainerop.quota.plugin")
@@ -45,8 +45,8 @@ def replicas(t: TrainerInfo) -> list[pb.Replica]:
 
 def context(t: TrainerInfo, body: Body, obs: Observed, model_bytes: int) -> pb.WorkerContext:
     """What the plugin is told of the run and of the cluster (the nodes it may use, their room)."""
-    policy = policy_for(obs.policies, obs.namespace_labels.get(t.namespace, {}))
-    kinds = preference(policy, t.spec) if policy is not None else ORDER["OnDemandFirst"]
+    policy = policy_for(obs.policies, obs.namespace_labels.get(t.namespace, {})) or UNGOVERNED
+    kinds = preference(policy, t.spec)
     free = Ledger(obs).free
     nodes = [
         pb.CandidateNode(
@@ -109,10 +109,12 @@ def model_bytes(checkpoint: Mapping[str, Any] | None) -> int:
 
 
 def waiting(t: TrainerInfo, obs: Observed) -> bool:
-    """A run the plan would try to admit: governed, not admitted, not over or suspended."""
+    """A run the plan would try to admit: placed by the plan (governed, or all-or-nothing without a
+    policy), not admitted, not over or suspended."""
     if t.grant is not None or t.deleting or t.finished or t.spec.run_policy.suspend:
         return False
-    return policy_for(obs.policies, obs.namespace_labels.get(t.namespace, {})) is not None
+    policy = policy_for(obs.policies, obs.namespace_labels.get(t.namespace, {}))
+    return policy is not None or obs.ungoverned == "AllOrNothing"
 
 
 class PlacementPlugin:
