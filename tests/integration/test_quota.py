@@ -137,6 +137,37 @@ def test_a_run_is_packed_into_one_nvlink_clique(cluster: Cluster, namespace: str
     assert pods_of(cluster, namespace, "too-wide") == []
 
 
+def test_without_a_policy_a_run_starts_only_when_all_of_it_fits(cluster: Cluster, namespace: str) -> None:
+    """--ungoverned AllOrNothing: no QuotaPolicy covers the namespace, yet a run that does not fit
+    waits with no pod (on-demand first, then spot), and starts when room comes."""
+    localdev.restart("quota", {"TRAINEROP_UNGOVERNED": "AllOrNothing"})
+    try:
+        domain_free(cluster, "nvl-3")
+        cluster.apply(run("first", domain="nvl-3"), namespace)
+        eventually(lambda: placed_on(cluster, namespace, "first", "on-demand", 1), what="the first on on-demand")
+        cluster.apply(run("second", domain="nvl-3"), namespace)
+        eventually(lambda: placed_on(cluster, namespace, "second", "spot", 1), what="the second on spot")
+        cluster.apply(run("third", domain="nvl-3"), namespace)
+        q, cond = eventually(
+            lambda: (r := quota(cluster, namespace, "third"))[1].get("reason") == "WaitingForCapacity" and r,
+            what="the third run to wait",
+        )
+        assert cond["status"] == "False"
+        assert "on-demand: not enough free nodes; spot: not enough free nodes" in cond["message"]
+        assert "policy" not in q
+        assert pods_of(cluster, namespace, "third") == []
+        first = quota(cluster, namespace, "first")
+        assert (first[1]["reason"], first[0]["contribution"]["grant"]["placement"]) == (
+            "NoQuotaPolicy",
+            {"worker": ["kwok-gpu-6"]},
+        )
+
+        cluster.kubectl("delete", "trainer", "first", "-n", namespace)
+        eventually(lambda: placed_on(cluster, namespace, "third", "on-demand", 1), what="the third run started")
+    finally:
+        localdev.restart("quota")
+
+
 def test_a_deleted_spot_node_moves_the_run_to_on_demand(cluster: Cluster, namespace: str, policy: Any) -> None:
     prices = {"onDemand": {GPU: "3.00"}, "spot": {GPU: "1.00"}}
     policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, prices=prices)

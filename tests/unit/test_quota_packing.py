@@ -107,6 +107,13 @@ def test_free_room_is_spent_only_by_a_complete_packing() -> None:
     assert all(f[GPU] == 0 for f in free.values())
 
 
+def test_a_clique_without_a_zone_label_is_still_one_domain() -> None:
+    sites = [Site(f"n{i}", {CLIQUE: "a" if i < 2 else "b"}) for i in range(4)]
+    free = {s.name: {GPU: Decimal(8), "pods": Decimal(110)} for s in sites}
+    got = pack(sites, free, gang(2, gpus=8), LEVELS, CLIQUE, "Required")
+    assert got.score == PlacementScore(level=CLIQUE, domains=1, cross_neighbours=0)
+
+
 def test_without_levels_nodes_are_the_domains() -> None:
     sites, free = cluster("a:3")
     got = pack(sites, free, gang(4), ())

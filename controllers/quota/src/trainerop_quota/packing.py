@@ -3,7 +3,8 @@ that hold every replica, ring neighbours together (docs/design/placement.md).
 
 Levels are label keys, finest first (``nvidia.com/gpu.clique``, then ``topology.kubernetes.io/zone``).
 A node's domain at a level is its values of that level and of every coarser one; a node without
-the level's label is a domain of its own there. Replicas are laid out in ring order, filling one
+the level's label is a domain of its own there (and one without a coarser level's label is in
+the same coarser domain as the others without it). Replicas are laid out in ring order, filling one
 domain before the next and one node before the next, so a ring over k domains crosses a domain
 boundary k times."""
 
@@ -58,7 +59,8 @@ def domain(site: Site, levels: Sequence[str], at: int) -> tuple[str, ...]:
     (below the finest level, ``at`` < 0: the node itself)."""
     if at < 0:
         return (site.name,)
-    return tuple(site.labels.get(key) or f"node:{site.name}" for key in reversed(levels[at:]))
+    coarser = tuple(site.labels.get(key, "") for key in reversed(levels[at + 1 :]))  # unlabelled: one ""
+    return (*coarser, site.labels.get(levels[at]) or f"node:{site.name}")
 
 
 def room(sites: Sequence[Site], free: Free) -> tuple[Decimal, ...]:
