@@ -49,8 +49,8 @@ class PlacementClient:
         self, context: placement_pb2.WorkerContext, deadline_seconds: float
     ) -> placement_pb2.PlacementHint:
         """The plugin's hint, within the deadline (sent to the plugin, which sees it); raises
-        ``grpc.aio.AioRpcError`` (DEADLINE_EXCEEDED on a timeout,
-        UNAVAILABLE when it is down) or ``FileNotFoundError`` (TLS files)."""
+        ``grpc.aio.AioRpcError`` (DEADLINE_EXCEEDED on a timeout, UNAVAILABLE when it is down) or
+        ``FileNotFoundError`` (TLS files)."""
         if self._channel is None:
             self._channel = self._open()
         stub = placement_pb2_grpc.PlacementSchedulerStub(self._channel)
