@@ -21,6 +21,7 @@ from trainerop_placement.v1 import placement_pb2_grpc
 from trainerop_quota.capacity import NodeInfo
 from trainerop_quota.config import QuotaConfig
 from trainerop_quota.decide import Observed, TrainerInfo, plan
+from trainerop_quota.ledger import Ledger
 from trainerop_quota.plugin import FAILED_EVENT, PlacementPlugin, context, suggestion
 
 from .test_decide_quota import GPU, node, policy, spec, trainer, world
@@ -284,7 +285,7 @@ async def test_mutual_tls(tmp_path: Path) -> None:
 
 def test_quantities_travel_in_base_units() -> None:
     t, body, obs = waiting_run()
-    asked = context(t, body, obs, 1 << 30)
+    asked = context(t, body, obs, Ledger(obs).free, 1 << 30)
     assert dict(asked.replicas[0].requests) == {GPU: 8.0, "cpu": 4.0, "memory": float(16 * 2**30), "pods": 1.0}
     assert asked.model.size_bytes == 1 << 30
     assert asked.cluster_load.nodes[0].allocatable["memory"] == float(2**40)

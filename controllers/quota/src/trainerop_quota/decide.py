@@ -32,8 +32,11 @@ from .model import (
     PolicySummary,
     TrainerInfo,
     condition,
+    over,
+    placed_by_plan,
     policy_for,
     priority,
+    unadmitted,
 )
 from .planner import Planner
 from .renegotiate import hold_current, keep, move
@@ -45,7 +48,7 @@ def plan(obs: Observed) -> Plan:
     p = Planner(obs)
     governed = sort_out(p, obs)
     admitted = sorted(
-        ((t, policy) for t, policy in governed if t.grant is not None and t.quota.capacity_type is not None),
+        ((t, policy) for t, policy in governed if not unadmitted(t)),
         key=lambda tp: (tp[0].quota.admitted_time or "", tp[0].namespace, tp[0].name),
     )
     held = {t.uid: hold_current(p, t, policy) for t, policy in admitted}
@@ -55,7 +58,7 @@ def plan(obs: Observed) -> Plan:
         if moving is not None:
             renegotiate.append((t, policy, moving))
 
-    waiting = [(t, policy) for t, policy in governed if t.grant is None or t.quota.capacity_type is None]
+    waiting = [(t, policy) for t, policy in governed if unadmitted(t)]
     for t, policy, why in renegotiate:
         move(p, t, policy, why)
     waiting.sort(key=lambda tp: (-(priority(tp[1], tp[0].spec) or 0), tp[0].created, tp[0].namespace, tp[0].name))
@@ -82,9 +85,9 @@ def sort_out(p: Planner, obs: Observed) -> list[tuple[TrainerInfo, PolicyInfo]]:
         if t.namespace not in by_namespace:
             by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
         policy = by_namespace[t.namespace]
-        if t.deleting or t.finished or t.spec.run_policy.suspend:
+        if over(t):
             p.decisions[t.uid] = released(p, t, policy)
-        elif policy is None and obs.ungoverned == "AtOnce":
+        elif not placed_by_plan(t, policy, obs.ungoverned):
             p.decisions[t.uid] = ungoverned(p, t)
         elif (problem := invalid(t)) is not None:
             p.decisions[t.uid] = Decision(

@@ -114,6 +114,21 @@ def policy_for(policies: Sequence[PolicyInfo], labels: Mapping[str, str]) -> Pol
     return min(covering, key=lambda p: (-len(wanted(p)), p.name), default=None)
 
 
+def over(t: TrainerInfo) -> bool:
+    """Finished, suspended or being deleted: the run holds nothing and is not placed."""
+    return bool(t.deleting or t.finished or t.spec.run_policy.suspend)
+
+
+def placed_by_plan(t: TrainerInfo, policy: PolicyInfo | None, ungoverned: Ungoverned) -> bool:
+    """Whether the plan decides where the run goes: a policy governs it, or none does and runs are
+    admitted all-or-nothing (``--ungoverned``); and it is not over."""
+    return not over(t) and (policy is not None or ungoverned == "AllOrNothing")
+
+
+def unadmitted(t: TrainerInfo) -> bool:
+    return t.grant is None or t.quota.capacity_type is None
+
+
 def priority(policy: PolicyInfo, spec: TrainerSpec) -> int | None:
     """The Trainer's priority value; None when it names a class the policy does not define."""
     name = spec.scheduling.priority_class_name if spec.scheduling else None

@@ -21,7 +21,7 @@ from .capacity import Resources
 from .config import QuotaConfig
 from .hints import MAX_REASON, Requirement, Suggestion, Term, problems
 from .ledger import Ledger, shape
-from .model import UNGOVERNED, Observed, TrainerInfo, policy_for, preference
+from .model import UNGOVERNED, Observed, TrainerInfo, placed_by_plan, policy_for, preference, unadmitted
 from .packing import RING_ORDER, Slot, ring_key
 
 log = logging.getLogger("trainerop.quota.plugin")
@@ -43,11 +43,13 @@ def replicas(t: TrainerInfo) -> list[pb.Replica]:
     ]
 
 
-def context(t: TrainerInfo, body: Body, obs: Observed, model_bytes: int) -> pb.WorkerContext:
-    """What the plugin is told of the run and of the cluster (the nodes it may use, their room)."""
+def context(
+    t: TrainerInfo, body: Body, obs: Observed, free: Mapping[str, Resources], model_bytes: int
+) -> pb.WorkerContext:
+    """What the plugin is told of the run and of the cluster (the nodes it may use, their room:
+    ``free``, the ledger's free capacity of the round)."""
     policy = policy_for(obs.policies, obs.namespace_labels.get(t.namespace, {})) or UNGOVERNED
     kinds = preference(policy, t.spec)
-    free = Ledger(obs).free
     nodes = [
         pb.CandidateNode(
             name=n.name,
@@ -109,12 +111,9 @@ def model_bytes(checkpoint: Mapping[str, Any] | None) -> int:
 
 
 def waiting(t: TrainerInfo, obs: Observed) -> bool:
-    """A run the plan would try to admit: placed by the plan (governed, or all-or-nothing without a
-    policy), not admitted, not over or suspended."""
-    if t.grant is not None or t.deleting or t.finished or t.spec.run_policy.suspend:
-        return False
+    """A run the plan would try to admit: placed by the plan and not admitted."""
     policy = policy_for(obs.policies, obs.namespace_labels.get(t.namespace, {}))
-    return policy is not None or obs.ungoverned == "AllOrNothing"
+    return placed_by_plan(t, policy, obs.ungoverned) and unadmitted(t)
 
 
 class PlacementPlugin:
@@ -133,6 +132,7 @@ class PlacementPlugin:
         answers so far and of the questions still open."""
         live = {t.uid for t in obs.trainers}
         self.answers = {uid: s for uid, s in self.answers.items() if uid in live}
+        free: dict[str, Resources] | None = None  # the ledger's, built once a round if anyone is asked
         for t in obs.trainers:
             body = bodies.get(t.uid)
             known = self.answers.get(t.uid)
@@ -140,12 +140,13 @@ class PlacementPlugin:
                 continue
             if known is None or known.generation != t.generation:
                 self.asking[t.uid] = t.generation
-                self.rt.spawn(self.ask(t, body, obs))
+                free = Ledger(obs).free if free is None else free
+                self.rt.spawn(self.ask(t, body, obs, free))
         return replace(obs, suggestions=dict(self.answers), asking=frozenset(self.asking))
 
-    async def ask(self, t: TrainerInfo, body: Body, obs: Observed) -> None:
+    async def ask(self, t: TrainerInfo, body: Body, obs: Observed, free: Mapping[str, Resources]) -> None:
         try:
-            answer = await self._answer(t, body, obs)
+            answer = await self._answer(t, body, obs, free)
         finally:
             if self.asking.get(t.uid) == t.generation:
                 del self.asking[t.uid]
@@ -154,9 +155,9 @@ class PlacementPlugin:
             self.rt.event(body, "Warning", FAILED_EVENT, f"{answer.failed}; the built-in placement is used")
         self.replan()
 
-    async def _answer(self, t: TrainerInfo, body: Body, obs: Observed) -> Suggestion:
+    async def _answer(self, t: TrainerInfo, body: Body, obs: Observed, free: Mapping[str, Resources]) -> Suggestion:
         try:
-            question = context(t, body, obs, model_bytes(await self.latest_checkpoint(t, body)))
+            question = context(t, body, obs, free, model_bytes(await self.latest_checkpoint(t, body)))
             hint = await self.client.suggest(question, self.deadline)
         except aio.AioRpcError as err:
             failed = f"the placement plugin at {self.client.target} answered {err.code().name}: {err.details()}"
