@@ -26,17 +26,25 @@ def run(name: str, workers: int = 1, gpus: int = 8, domain: str | None = None, *
     return body
 
 
+def admitted_nodes(trainer: dict[str, Any]) -> set[str]:
+    """The nodes a Trainer's quota admission keeps for it (its pods may be gone already)."""
+    grant = (((trainer.get("status") or {}).get("quota") or {}).get("contribution") or {}).get("grant") or {}
+    return {node for nodes in (grant.get("placement") or {}).values() for node in nodes if node}
+
+
 def domain_free(cluster: Cluster, domain: str) -> None:
     """Wait until no pod (of any namespace: earlier tests' namespaces may still be going) holds
-    the nodes of ``domain``, so what a test expects of them is what it gets."""
+    the nodes of ``domain``, nor any Trainer's admission keeps them (a Trainer outlives its pods
+    while its namespace goes), so what a test expects of them is what it gets."""
     k = int(domain.removeprefix("nvl-"))
     nodes = {f"kwok-gpu-{2 * k}", f"kwok-gpu-{2 * k + 1}"}
 
     def free() -> bool:
         pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+        trainers = json.loads(cluster.kubectl("get", "trainers", "-A", "-o", "json"))["items"]
         return not any(
             p["spec"].get("nodeName") in nodes and p["status"].get("phase") not in ("Succeeded", "Failed") for p in pods
-        )
+        ) and not any(nodes & admitted_nodes(t) for t in trainers)
 
     eventually(free, timeout=120, what=f"the nodes of {domain} to be free")
 
