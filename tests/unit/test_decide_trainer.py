@@ -24,7 +24,7 @@ from trainerop_trainer.decide import (
 )
 from trainerop_trainer.pods import Owner
 from trainerop_trainer.policy import recovering
-from trainerop_trainer.views import progress_only
+from trainerop_trainer.views import progress_only, setback
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
 STAMP = "2026-01-01T00:10:00Z"
@@ -1075,21 +1075,25 @@ def test_the_status_counts_the_workers_the_run_is_admitted_with(
 
 
 @pytest.mark.parametrize(
-    ("event", "view", "waits"),
+    ("event", "view", "waits", "urgent"),
     [
-        ("created, not yet scheduled", pod("worker", 0, "Pending"), True),
-        ("started, not ready yet", replace(pod("worker", 0, "Running"), ready=False), True),
-        ("ready", pod("worker", 0, "Running"), True),
-        ("its container exited, the pod still Running", pod("worker", 0, "Running", exit_code=1), False),
-        ("failed", pod("worker", 0, "Failed", exit_code=1), False),
-        ("succeeded", pod("worker", 0, "Succeeded", exit_code=0), False),
-        ("being deleted", replace(pod("worker", 0, "Running"), deleting=True), False),
-        ("its node unreachable", pod("worker", 0, "Unknown"), False),
-        ("not one of ours (no role)", None, False),
+        ("created, not yet scheduled", pod("worker", 0, "Pending"), True, False),
+        ("started, not ready yet", replace(pod("worker", 0, "Running"), ready=False), True, False),
+        ("ready", pod("worker", 0, "Running"), True, False),
+        ("its container exited, the pod still Running", pod("worker", 0, "Running", exit_code=1), False, True),
+        ("its container exited cleanly, the pod still Running", pod("worker", 0, "Running", exit_code=0), False, False),
+        ("failed", pod("worker", 0, "Failed", exit_code=1), False, True),
+        ("succeeded", pod("worker", 0, "Succeeded", exit_code=0), False, False),
+        ("being deleted", replace(pod("worker", 0, "Running"), deleting=True), False, True),
+        ("its node unreachable", pod("worker", 0, "Unknown"), False, True),
+        ("not one of ours (no role)", None, False, False),
     ],
 )
-def test_only_progress_towards_running_may_wait_for_its_siblings(event: str, view: PodView | None, waits: bool) -> None:
+def test_only_progress_towards_running_may_wait_for_its_siblings_and_a_setback_goes_first(
+    event: str, view: PodView | None, waits: bool, urgent: bool
+) -> None:
     assert progress_only(view) is waits, event
+    assert setback(view) is urgent, event
 
 
 def test_a_section_the_spec_no_longer_asks_contributes_nothing() -> None:

@@ -558,6 +558,52 @@ async def test_with_a_limit_at_most_that_many_reconciles_run_and_the_others_wait
     assert sorted(done) == ["a@1", "b@1", "c@9", "e@1"]
 
 
+async def test_a_trainer_whose_pod_failed_goes_ahead_of_those_waiting_for_a_turn() -> None:
+    """--workers 1 and a ramp's reconciles waiting (b, c, d): a Trainer whose pod failed (d, already
+    waiting; e, not yet) runs next, in the order they were marked, then the others in theirs; one
+    waiting out an error backoff (f) is not started by it."""
+    from trainerop_common.workqueue import Tasks, WorkQueue
+
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def work(body: Body) -> None:
+        order.append(body["metadata"]["name"])
+        if body["metadata"]["name"] == "a":
+            await release.wait()
+
+    tasks = Tasks()
+    queue = WorkQueue(tasks, work, limit=1)
+    for name in "abcdef":
+        queue.seen(trainer_body(name, "ns"))
+    for name in "abcd":
+        queue.poke(("ns", name))
+    await asyncio.sleep(0)
+    queue.backoff.next_delay(("ns", "f"))
+    queue.urgently([("ns", "d"), ("ns", "e"), ("ns", "f"), ("ns", "unknown")])
+    await asyncio.sleep(0)
+    release.set()
+    while tasks._tasks:
+        await asyncio.gather(*tasks._tasks)
+    assert order == ["a", "d", "e", "b", "c"]
+
+
+async def test_a_waiter_cancelled_in_line_takes_no_turn_and_a_turn_given_as_it_is_cancelled_passes_on() -> None:
+    from trainerop_common.workqueue import Turns
+
+    turns = Turns(1)
+    await turns.take(("ns", "a"), urgent=False)
+    b = asyncio.ensure_future(turns.take(("ns", "b"), urgent=False))
+    c = asyncio.ensure_future(turns.take(("ns", "c"), urgent=True))
+    await asyncio.sleep(0)
+    c.cancel()  # cancelled while in line
+    await asyncio.gather(c, return_exceptions=True)
+    turns.give_back()  # a is done: b's turn, which b is cancelled before it runs
+    b.cancel()
+    await asyncio.gather(b, return_exceptions=True)
+    await asyncio.wait_for(turns.take(("ns", "d"), urgent=False), 1)  # the turn came back
+
+
 async def test_pokes_of_one_moment_start_one_reconcile_on_the_latest_state() -> None:
     """Several events of one Trainer read in one go (one buffered read of the stream): one
     reconcile, of the newest state, not one more after it."""

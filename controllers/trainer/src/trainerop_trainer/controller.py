@@ -39,6 +39,7 @@ from .views import (
     pod_essentials,
     pod_view,
     progress_only,
+    setback,
 )
 
 EPOCHS = Counter("training_epochs_total", "Epochs completed, from progress heartbeats.", ["namespace", "trainer"])
@@ -110,20 +111,29 @@ class TrainerController:
         else:
             self._readiness[node] = ready
         owners = {owner_of(p) for p in self.pods.items.values() if (p.get("spec") or {}).get("nodeName") == node}
-        self.rt.requeue([k for k in owners if k in self.rt.trainers])
+        requeue = self.rt.requeue_urgently if deleted else self.rt.requeue  # a node gone is lost at once
+        requeue([k for k in owners if k in self.rt.trainers])
 
     def _pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         if body.get("metadata", {}).get("uid") not in self.actions.removed:  # not its replacement's news
             self.actions.delivered(key, owner_of(body)[1])
         if deleted:
             self.spawns.forget(body.get("metadata", {}).get("uid", ""))
-            return self._child_changed(key, body, deleted)
+            return self._recover(owner_of(body))  # its replacement waited for it to go
         trainer = self.rt.trainers.get(owner_of(body)) or {}
         contract = CONTRACTS.get(trainer.get("spec", {}).get("framework", "generic"))
         if contract is not None:
             self.spawns.observe(body, contract.container)
-        progressed = contract is not None and progress_only(pod_view(body, contract.container))
+        view = pod_view(body, contract.container) if contract is not None else None
+        if setback(view):
+            return self._recover(owner_of(body))
+        progressed = progress_only(view)
         self._child_changed(key, body, deleted, self.config.progress_coalesce_seconds if progressed else 0)
+
+    def _recover(self, owner: Key) -> None:
+        """A pod of this Trainer failed or went: reconcile it ahead of those waiting for a turn."""
+        if owner in self.rt.trainers:
+            self.rt.requeue_urgently([owner])
 
     def _child_changed(self, key: Key, body: dict[str, Any], deleted: bool, within: float = 0) -> None:
         # Deletions matter most: a replacement can only be created once its predecessor is gone.

@@ -181,6 +181,15 @@ def progress_only(view: PodView | None) -> bool:
     return view is not None and not view.deleting and view.exit_code is None and view.phase in ("Pending", "Running")
 
 
+def setback(view: PodView | None) -> bool:
+    """A pod event a run's recovery starts from (the pod failed, its container exited with an
+    error, it is going, its node is unreachable): its Trainer is reconciled ahead of the others
+    waiting for a turn, not after a ramp's reconciles."""
+    if view is None:
+        return False
+    return view.deleting or view.phase in ("Failed", "Unknown") or view.exit_code not in (None, 0)
+
+
 def owner_of(obj: Mapping[str, Any]) -> tuple[str, str]:
     """The (namespace, Trainer name) a child belongs to, from its trainer-name label."""
     meta = obj.get("metadata", {})

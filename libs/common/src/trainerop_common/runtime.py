@@ -275,6 +275,11 @@ class Runtime:
         error backoff keeps waiting."""
         self.queue.soon(keys, within)
 
+    def requeue_urgently(self, keys: Iterable[Key]) -> None:
+        """Reconcile these Trainers now, ahead of the reconciles waiting for a turn (a pod of theirs
+        failed or went); one waiting out an error backoff keeps waiting."""
+        self.queue.urgently(keys)
+
     def trigger(self, job: Callable[[], Awaitable[float | None]], what: str, rest: float = 0.0) -> Trigger:
         """A job over all Trainers run on demand (see :class:`Trigger`)."""
         return Trigger(self.tasks, job, what, rest)

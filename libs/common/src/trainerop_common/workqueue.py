@@ -9,8 +9,8 @@
 """
 
 import asyncio
-import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +73,55 @@ class Tasks:
             log.error("background task failed: %s", task.exception())
 
 
+class Turns:
+    """At most ``limit`` holders at once (0: no limit); the others wait in line, and a key marked
+    urgent (a failed pod's Trainer) goes ahead of every one not urgent, even one already waiting:
+    a run's recovery does not wait its turn among a ramp's thousand reconciles."""
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._unlimited = limit <= 0
+        self._urgent: OrderedDict[Key, asyncio.Future[None]] = OrderedDict()
+        self._ordinary: OrderedDict[Key, asyncio.Future[None]] = OrderedDict()
+
+    async def take(self, key: Key, urgent: bool) -> None:
+        """Wait for a turn (one waiter per key: the work queue serialises a key's reconciles)."""
+        if self._unlimited:
+            return
+        if self._free > 0 and not self._urgent and not self._ordinary:
+            self._free -= 1
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        (self._urgent if urgent else self._ordinary)[key] = turn
+        try:
+            await turn
+        except asyncio.CancelledError:
+            for line in (self._urgent, self._ordinary):
+                if line.get(key) is turn:
+                    del line[key]
+            if turn.done() and not turn.cancelled():  # given a turn as it was cancelled: pass it on
+                self.give_back()
+            raise
+
+    def promote(self, key: Key) -> None:
+        """``key``, if waiting in line, goes ahead of those not urgent."""
+        turn = self._ordinary.pop(key, None)
+        if turn is not None:
+            self._urgent[key] = turn
+
+    def give_back(self) -> None:
+        """A holder is done: the next in line (urgent first) takes its turn."""
+        if self._unlimited:
+            return
+        for line in (self._urgent, self._ordinary):
+            while line:
+                _, turn = line.popitem(last=False)
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+        self._free += 1
+
+
 class WorkQueue:
     """The objects seen, and the reconciles of them: serialised per object, rescheduled by timers."""
 
@@ -80,15 +129,13 @@ class WorkQueue:
         self.objects: dict[Key, Body] = {}  # the latest state the watch has seen, by key
         self._tasks = tasks
         self._work = work
-        # at most ``limit`` reconciles at once (0: no limit); the others wait their turn
-        self._slots: asyncio.Semaphore | contextlib.nullcontext[None] = (
-            asyncio.Semaphore(limit) if limit > 0 else contextlib.nullcontext()
-        )
+        self._turns = Turns(limit)  # at most ``limit`` reconciles at once; the others wait their turn
         self.backoff = Backoff()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._running: set[Key] = set()  # objects being reconciled now, or about to be
         self._dirty: set[Key] = set()  # of those, the ones that changed meanwhile: once more after
         self._waiting: set[Key] = set()  # of those, the ones waiting for a turn (--workers)
+        self._urgent: set[Key] = set()  # their next turn goes ahead of the others' (a failed pod)
 
     @property
     def depth(self) -> int:
@@ -112,6 +159,7 @@ class WorkQueue:
         """Forget ``key`` whatever it holds (found gone by a relist)."""
         self.objects.pop(key, None)
         self.backoff.reset(key)
+        self._urgent.discard(key)
         timer = self._timers.pop(key, None)
         if timer is not None:  # nothing left to reconcile; the queue depth no longer counts it
             timer.cancel()
@@ -140,13 +188,17 @@ class WorkQueue:
         try:
             while True:
                 self._waiting.add(key)
-                async with self._slots:  # with --workers, a turn may be waited for
+                await self._turns.take(key, key in self._urgent)  # with --workers, a turn may be waited for
+                try:
                     self._waiting.discard(key)
                     self._dirty.discard(key)
+                    self._urgent.discard(key)
                     latest = self.objects.get(key)
                     if latest is None:  # deleted meanwhile: nothing to reconcile
                         return
                     await self._work(latest)
+                finally:
+                    self._turns.give_back()
                 if key not in self._dirty:
                     return
         finally:
@@ -186,6 +238,16 @@ class WorkQueue:
         for key in keys:
             if key not in self.backoff.failures:
                 self.after(key, within)
+
+    def urgently(self, keys: Iterable[Key]) -> None:
+        """Reconcile these now, ahead of every reconcile waiting for a turn that is not urgent (a
+        pod of theirs failed or went: the run's recovery). One waiting out an error backoff keeps
+        waiting, as with :meth:`soon`."""
+        for key in keys:
+            if key in self.objects and key not in self.backoff.failures:
+                self._urgent.add(key)
+                self._turns.promote(key)
+                self.poke(key)
 
 
 RETRY_SECONDS = 5.0
