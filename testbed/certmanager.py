@@ -15,18 +15,15 @@ before the binary starts.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from testbed import cluster
+from testbed import cluster, gomodule
 
 VERSION = "v1.21.2"
 MODULE = "github.com/cert-manager/cert-manager"
@@ -38,18 +35,7 @@ CRDS = ("certificates", "certificaterequests", "issuers", "clusterissuers")
 
 
 def go() -> str:
-    """The go command: on PATH, else the official tarball's place."""
-    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if not found:
-        raise cluster.ClusterError(
-            f"cert-manager {VERSION} is built from its Go module and Go is not installed: install Go 1.26 or newer "
-            "(https://go.dev/dl/, into /usr/local/go or on PATH) and run `python -m testbed.certmanager build` again"
-        )
-    return found
-
-
-def go_env() -> dict[str, str]:
-    return {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
+    return gomodule.go(f"cert-manager {VERSION}", "python -m testbed.certmanager build")
 
 
 def source_hash() -> str:
@@ -77,7 +63,7 @@ def binary() -> Path:
     result = subprocess.run(
         [go_command, "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), "."],
         cwd=SOURCE,
-        env=go_env(),
+        env=gomodule.go_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -100,19 +86,7 @@ def binary() -> Path:
 
 def module_dir() -> Path:
     """The cert-manager module's directory in the Go module cache (downloaded if missing)."""
-    result = subprocess.run(
-        [go(), "mod", "download", "-json", f"{MODULE}@{VERSION}"],
-        cwd=SOURCE,
-        env=go_env(),
-        capture_output=True,
-        text=True,
-    )
-    info = json.loads(result.stdout or "{}")
-    if result.returncode != 0 or not info.get("Dir"):
-        raise cluster.ClusterError(
-            f"go mod download {MODULE}@{VERSION} failed: {info.get('Error') or result.stderr.strip()}"
-        )
-    return Path(info["Dir"])
+    return gomodule.module_dir(go(), MODULE, VERSION, cwd=SOURCE)
 
 
 def crd_files() -> list[Path]:
@@ -126,20 +100,8 @@ def crd_files() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build cert-manager-local once into the cache; print its path")
-    commands.add_parser("crds", help="print the paths of the cert-manager.io CRD YAMLs")
-    args = parser.parse_args(argv)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # progress to stderr; only the paths to stdout
-            paths = [binary()] if args.command == "build" else crd_files()
-    except (cluster.ClusterError, subprocess.CalledProcessError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(path)
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else ""
+    return gomodule.main(argv, description, "cert-manager-local", binary, crd_files)
 
 
 if __name__ == "__main__":

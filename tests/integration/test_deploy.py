@@ -20,6 +20,17 @@ def build(cluster: Cluster, overlay: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
+def with_component(cluster: Cluster, tmp_path: Path, overlay: str, component: str) -> tuple[Path, list[dict[str, Any]]]:
+    """An overlay of ``deploy/overlays/<overlay>`` with ``deploy/components/<component>``: its
+    directory and what it builds."""
+    directory = tmp_path / "overlay"
+    directory.mkdir()
+    base = os.path.relpath(REPO / "deploy" / "overlays" / overlay, directory)
+    added = os.path.relpath(REPO / "deploy" / "components" / component, directory)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [base], "components": [added]}))
+    return directory, [doc for doc in yaml.safe_load_all(cluster.kubectl("kustomize", str(directory))) if doc]
+
+
 def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
 
@@ -172,12 +183,7 @@ def test_production_runs_two_peered_replicas_of_each_on_different_nodes_with_a_d
 def test_webhook_client_auth_gives_every_webhook_server_the_api_servers_client_ca(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    production = os.path.relpath(REPO / "deploy" / "overlays" / "production", overlay)
-    component = os.path.relpath(REPO / "deploy" / "components" / "webhook-client-auth", overlay)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [production], "components": [component]}))
-    objects = [doc for doc in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay))) if doc]
+    _, objects = with_component(cluster, tmp_path, "production", "webhook-client-auth")
     for name, deployment in by_kind(objects, "Deployment").items():
         pod = deployment["spec"]["template"]["spec"]
         env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}

@@ -32,6 +32,11 @@ class QuotaConfig:
         "node, pinned there, as a governed run) or AtOnce (admitted at once; the scheduler binds what fits)",
         choices=UNGOVERNED_MODES,
     )
+    kueue: bool = flag(
+        False,
+        "Kueue admits the Trainers labelled kueue.x-k8s.io/queue-name, through a Workload each (Kueue v0.17 must "
+        "run with the Trainer kind among its externalFrameworks; docs/quota.md#kueue)",
+    )
     placement_plugin_address: str = flag(
         "",
         "host:port of a PlacementScheduler gRPC plugin (a sidecar: localhost:50051) asked where a run's replicas "

@@ -45,6 +45,7 @@ from .views import (
     trainer_fingerprint,
     trainer_info,
 )
+from .workloads import Workloads
 
 if TYPE_CHECKING:
     from .plugin import PlacementPlugin
@@ -113,6 +114,7 @@ class QuotaController:
         # decision on the same state (the cache's very dict) is not planned as a write again.
         self._unchanged: dict[str, tuple[Body, Decision]] = {}
         self.plugin = self._plugin(runtime, config)
+        self.kueue = Workloads(runtime, self.planning.poke) if config.kueue else None
 
     def _plugin(self, runtime: Runtime, config: QuotaConfig) -> "PlacementPlugin | None":
         """The placement plugin's adapter, when one is configured (gRPC is loaded only then)."""
@@ -130,6 +132,8 @@ class QuotaController:
         self.nodes.register(registry, self._on_change(node_fingerprint))
         self.pods.register(registry, self._on_change(pod_fingerprint))
         self.trainers.register(registry, self._on_change(trainer_fingerprint))
+        if self.kueue is not None:
+            self.kueue.register(registry)
         runtime.admit(registry, "validate-scheduling", self.admit)
         runtime.every(runtime.config.resync_seconds, self._resync, "planning every resync period")
 
@@ -222,13 +226,24 @@ class QuotaController:
         policies = policy_infos(await self.policies.values())
         # Pods hold capacity only in the budgets and nodes of runs the plan places: with no policy
         # and --ungoverned AtOnce, the plan reads none of them.
-        placing = policies or self.config.ungoverned == "AllOrNothing"
+        placing = policies or self.config.ungoverned == "AllOrNothing" or self.kueue is not None
         pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None] if placing else []
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         trainers, bodies = await self._trainers(rfc3339(now))
         ungoverned: Ungoverned = "AllOrNothing" if self.config.ungoverned == "AllOrNothing" else "AtOnce"
+        workloads, flavors = await self.kueue.observe() if self.kueue is not None else ({}, {})
         observed = Observed(
-            now, trainers, policies, labels, nodes, pods, self.config.topology_levels, ungoverned=ungoverned
+            now,
+            trainers,
+            policies,
+            labels,
+            nodes,
+            pods,
+            self.config.topology_levels,
+            ungoverned=ungoverned,
+            kueue=self.kueue is not None,
+            workloads=workloads,
+            flavors=flavors,
         )
         return observed, bodies, min(waits, default=None)
 
@@ -244,6 +259,8 @@ class QuotaController:
         decided = [(body, d) for body in bodies if (d := result.decisions.get(body["metadata"]["uid"])) is not None]
         again = [d for d in (node_wait, *(d.requeue_after for _, d in decided)) if d is not None]
         again += await self._write_changed(decided, obs)
+        if self.kueue is not None and (kueue_again := await self.kueue.write(obs)) is not None:
+            again.append(kueue_again)
         live = {b["metadata"]["uid"] for b in await self.trainers.values()}
         self.written = {uid: w for uid, w in self.written.items() if uid in live}
         self._last_info = {uid: i for uid, i in self._last_info.items() if uid in live}

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from trainerop_common.api.trainer import RenegotiationStatus
 
+from . import kueue
 from .admit import admit, invalid, released, ungoverned
 from .model import (
     CONDITION,
@@ -85,7 +86,9 @@ def sort_out(p: Planner, obs: Observed) -> list[tuple[TrainerInfo, PolicyInfo]]:
         if t.namespace not in by_namespace:
             by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
         policy = by_namespace[t.namespace]
-        if over(t):
+        if obs.kueue and t.queue is not None:  # Kueue decides (docs/design/placement.md, decision 6)
+            p.decisions[t.uid] = kueue.decide(t, t.queue, obs.workloads.get(t.uid), obs.flavors)
+        elif over(t):
             p.decisions[t.uid] = released(p, t, policy)
         elif not placed_by_plan(t, policy, obs.ungoverned):
             p.decisions[t.uid] = ungoverned(p, t)

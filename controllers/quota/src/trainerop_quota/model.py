@@ -6,7 +6,7 @@ order."""
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainerop_common.api import Grant
 from trainerop_common.api.base import Condition, ConditionStatus, PodContribution
@@ -18,6 +18,9 @@ from trainerop_common.outcome import Event, StatusSection
 
 from .capacity import NodeInfo, PodInfo, Resources
 from .hints import Suggestion
+
+if TYPE_CHECKING:
+    from .kueue import FlavorView, WorkloadView
 
 CONDITION = GATE_CONDITIONS["quota"]
 SECTION = StatusSection(("quota",), (CONDITION,))
@@ -61,6 +64,8 @@ class TrainerInfo:
     finished: str | None = None  # completion time of a Succeeded or Failed run
     deleting: bool = False
     last_commit: str | None = None  # status.checkpoint.lastCommitTime
+    queue: str | None = None  # the Kueue LocalQueue it asks for (label kueue.x-k8s.io/queue-name)
+    phase: str = ""  # status.phase
 
     @property
     def grant(self) -> Grant | None:
@@ -80,6 +85,9 @@ class Observed:
     suggestions: Mapping[str, Suggestion] = field(default_factory=dict)  # by Trainer uid: the plugin's
     asking: frozenset[str] = frozenset()  # Trainer uids whose plugin answer is awaited: not admitted yet
     ungoverned: Ungoverned = "AtOnce"  # how runs no QuotaPolicy covers are admitted (--ungoverned)
+    kueue: bool = False  # Kueue admits the runs that name a LocalQueue (--kueue)
+    workloads: Mapping[str, "WorkloadView"] = field(default_factory=dict)  # by Trainer uid
+    flavors: Mapping[str, "FlavorView"] = field(default_factory=dict)  # Kueue's ResourceFlavors by name
 
 
 @dataclass(frozen=True)

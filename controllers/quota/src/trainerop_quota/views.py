@@ -22,6 +22,7 @@ from trainerop_common.nodes import lost, readiness
 from trainerop_common.quantity import parse_quantity
 
 from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, pod_requests
+from .kueue import queue_of
 from .model import CONDITION, TrainerInfo
 
 
@@ -130,6 +131,7 @@ def trainer_fingerprint(body: Mapping[str, Any]) -> str:
         [
             meta.get("generation"),
             meta.get("deletionTimestamp"),
+            queue_of(meta.get("labels")),
             meta.get("namespace"),
             status.get("phase"),
             (status.get("progress") or {}).get("completionTime"),
@@ -171,4 +173,6 @@ def trainer_info(
         finished=finished,
         deleting=bool(meta.get("deletionTimestamp")),
         last_commit=status.checkpoint.last_commit_time if status.checkpoint else None,
+        queue=queue_of(meta.get("labels")),
+        phase=status.phase or "",
     )

@@ -41,7 +41,7 @@ from lightkube.resources.core_v1 import (
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
-from .api import KINDS, KUBEFLOW_KINDS, KindInfo, kind_info
+from .api import KINDS, KUBEFLOW_KINDS, KindInfo
 from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
 from .objects import Keep, metadata_only, removed_at_once, slim
@@ -57,6 +57,9 @@ RESOURCES: dict[str, Resource] = {
         else create_global_resource(info.group, info.version, info.kind, info.plural)
     )
     for info in (*KINDS, *KUBEFLOW_KINDS)
+} | {  # Kueue's (v0.17's storage version), for the runs it admits
+    "Workload": create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads"),
+    "ResourceFlavor": create_global_resource("kueue.x-k8s.io", "v1beta2", "ResourceFlavor", "resourceflavors"),
 }
 
 
@@ -232,7 +235,8 @@ class Kube:
     async def list_all(self, kind: str, keep: Keep = slim) -> list[dict[str, Any]]:
         """Every object of ``kind`` the controller may see (all namespaces), each as ``keep``
         projects it."""
-        return await self._list(RESOURCES[kind], keep, "*" if kind_info(kind).scope == "Namespaced" else None)
+        res = RESOURCES[kind]
+        return await self._list(res, keep, "*" if issubclass(res, NamespacedResource) else None)
 
     async def _list(self, res: Any, keep: Keep, namespace: str | None = None, labels: str = "") -> list[dict[str, Any]]:
         """A list read in pages of LIST_PAGE (``namespace`` "*": every namespace), each object
@@ -350,6 +354,31 @@ class Kube:
                 force=True,
             ),
         )
+
+    async def merge_patch(
+        self, kind: str, namespace: str | None, name: str, patch: dict[str, Any], status: bool = False
+    ) -> dict[str, Any] | None:
+        """A JSON merge patch of an object (of its status subresource with ``status``); a
+        ``metadata.resourceVersion`` in the patch makes it conditional (409 when the object moved
+        on). None when the object is gone."""
+        res = RESOURCES[kind]
+        try:
+            result = await self._call(
+                "patch",
+                self._client.patch(
+                    res.Status if status else res,
+                    name,
+                    patch,
+                    namespace=namespace,
+                    patch_type=PatchType.MERGE,
+                    field_manager=field_manager(self._controller),
+                ),
+            )
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        return dict(result.to_dict())
 
     async def validating_webhooks(self) -> set[str]:
         """The names of every validating admission webhook registered (of every configuration)."""

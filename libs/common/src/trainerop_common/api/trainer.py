@@ -459,6 +459,8 @@ class QuotaStatus(K8sModel):
     placement_score: PlacementScore | None = Field(
         default=None, description="How the admitted pods sit in the interconnect; absent without a placement."
     )
+    workload: str | None = Field(default=None, description="The Kueue Workload the run is admitted through.")
+    cluster_queue: str | None = Field(default=None, description="The Kueue ClusterQueue that admitted it.")
     contribution: Contribution | None = None
 
 

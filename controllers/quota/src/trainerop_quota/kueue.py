@@ -1,0 +1,307 @@
+"""Trainers Kueue admits (docs/design/placement.md, decision 6), pure: the Workload a Trainer is
+reported to Kueue as, the quota decision that Workload's status makes, and what the controller
+writes back to Kueue (the reservation given back after an eviction, the run's end).
+
+A Trainer with the label ``kueue.x-k8s.io/queue-name`` is not planned: Kueue decides. Until its
+Workload is admitted the QuotaAdmitted gate stays closed (``WaitingForKueue``, with Kueue's own
+message); once admitted, the flavors' node labels and tolerations and the admission checks' pod
+set updates become the quota's pod contribution, and the grant's id names the admission, so a
+new admission after an eviction makes new pods.
+"""
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainerop_common.api import API_VERSION
+from trainerop_common.contracts import TRAINING_CONTAINER
+from trainerop_common.names import child_name
+from trainerop_common.topology import Role
+
+from .capacity import quantity_text
+from .ledger import shape
+from .model import Decision, TrainerInfo, condition, over
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"
+WORKLOAD_API = f"{GROUP}/{VERSION}"
+# The Trainer generation a Workload was made for: a spec changed before admission makes it anew.
+GENERATION_ANNOTATION = "trainer.operator.kubeflow.org/trainer-generation"
+MAX_POD_SETS = 8  # Kueue's limit on a Workload's pod sets
+
+
+@dataclass(frozen=True)
+class PodSetAdmission:
+    count: int
+    flavors: Mapping[str, str]  # resource -> ResourceFlavor name
+
+
+@dataclass(frozen=True)
+class PodSetUpdate:
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """What the decision reads of a Trainer's Workload."""
+
+    name: str
+    generation: int  # the Trainer generation it was made for
+    cluster_queue: str | None = None  # set while Kueue holds a reservation for it
+    admitted: bool = False  # quota reserved and every admission check ready
+    admitted_time: str | None = None  # when the Admitted condition last turned True
+    pending_message: str = ""  # Kueue's word on why it is not admitted (QuotaReserved False)
+    evicted: str | None = None  # Evicted True: Kueue's message
+    finished: bool = False
+    pod_sets: Mapping[str, PodSetAdmission] = field(default_factory=dict)
+    updates: Mapping[str, PodSetUpdate] = field(default_factory=dict)
+    admission_hash: str = ""
+    active: bool = True  # spec.active: False once deactivated (the run suspended)
+
+
+@dataclass(frozen=True)
+class FlavorView:
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+
+
+def queue_of(labels: Mapping[str, str] | None) -> str | None:
+    queue = (labels or {}).get(QUEUE_LABEL)
+    return queue or None
+
+
+def workload_name(t: TrainerInfo) -> str:
+    return child_name(t.name, "trainer", t.uid[:8])
+
+
+def _conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(c.get("type")): c for c in status.get("conditions") or ()}
+
+
+def workload_view(body: Mapping[str, Any]) -> WorkloadView:
+    meta, status = body["metadata"], body.get("status") or {}
+    conditions = _conditions(status)
+
+    def true(kind: str) -> bool:
+        return conditions.get(kind, {}).get("status") == "True"
+
+    admission = status.get("admission") or {}
+    pod_sets = {
+        str(a["name"]): PodSetAdmission(int(a.get("count") or 0), dict(a.get("flavors") or {}))
+        for a in admission.get("podSetAssignments") or ()
+    }
+    updates: dict[str, PodSetUpdate] = {}
+    for check in status.get("admissionChecks") or ():
+        for u in check.get("podSetUpdates") or ():
+            updates[str(u["name"])] = _merge_update(updates.get(str(u["name"])), u)
+    return WorkloadView(
+        name=meta["name"],
+        generation=int((meta.get("annotations") or {}).get(GENERATION_ANNOTATION) or 0),
+        cluster_queue=admission.get("clusterQueue") if true("QuotaReserved") else None,
+        admitted=true("Admitted"),
+        admitted_time=conditions["Admitted"].get("lastTransitionTime") if true("Admitted") else None,
+        pending_message=str(conditions.get("QuotaReserved", {}).get("message") or ""),
+        evicted=str(conditions["Evicted"].get("message") or "evicted") if true("Evicted") else None,
+        finished=true("Finished"),
+        pod_sets=pod_sets,
+        updates=updates,
+        active=(body.get("spec") or {}).get("active") is not False,
+        admission_hash=hashlib.sha256(json.dumps(admission, sort_keys=True).encode()).hexdigest()[:10],
+    )
+
+
+def _merge_update(before: PodSetUpdate | None, update: Mapping[str, Any]) -> PodSetUpdate:
+    b = before or PodSetUpdate()
+    return PodSetUpdate(
+        labels={**b.labels, **(update.get("labels") or {})},
+        annotations={**b.annotations, **(update.get("annotations") or {})},
+        node_selector={**b.node_selector, **(update.get("nodeSelector") or {})},
+        tolerations=[*b.tolerations, *(update.get("tolerations") or ())],
+    )
+
+
+def flavor_view(body: Mapping[str, Any]) -> FlavorView:
+    spec = body.get("spec") or {}
+    return FlavorView(body["metadata"]["name"], dict(spec.get("nodeLabels") or {}), list(spec.get("tolerations") or ()))
+
+
+def pod_set_name(role: Role) -> str:
+    return str(role)
+
+
+def workload_manifest(t: TrainerInfo, queue: str) -> dict[str, Any]:
+    """The Workload that reports the run to Kueue: one pod set per role, each with the pod's
+    requests, node selector and tolerations as the trainer will create it; owned by the Trainer."""
+    s = shape(t, max(t.spec.topology.workers, 0), None)
+    profile_tolerations = (t.profile.tolerations if t.profile else None) or ()
+    tolerations = [tol.model_dump(by_alias=True, exclude_none=True) for tol in profile_tolerations]
+    pod_sets = []
+    for role, count in s.counts.items():
+        requests = {k: quantity_text(v) for k, v in sorted(s.requests[role].items()) if k != "pods"}
+        container = {"name": TRAINING_CONTAINER[t.spec.framework], "resources": {"requests": requests}}
+        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        if s.selectors[role]:
+            pod_spec["nodeSelector"] = dict(s.selectors[role])
+        if tolerations:
+            pod_spec["tolerations"] = tolerations
+        pod_sets.append({"name": pod_set_name(role), "count": count, "template": {"spec": pod_spec}})
+    return {
+        "apiVersion": WORKLOAD_API,
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(t),
+            "namespace": t.namespace,
+            "annotations": {GENERATION_ANNOTATION: str(t.generation)},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "Trainer",
+                    "name": t.name,
+                    "uid": t.uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"queueName": queue, "podSets": pod_sets[:MAX_POD_SETS]},
+    }
+
+
+def decide(t: TrainerInfo, queue: str, w: WorkloadView | None, flavors: Mapping[str, FlavorView]) -> Decision:
+    """The quota decision for a run Kueue admits: waiting for its Workload's admission, admitted
+    with the flavors' and admission checks' pod contribution, or evicted (its grant withdrawn, so
+    the trainer stops its pods)."""
+    name = w.name if w is not None else workload_name(t)
+    if t.finished or t.deleting:
+        return Decision({"workload": name}, condition("True", "Released", "the run is over; Kueue is told so"))
+    if over(t):
+        message = f"the run is suspended: Workload {name} is deactivated, and it queues again when resumed"
+        return Decision({"workload": name}, condition("False", "Suspended", message))
+    if w is None or (w.generation != t.generation and w.cluster_queue is None):
+        message = f"reporting the run to Kueue as Workload {name} in LocalQueue {queue}"
+        return Decision({"workload": name}, condition("False", "WaitingForKueue", message))
+    if w.evicted is not None and w.cluster_queue is not None:  # until the pods are gone and it is given back
+        message = f"Kueue evicted Workload {w.name}: {w.evicted}; the run's pods are stopped and it queues again"
+        return Decision(
+            {"workload": w.name},
+            condition("False", "EvictedByKueue", message),
+            (("Warning", "EvictedByKueue", message),),
+        )
+    if not w.admitted or w.cluster_queue is None:
+        message = f"Workload {w.name} waits in LocalQueue {queue}" + (
+            f": {w.pending_message}" if w.pending_message else ""
+        )
+        return Decision({"workload": w.name}, condition("False", "WaitingForKueue", message))
+    pod, problem = contribution(w, flavors)
+    if problem is not None:
+        return Decision({"workload": w.name}, condition("False", "KueueAssignmentUnsupported", problem))
+    worker_set = w.pod_sets.get(pod_set_name("worker"))
+    workers = worker_set.count if worker_set is not None else t.spec.topology.workers
+    grant_id = f"kueue-{w.admission_hash}"
+    flavor_names = sorted({f for a in w.pod_sets.values() for f in a.flavors.values()})
+    flavors_used = ", ".join(flavor_names) or "none"
+    message = f"Kueue admitted Workload {w.name} to ClusterQueue {w.cluster_queue} (flavors: {flavors_used})"
+    quota = {
+        "workload": w.name,
+        "clusterQueue": w.cluster_queue,
+        "workers": workers,
+        "admittedTime": w.admitted_time,
+        "contribution": {"generation": t.generation, "pod": pod, "grant": {"id": grant_id, "workers": workers}},
+    }
+    return Decision(quota, condition("True", "AdmittedByKueue", message), (("Normal", "AdmittedByKueue", message),))
+
+
+def contribution(w: WorkloadView, flavors: Mapping[str, FlavorView]) -> tuple[dict[str, Any], str | None]:
+    """The pod fragment of an admission: every assigned flavor's node labels and tolerations and
+    the admission checks' updates. One fragment serves every role, so roles sent to flavors
+    whose node labels disagree cannot be honoured (and say so)."""
+    selector: dict[str, str] = {}
+    tolerations: list[Mapping[str, Any]] = []
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    for pod_set, admission in sorted(w.pod_sets.items()):
+        update = w.updates.get(pod_set, PodSetUpdate())
+        fragments = [flavors.get(f, FlavorView(f)) for f in sorted(set(admission.flavors.values()))]
+        wanted = [*((k, v) for f in fragments for k, v in f.node_labels.items()), *update.node_selector.items()]
+        for key, value in wanted:
+            if selector.setdefault(key, value) != value:
+                both = f"{key}={selector[key]} and {key}={value}"
+                return (
+                    {},
+                    f"Kueue assigned the pod sets to nodes labelled {both}; a Trainer's pods share one node selector",
+                )
+        for tol in [*(t for f in fragments for t in f.tolerations), *update.tolerations]:
+            if tol not in tolerations:
+                tolerations.append(tol)
+        labels.update(update.labels)
+        annotations.update(update.annotations)
+    pod = {"nodeSelector": selector, "tolerations": tolerations, "labels": labels, "annotations": annotations}
+    return {k: v for k, v in pod.items() if v}, None
+
+
+Verb = Literal["create", "replace", "release", "finish", "activate", "deactivate"]
+
+
+@dataclass(frozen=True)
+class WorkloadAction:
+    verb: Verb
+    namespace: str
+    name: str
+    body: Mapping[str, Any] = field(default_factory=dict)  # the manifest (create, replace)
+    reason: str = ""  # finish: Succeeded or Failed
+
+
+def actions(t: TrainerInfo, queue: str, w: WorkloadView | None, pods_left: bool) -> list[WorkloadAction]:
+    """What to write to Kueue for one run: its Workload made (again, when the spec changed before
+    any reservation), deactivated while the run is suspended, its reservation given back once an
+    evicted or suspended run's pods are gone, marked Finished when the run ends."""
+    if t.deleting:
+        return []  # the Workload goes with its owner
+    if w is None:
+        return [] if over(t) else [WorkloadAction("create", t.namespace, workload_name(t), workload_manifest(t, queue))]
+    if t.finished:
+        return [] if w.finished else [WorkloadAction("finish", t.namespace, w.name, reason=t.phase or "Succeeded")]
+    out: list[WorkloadAction] = []
+    suspended = t.spec.run_policy.suspend
+    if w.active == suspended:
+        out.append(WorkloadAction("deactivate" if suspended else "activate", t.namespace, w.name))
+    if w.cluster_queue is not None and w.evicted is not None and not pods_left:
+        out.append(WorkloadAction("release", t.namespace, w.name))
+    elif w.cluster_queue is None and w.generation != t.generation and not suspended:
+        out.append(WorkloadAction("replace", t.namespace, w.name, workload_manifest(t, queue)))
+    return out
+
+
+def _set(conditions: list[dict[str, Any]], kind: str, status: str, reason: str, message: str, now: str) -> None:
+    """Set one condition of a list in place (its transition time kept when its status holds)."""
+    for c in conditions:
+        if c.get("type") == kind:
+            if c.get("status") != status:
+                c["lastTransitionTime"] = now
+            c.update(status=status, reason=reason, message=message)
+            return
+    conditions.append({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now})
+
+
+def status_patch(body: Mapping[str, Any], action: WorkloadAction, now: str) -> dict[str, Any]:
+    """The merge patch of a Workload's status for ``release`` (an evicted run's pods are gone: its
+    reservation given back, as Kueue's job integrations do) or ``finish`` (the run ended);
+    conditional on the version read, so Kueue's own writes meanwhile are not overwritten."""
+    conditions = [dict(c) for c in (body.get("status") or {}).get("conditions") or ()]
+    patch: dict[str, Any] = {"metadata": {"resourceVersion": body["metadata"]["resourceVersion"]}}
+    if action.verb == "finish":
+        message = f"the Trainer's run {action.reason.lower()}"
+        _set(conditions, "Finished", "True", action.reason, message, now)
+        patch["status"] = {"conditions": conditions}
+        return patch
+    message = "the run's pods are stopped after the eviction; the quota reservation is given back"
+    _set(conditions, "QuotaReserved", "False", "Pending", message, now)
+    _set(conditions, "Admitted", "False", "NoReservation", "the Workload has no quota reservation", now)
+    patch["status"] = {"conditions": conditions, "admission": None}
+    return patch

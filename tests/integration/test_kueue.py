@@ -1,0 +1,162 @@
+"""Kueue admits the Trainers that name a LocalQueue (docs/quota.md#kueue), against the real Kueue
+manager built from its Go module (testbed/kueue.py) and run as a local process: a run waits with
+Kueue's own message until its Workload is admitted, then starts on its flavor's nodes with its
+tolerations; a suspended run gives its quota back to the next; the run's end marks its Workload
+Finished, which frees the quota too."""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed import cluster as cluster_tool
+from testbed import kueue, localdev
+from tests.harness import REPO, Cluster, condition, eventually
+from tests.integration.test_client import finishing_after
+from tests.integration.test_deploy import with_component
+from tests.integration.test_quota import GPU, pods_of, quota, run
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DOMAIN = f"{cluster_tool.LABEL_PREFIX}/nvlink-domain"
+TOLERATION = {"key": "example.com/kueue-flavor", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def kueue_manager(cluster: Cluster) -> Iterator[None]:
+    try:
+        kueue.start(cluster_tool.RUN_DIR, localdev.kubectl)
+    except cluster_tool.ClusterError as err:
+        pytest.fail(str(err))
+    cluster.kubectl("apply", "-f", str(REPO / "deploy" / "components" / "kueue" / "rbac.yaml"))
+    localdev.restart("quota", {"TRAINEROP_KUEUE": "true"})
+    try:
+        yield
+    finally:
+        localdev.restart("quota")
+        kueue.stop(cluster_tool.RUN_DIR, localdev.kubectl)
+
+
+def queues(cluster: Cluster, namespace: str, gpus: int, domain: str) -> None:
+    """A ResourceFlavor of one NVLink domain's nodes (with a toleration for its pods), a
+    ClusterQueue of ``gpus`` GPUs of it for ``namespace``, and the LocalQueue ``team`` there."""
+    flavor = f"{namespace}-flavor"
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": {DOMAIN: domain}, "tolerations": [TOLERATION]},
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": namespace},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [{"name": flavor, "resources": [{"name": GPU, "nominalQuota": gpus}]}],
+                    }
+                ],
+            },
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team"},
+            "spec": {"clusterQueue": namespace},
+        },
+        namespace,
+    )
+
+
+def queued(name: str, **spec: Any) -> dict[str, Any]:
+    body = run(name, **spec)
+    body["metadata"]["labels"] = {QUEUE_LABEL: "team"}
+    return body
+
+
+def gate(cluster: Cluster, namespace: str, name: str, reason: str) -> dict[str, Any] | None:
+    got = quota(cluster, namespace, name)[1]
+    return got if got.get("reason") == reason else None
+
+
+def workload(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return cluster.get("workload", name, namespace)
+
+
+def test_kueue_admits_runs_in_its_queue_and_they_go_where_its_flavor_says(
+    cluster: Cluster, namespace: str, kueue_manager: None
+) -> None:
+    queues(cluster, namespace, gpus=8, domain="nvl-6")
+    cluster.apply(queued("first"), namespace)
+    admitted = eventually(lambda: gate(cluster, namespace, "first", "AdmittedByKueue"), what="first admitted by Kueue")
+    q = quota(cluster, namespace, "first")[0]
+    assert (q["clusterQueue"], admitted["status"]) == (namespace, "True")
+    assert f"to ClusterQueue {namespace} (flavors: {namespace}-flavor)" in admitted["message"]
+    wl = workload(cluster, namespace, q["workload"])
+    assert wl["spec"]["queueName"] == "team"
+    assert [(s["name"], s["count"]) for s in wl["spec"]["podSets"]] == [("worker", 1)]
+    assert wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"] == {GPU: "8"}
+    assert wl["metadata"]["ownerReferences"][0]["kind"] == "Trainer"
+    (pod,) = eventually(lambda: [p for p in pods_of(cluster, namespace, "first") if p["spec"].get("nodeName")])
+    assert pod["spec"]["nodeSelector"][DOMAIN] == "nvl-6"
+    assert TOLERATION in pod["spec"]["tolerations"]
+    assert pod["spec"]["nodeName"] in ("kwok-gpu-12", "kwok-gpu-13")
+
+    cluster.apply(queued("second"), namespace)
+
+    def kueue_says(want: str) -> dict[str, Any] | None:
+        got = gate(cluster, namespace, "second", "WaitingForKueue")
+        return got if got is not None and want in got["message"] else None
+
+    waiting = eventually(lambda: kueue_says("insufficient unused quota for nvidia.com/gpu"), what="Kueue's reason")
+    assert waiting["status"] == "False"
+    assert pods_of(cluster, namespace, "second") == []
+
+    # Suspended, the first gives its quota back (its Workload deactivated, evicted, released).
+    suspend = '{"spec":{"runPolicy":{"suspend":true}}}'
+    cluster.kubectl("patch", "trainer", "first", "-n", namespace, "--type=merge", "-p", suspend)
+    eventually(
+        lambda: gate(cluster, namespace, "second", "AdmittedByKueue"), what="second admitted after the suspension"
+    )
+    eventually(lambda: len(pods_of(cluster, namespace, "second")) == 1, what="second's pod")
+    assert pods_of(cluster, namespace, "first") == []
+    first = workload(cluster, namespace, quota(cluster, namespace, "first")[0]["workload"])
+    assert first["spec"]["active"] is False
+    assert "admission" not in first.get("status", {})
+
+
+def test_a_finished_run_marks_its_workload_finished_and_frees_the_quota(
+    cluster: Cluster, namespace: str, kueue_manager: None
+) -> None:
+    queues(cluster, namespace, gpus=8, domain="nvl-7")
+    cluster.apply(queued("short", **finishing_after(5)), namespace)
+    eventually(lambda: gate(cluster, namespace, "short", "AdmittedByKueue"), what="short admitted")
+    cluster.apply(queued("next"), namespace)
+    eventually(lambda: gate(cluster, namespace, "short", "Released"), timeout=120, what="short over")
+    name = quota(cluster, namespace, "short")[0]["workload"]
+    finished = eventually(lambda: condition(workload(cluster, namespace, name), "Finished"), what="Workload Finished")
+    assert (finished["status"], finished["reason"]) == ("True", "Succeeded")
+    eventually(lambda: gate(cluster, namespace, "next", "AdmittedByKueue"), what="next admitted once short ended")
+
+
+def test_the_kueue_component_turns_it_on_for_the_quota_controller(cluster: Cluster, tmp_path: Path) -> None:
+    """deploy/components/kueue on the dev overlay: the flag and the RBAC, accepted by the API server."""
+    overlay, objects = with_component(cluster, tmp_path, "dev", "kueue")
+    (deployment,) = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "trainer-operator-quota"
+    ]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TRAINEROP_KUEUE"] == "true"
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("kueue")]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "trainer-operator-quota", "namespace": "trainer-operator-system"}
+    ]
+    cluster.kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts", "-k", str(overlay))

@@ -1,0 +1,248 @@
+"""Runs Kueue admits (trainerop_quota.kueue): the Workload a Trainer is reported as, the quota
+decision its status makes, and what is written back to Kueue."""
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tests.factories import trainer_spec
+from tests.unit.test_decide_quota import GPU, world
+from trainerop_quota import kueue
+from trainerop_quota.decide import TrainerInfo, plan
+from trainerop_quota.kueue import FlavorView, PodSetAdmission, PodSetUpdate, WorkloadView
+
+NOW = "2026-12-05T00:00:00Z"
+WL = "job-trainer-uid-job"
+FLAVORS = {
+    "a100": FlavorView("a100", {"gpu": "a100"}, [{"key": "a100", "operator": "Exists", "effect": "NoSchedule"}]),
+    "h100": FlavorView("h100", {"gpu": "h100"}),
+    "zone-a": FlavorView("zone-a", {"zone": "a"}),
+}
+
+
+def job(**extra: Any) -> TrainerInfo:
+    s = trainer_spec(
+        resources={"requests": {"cpu": 4}, "limits": {GPU: 8}}, topology={"workers": 3}, framework="pytorch"
+    )
+    return TrainerInfo(
+        uid="uid-job", namespace="team-a", name="job", generation=2, created=NOW, spec=s, queue="team", **extra
+    )
+
+
+def admitted(flavors: dict[str, dict[str, str]], **extra: Any) -> WorkloadView:
+    return WorkloadView(
+        name=WL,
+        generation=2,
+        cluster_queue="cq",
+        admitted=True,
+        admitted_time=NOW,
+        pod_sets={name: PodSetAdmission(1 if name == "master" else 3, f) for name, f in flavors.items()},
+        admission_hash="abc",
+        **extra,
+    )
+
+
+ONE_FLAVOR = {"master": {GPU: "a100", "cpu": "a100"}, "worker": {GPU: "a100", "cpu": "a100"}}
+SUSPENDED = trainer_spec(resources={"limits": {GPU: 8}}, topology={"workers": 3}, runPolicy={"suspend": True})
+
+DECISIONS: list[tuple[str, TrainerInfo, WorkloadView | None, str, str, str]] = [
+    # (case, trainer, its workload, condition status, reason, in the message)
+    ("not reported yet", job(), None, "False", "WaitingForKueue", f"as Workload {WL} in LocalQueue team"),
+    (
+        "queued, with Kueue's word",
+        job(),
+        WorkloadView(WL, 2, pending_message="insufficient unused quota for nvidia.com/gpu"),
+        "False",
+        "WaitingForKueue",
+        f"Workload {WL} waits in LocalQueue team: insufficient unused quota",
+    ),
+    ("admitted", job(), admitted(ONE_FLAVOR), "True", "AdmittedByKueue", "to ClusterQueue cq (flavors: a100)"),
+    (
+        "reserved, an admission check still pending",
+        job(),
+        replace(admitted(ONE_FLAVOR), admitted=False),
+        "False",
+        "WaitingForKueue",
+        "waits in LocalQueue team",
+    ),
+    (
+        "evicted, its pods still to stop",
+        job(),
+        admitted(ONE_FLAVOR, evicted="Preempted to accommodate a higher priority Workload"),
+        "False",
+        "EvictedByKueue",
+        "Preempted to accommodate a higher priority Workload; the run's pods are stopped",
+    ),
+    (
+        "evicted and given back: queued again",
+        job(),
+        WorkloadView(WL, 2, evicted="Preempted", pending_message="couldn't assign flavors"),
+        "False",
+        "WaitingForKueue",
+        "couldn't assign flavors",
+    ),
+    (
+        "roles sent to flavors whose labels disagree",
+        job(),
+        admitted({"master": {GPU: "a100"}, "worker": {GPU: "h100"}}),
+        "False",
+        "KueueAssignmentUnsupported",
+        "gpu=a100 and gpu=h100",
+    ),
+    ("over", job(finished=NOW, phase="Succeeded"), admitted(ONE_FLAVOR), "True", "Released", "the run is over"),
+    ("suspended", replace(job(), spec=SUSPENDED), admitted(ONE_FLAVOR), "False", "Suspended", "deactivated"),
+]
+
+
+@pytest.mark.parametrize(("case", "t", "w", "status", "reason", "message"), DECISIONS, ids=[r[0] for r in DECISIONS])
+def test_the_quota_decision_follows_the_workload(
+    case: str, t: TrainerInfo, w: WorkloadView | None, status: str, reason: str, message: str
+) -> None:
+    d = kueue.decide(t, "team", w, FLAVORS)
+    assert (d.condition.status, d.condition.reason) == (status, reason), case
+    assert message in d.condition.message, case
+    assert d.quota["workload"] == WL
+    granted = (d.quota.get("contribution") or {}).get("grant")
+    assert (granted is not None) == (reason == "AdmittedByKueue"), case  # no grant: the trainer stops its pods
+
+
+def test_an_admission_contributes_its_flavors_labels_and_tolerations_and_the_checks_updates() -> None:
+    w = admitted(
+        {"master": {GPU: "a100"}, "worker": {GPU: "a100", "cpu": "zone-a"}},
+        updates={"worker": PodSetUpdate(labels={"team": "a"}, node_selector={"rack": "7"})},
+    )
+    d = kueue.decide(job(), "team", w, FLAVORS)
+    assert d.quota["contribution"] == {
+        "generation": 2,
+        "pod": {
+            "nodeSelector": {"gpu": "a100", "rack": "7", "zone": "a"},
+            "tolerations": [{"key": "a100", "operator": "Exists", "effect": "NoSchedule"}],
+            "labels": {"team": "a"},
+        },
+        "grant": {"id": "kueue-abc", "workers": 3},
+    }
+    assert (d.quota["clusterQueue"], d.quota["admittedTime"]) == ("cq", NOW)
+    assert d.events == (("Normal", "AdmittedByKueue", d.condition.message),)
+
+
+def test_the_workload_has_a_pod_set_per_role_with_the_pods_requests() -> None:
+    body = kueue.workload_manifest(job(), "team")
+    assert body["metadata"]["name"] == WL
+    assert body["metadata"]["annotations"] == {kueue.GENERATION_ANNOTATION: "2"}
+    assert body["metadata"]["ownerReferences"][0] | {} == {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "name": "job",
+        "uid": "uid-job",
+        "controller": True,
+    }
+    assert body["spec"]["queueName"] == "team"
+    sets = {s["name"]: s for s in body["spec"]["podSets"]}
+    assert {n: s["count"] for n, s in sets.items()} == {"master": 1, "worker": 3}
+    container = sets["worker"]["template"]["spec"]["containers"][0]
+    assert container == {"name": "pytorch", "resources": {"requests": {"cpu": "4", GPU: "8"}}}
+
+
+def test_kueue_s_status_is_read_as_the_decision_needs_it() -> None:
+    body = {
+        "metadata": {"name": WL, "annotations": {kueue.GENERATION_ANNOTATION: "2"}},
+        "spec": {"active": True},
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved"},
+                {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": NOW},
+            ],
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [{"name": "worker", "count": 3, "flavors": {GPU: "a100"}}],
+            },
+            "admissionChecks": [
+                {"name": "prov", "state": "Ready", "podSetUpdates": [{"name": "worker", "nodeSelector": {"rack": "7"}}]}
+            ],
+        },
+    }
+    w = kueue.workload_view(body)
+    assert (w.generation, w.cluster_queue, w.admitted, w.admitted_time, w.evicted, w.active) == (
+        2,
+        "cq",
+        True,
+        NOW,
+        None,
+        True,
+    )
+    assert w.pod_sets == {"worker": PodSetAdmission(3, {GPU: "a100"})}
+    assert w.updates["worker"].node_selector == {"rack": "7"}
+
+
+ACTIONS: list[tuple[str, TrainerInfo, WorkloadView | None, bool, list[str]]] = [
+    # (case, trainer, its workload, its pods still there, the verbs)
+    ("a new run is reported", job(), None, False, ["create"]),
+    ("admitted and running: nothing", job(), admitted(ONE_FLAVOR), True, []),
+    ("the spec changed while queued: made again", job(), WorkloadView(WL, 1), False, ["replace"]),
+    ("the spec changed after admission: kept", job(), replace(admitted(ONE_FLAVOR), generation=1), True, []),
+    ("suspended: deactivated", replace(job(), spec=SUSPENDED), admitted(ONE_FLAVOR), True, ["deactivate"]),
+    ("resumed: activated", job(), WorkloadView(WL, 2, active=False), False, ["activate"]),
+    ("evicted, pods still there: wait", job(), admitted(ONE_FLAVOR, evicted="Preempted"), True, []),
+    ("evicted, pods gone: given back", job(), admitted(ONE_FLAVOR, evicted="Preempted"), False, ["release"]),
+    (
+        "suspended, evicted, pods gone",
+        replace(job(), spec=SUSPENDED),
+        admitted(ONE_FLAVOR, evicted="Deactivated", active=False),
+        False,
+        ["release"],
+    ),
+    ("the run ended: Finished", job(finished=NOW, phase="Failed"), admitted(ONE_FLAVOR), False, ["finish"]),
+    ("already Finished: nothing", job(finished=NOW), replace(admitted(ONE_FLAVOR), finished=True), False, []),
+    ("being deleted: the Workload goes with it", job(deleting=True), None, False, []),
+]
+
+
+@pytest.mark.parametrize(("case", "t", "w", "pods", "verbs"), ACTIONS, ids=[r[0] for r in ACTIONS])
+def test_what_is_written_to_kueue(
+    case: str, t: TrainerInfo, w: WorkloadView | None, pods: bool, verbs: list[str]
+) -> None:
+    assert [a.verb for a in kueue.actions(t, "team", w, pods)] == verbs, case
+
+
+def test_a_release_gives_the_reservation_back_conditionally_and_a_finish_says_how_it_ended() -> None:
+    body = {
+        "metadata": {"name": WL, "resourceVersion": "42"},
+        "status": {
+            "admission": {"clusterQueue": "cq"},
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "True",
+                    "reason": "QuotaReserved",
+                    "message": "",
+                    "lastTransitionTime": "t0",
+                },
+                {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "", "lastTransitionTime": "t1"},
+            ],
+        },
+    }
+    release = kueue.status_patch(body, kueue.WorkloadAction("release", "team-a", WL), NOW)
+    assert release["metadata"] == {"resourceVersion": "42"}
+    assert release["status"]["admission"] is None
+    by_type = {c["type"]: c for c in release["status"]["conditions"]}
+    assert (by_type["QuotaReserved"]["status"], by_type["QuotaReserved"]["lastTransitionTime"]) == ("False", NOW)
+    assert (by_type["Admitted"]["status"], by_type["Evicted"]["status"]) == ("False", "True")
+    finish = kueue.status_patch(body, kueue.WorkloadAction("finish", "team-a", WL, reason="Failed"), NOW)
+    finished = {c["type"]: c for c in finish["status"]["conditions"]}["Finished"]
+    assert (finished["status"], finished["reason"], finished["message"]) == (
+        "True",
+        "Failed",
+        "the Trainer's run failed",
+    )
+    assert "admission" not in finish["status"]
+
+
+def test_the_plan_leaves_kueue_s_runs_to_kueue_only_where_kueue_is_on() -> None:
+    t = job()
+    off = plan(world([t], []))
+    on = plan(replace(world([t], []), kueue=True, workloads={t.uid: admitted(ONE_FLAVOR)}, flavors=FLAVORS))
+    assert off.decisions[t.uid].condition.reason != "AdmittedByKueue"  # without --kueue the label is not read
+    assert on.decisions[t.uid].condition.reason == "AdmittedByKueue"
+    assert off.policies["team"].pending == 1
+    assert "team" not in on.policies  # the QuotaPolicy's summary does not count a run Kueue admits
