@@ -13,6 +13,7 @@ import pytest
 
 from testbed import cluster as cluster_tool
 from tests.factories import trainer_body
+from trainerop_common.api.base import PodContribution
 from trainerop_common.api.quota import PluginHint
 from trainerop_common.api.trainer import QuotaStatus
 from trainerop_placement.channel import serve
@@ -180,6 +181,21 @@ async def test_what_the_plugin_is_told() -> None:
     assert [(r.role, r.index, r.requests[GPU]) for r in asked.replicas] == [("worker", 0, 8.0), ("worker", 1, 8.0)]
     assert {n.name: n.free[GPU] for n in asked.cluster_load.nodes} == {n.name: 8.0 for n in NODES}
     assert asked.model.size_bytes == 0
+
+
+def test_the_plugin_is_told_the_claims_the_run_mounts() -> None:
+    """Data locality: each replica's own claim (spec.storage) and the claims its pods mount from
+    the profile and the pod template overrides (not the volumes that are no claim)."""
+    override = {"worker": {"spec": {"volumes": [{"name": "ds", "persistentVolumeClaim": {"claimName": "datasets"}}]}}}
+    s = spec(workers=2, storage={"size": "10Gi"}, podTemplateOverrides=override)
+    cache = [{"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}, {"name": "tmp", "emptyDir": {}}]
+    t = trainer("a", s, profile=PodContribution(volumes=cache))
+    free = {n.name: n.allocatable for n in NODES}
+    told = context(t, trainer_body("a", t.namespace, uid=t.uid), world([t], NODES), free, 0)
+    assert [r.volume_claim for r in told.replicas] == ["a-worker-0-data", "a-worker-1-data"]
+    assert list(told.data_locality.volume_claims) == ["datasets", "hf-cache"]
+    plain = context(trainer("b"), trainer_body("b"), world([], NODES), free, 0)
+    assert ([r.volume_claim for r in plain.replicas], list(plain.data_locality.volume_claims)) == (["", ""], [])
 
 
 def on(index: int, node: str) -> pb.ReplicaNode:

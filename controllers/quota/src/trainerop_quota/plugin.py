@@ -12,8 +12,9 @@ from typing import Any
 from grpc import aio
 from lightkube import ApiError
 
+from trainerop_common.names import replica_claim_name
 from trainerop_common.runtime import Body, Runtime
-from trainerop_common.topology import ROLES
+from trainerop_common.topology import ROLES, role_override
 from trainerop_placement.channel import PlacementClient
 from trainerop_placement.v1 import placement_pb2 as pb
 
@@ -34,13 +35,30 @@ def quantities(resources: Resources) -> dict[str, float]:
 
 
 def replicas(t: TrainerInfo) -> list[pb.Replica]:
-    """The run's replicas at its full size, in ring order, with each pod's requests."""
+    """The run's replicas at its full size, in ring order, with each pod's requests and its own
+    volume's claim (spec.storage)."""
     s = shape(t, t.spec.topology.workers, None)
     slots = sorted(s.slots(), key=ring_key)
     return [
-        pb.Replica(role=r, index=i, requests=quantities(s.requests[r]), node_selector=dict(s.selectors[r]))
+        pb.Replica(
+            role=r,
+            index=i,
+            requests=quantities(s.requests[r]),
+            node_selector=dict(s.selectors[r]),
+            volume_claim=replica_claim_name(t.name, r, i) if t.spec.storage is not None else "",
+        )
         for r, i in slots
     ]
+
+
+def mounted_claims(t: TrainerInfo) -> list[str]:
+    """The PersistentVolumeClaims the run's pods mount besides their own: the profile's volumes and
+    each role's pod template override's, by name."""
+    volumes = [*((t.profile.volumes if t.profile else None) or ())]
+    for role in ROLES:
+        volumes += ((role_override(t.spec, role) or {}).get("spec") or {}).get("volumes") or []
+    claims = {str(claim) for v in volumes if (claim := (v.get("persistentVolumeClaim") or {}).get("claimName"))}
+    return sorted(claims)
 
 
 def context(
@@ -77,7 +95,9 @@ def context(
         model=pb.Model(size_bytes=model_bytes, step=int((status.get("checkpoint") or {}).get("latestStep") or 0)),
         cluster_load=pb.ClusterLoad(nodes=nodes),
         data_locality=pb.DataLocality(
-            checkpoint_location=checkpoint.bucket if checkpoint else "", previous_nodes=previous
+            checkpoint_location=checkpoint.bucket if checkpoint else "",
+            previous_nodes=previous,
+            volume_claims=mounted_claims(t),
         ),
         replicas=replicas(t),
         capacity_order=list(kinds),

@@ -28,7 +28,7 @@ from trainerop_common.contracts import (
     TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
 )
-from trainerop_common.names import OPERATOR, PART_OF, component
+from trainerop_common.names import OPERATOR, PART_OF, component, replica_claim_name
 from trainerop_common.topology import is_master_replica, role_override
 
 from .topology import Replica, framework_env, operator_env, port, rendezvous
@@ -329,7 +329,7 @@ def pod_manifest(
 
 
 def claim_name(owner: Owner, replica: Replica) -> str:
-    return f"{replica.name(owner.name)}-data"
+    return replica_claim_name(owner.name, replica.role, replica.index)
 
 
 def claim_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[str, Any]:

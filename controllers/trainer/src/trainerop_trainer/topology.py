@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.contracts import CONTRACTS
+from trainerop_common.names import replica_name
 from trainerop_common.topology import Role, has_master, leader, role_counts, shard_writers
 
 
@@ -33,8 +34,7 @@ class Replica:
     index: int
 
     def name(self, trainer: str) -> str:
-        """Pod name and hostname: <trainer>-<role>-<index>, as Kubeflow names them."""
-        return f"{trainer}-{self.role}-{self.index}"
+        return replica_name(trainer, self.role, self.index)
 
     def address(self, trainer: str, per_replica_services: bool = False) -> str:
         """The replica's stable DNS name in its namespace: its hostname under the Trainer's one

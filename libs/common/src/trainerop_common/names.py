@@ -45,3 +45,13 @@ def field_manager(controller: str) -> str:
 def service_account_user(controller: str) -> str:
     """The username the API server authenticates a controller's ServiceAccount as."""
     return f"system:serviceaccount:{OPERATOR_NAMESPACE}:{component(controller)}"
+
+
+def replica_name(trainer: str, role: str, index: int) -> str:
+    """A replica's pod name and hostname: <trainer>-<role>-<index>, as Kubeflow names them."""
+    return f"{trainer}-{role}-{index}"
+
+
+def replica_claim_name(trainer: str, role: str, index: int) -> str:
+    """The PersistentVolumeClaim of a replica's own storage (spec.storage), which outlives its pods."""
+    return f"{replica_name(trainer, role, index)}-data"

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&trainerop_placement/v1/placement.proto\x12\x16trainerop_placement.v1\"\xce\x02\n\rWorkerContext\x12\x33\n\x07trainer\x18\x01 \x01(\x0b\x32\".trainerop_placement.v1.TrainerRef\x12,\n\x05model\x18\x02 \x01(\x0b\x32\x1d.trainerop_placement.v1.Model\x12\x39\n\x0c\x63luster_load\x18\x03 \x01(\x0b\x32#.trainerop_placement.v1.ClusterLoad\x12;\n\rdata_locality\x18\x04 \x01(\x0b\x32$.trainerop_placement.v1.DataLocality\x12\x31\n\x08replicas\x18\x05 \x03(\x0b\x32\x1f.trainerop_placement.v1.Replica\x12\x16\n\x0e\x63\x61pacity_order\x18\x06 \x03(\t\x12\x17\n\x0ftopology_levels\x18\x07 \x03(\t\"\xd0\x01\n\nTrainerRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12>\n\x06labels\x18\x05 \x03(\x0b\x32..trainerop_placement.v1.TrainerRef.LabelsEntry\x12\x11\n\tframework\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\")\n\x05Model\x12\x12\n\nsize_bytes\x18\x01 \x01(\x03\x12\x0c\n\x04step\x18\x02 \x01(\x03\"\x97\x02\n\x07Replica\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12?\n\x08requests\x18\x03 \x03(\x0b\x32-.trainerop_placement.v1.Replica.RequestsEntry\x12H\n\rnode_selector\x18\x04 \x03(\x0b\x32\x31.trainerop_placement.v1.Replica.NodeSelectorEntry\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"C\n\x0b\x43lusterLoad\x12\x34\n\x05nodes\x18\x01 \x03(\x0b\x32%.trainerop_placement.v1.CandidateNode\"\x93\x03\n\rCandidateNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x41\n\x06labels\x18\x02 \x03(\x0b\x32\x31.trainerop_placement.v1.CandidateNode.LabelsEntry\x12K\n\x0b\x61llocatable\x18\x03 \x03(\x0b\x32\x36.trainerop_placement.v1.CandidateNode.AllocatableEntry\x12=\n\x04\x66ree\x18\x04 \x03(\x0b\x32/.trainerop_placement.v1.CandidateNode.FreeEntry\x12\x15\n\rcapacity_type\x18\x05 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a+\n\tFreeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"C\n\x0c\x44\x61taLocality\x12\x1b\n\x13\x63heckpoint_location\x18\x01 \x01(\t\x12\x16\n\x0eprevious_nodes\x18\x02 \x03(\t\"\x90\x01\n\rPlacementHint\x12\x35\n\x08replicas\x18\x01 \x03(\x0b\x32#.trainerop_placement.v1.ReplicaNode\x12\x38\n\tpreferred\x18\x02 \x03(\x0b\x32%.trainerop_placement.v1.PreferredTerm\x12\x0e\n\x06reason\x18\x03 \x01(\t\"8\n\x0bReplicaNode\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04node\x18\x03 \x01(\t\"d\n\rPreferredTerm\x12\x0e\n\x06weight\x18\x01 \x01(\x05\x12\x43\n\x11match_expressions\x18\x02 \x03(\x0b\x32(.trainerop_placement.v1.LabelRequirement\"A\n\x10LabelRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t2v\n\x12PlacementScheduler\x12`\n\x10SuggestPlacement\x12%.trainerop_placement.v1.WorkerContext\x1a%.trainerop_placement.v1.PlacementHintb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&trainerop_placement/v1/placement.proto\x12\x16trainerop_placement.v1\"\xce\x02\n\rWorkerContext\x12\x33\n\x07trainer\x18\x01 \x01(\x0b\x32\".trainerop_placement.v1.TrainerRef\x12,\n\x05model\x18\x02 \x01(\x0b\x32\x1d.trainerop_placement.v1.Model\x12\x39\n\x0c\x63luster_load\x18\x03 \x01(\x0b\x32#.trainerop_placement.v1.ClusterLoad\x12;\n\rdata_locality\x18\x04 \x01(\x0b\x32$.trainerop_placement.v1.DataLocality\x12\x31\n\x08replicas\x18\x05 \x03(\x0b\x32\x1f.trainerop_placement.v1.Replica\x12\x16\n\x0e\x63\x61pacity_order\x18\x06 \x03(\t\x12\x17\n\x0ftopology_levels\x18\x07 \x03(\t\"\xd0\x01\n\nTrainerRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12>\n\x06labels\x18\x05 \x03(\x0b\x32..trainerop_placement.v1.TrainerRef.LabelsEntry\x12\x11\n\tframework\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\")\n\x05Model\x12\x12\n\nsize_bytes\x18\x01 \x01(\x03\x12\x0c\n\x04step\x18\x02 \x01(\x03\"\xad\x02\n\x07Replica\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12?\n\x08requests\x18\x03 \x03(\x0b\x32-.trainerop_placement.v1.Replica.RequestsEntry\x12H\n\rnode_selector\x18\x04 \x03(\x0b\x32\x31.trainerop_placement.v1.Replica.NodeSelectorEntry\x12\x14\n\x0cvolume_claim\x18\x05 \x01(\t\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"C\n\x0b\x43lusterLoad\x12\x34\n\x05nodes\x18\x01 \x03(\x0b\x32%.trainerop_placement.v1.CandidateNode\"\x93\x03\n\rCandidateNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x41\n\x06labels\x18\x02 \x03(\x0b\x32\x31.trainerop_placement.v1.CandidateNode.LabelsEntry\x12K\n\x0b\x61llocatable\x18\x03 \x03(\x0b\x32\x36.trainerop_placement.v1.CandidateNode.AllocatableEntry\x12=\n\x04\x66ree\x18\x04 \x03(\x0b\x32/.trainerop_placement.v1.CandidateNode.FreeEntry\x12\x15\n\rcapacity_type\x18\x05 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a+\n\tFreeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"Z\n\x0c\x44\x61taLocality\x12\x1b\n\x13\x63heckpoint_location\x18\x01 \x01(\t\x12\x16\n\x0eprevious_nodes\x18\x02 \x03(\t\x12\x15\n\rvolume_claims\x18\x03 \x03(\t\"\x90\x01\n\rPlacementHint\x12\x35\n\x08replicas\x18\x01 \x03(\x0b\x32#.trainerop_placement.v1.ReplicaNode\x12\x38\n\tpreferred\x18\x02 \x03(\x0b\x32%.trainerop_placement.v1.PreferredTerm\x12\x0e\n\x06reason\x18\x03 \x01(\t\"8\n\x0bReplicaNode\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04node\x18\x03 \x01(\t\"d\n\rPreferredTerm\x12\x0e\n\x06weight\x18\x01 \x01(\x05\x12\x43\n\x11match_expressions\x18\x02 \x03(\x0b\x32(.trainerop_placement.v1.LabelRequirement\"A\n\x10LabelRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t2v\n\x12PlacementScheduler\x12`\n\x10SuggestPlacement\x12%.trainerop_placement.v1.WorkerContext\x1a%.trainerop_placement.v1.PlacementHintb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,31 +52,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODEL']._serialized_start=614
   _globals['_MODEL']._serialized_end=655
   _globals['_REPLICA']._serialized_start=658
-  _globals['_REPLICA']._serialized_end=937
-  _globals['_REPLICA_REQUESTSENTRY']._serialized_start=837
-  _globals['_REPLICA_REQUESTSENTRY']._serialized_end=884
-  _globals['_REPLICA_NODESELECTORENTRY']._serialized_start=886
-  _globals['_REPLICA_NODESELECTORENTRY']._serialized_end=937
-  _globals['_CLUSTERLOAD']._serialized_start=939
-  _globals['_CLUSTERLOAD']._serialized_end=1006
-  _globals['_CANDIDATENODE']._serialized_start=1009
-  _globals['_CANDIDATENODE']._serialized_end=1412
+  _globals['_REPLICA']._serialized_end=959
+  _globals['_REPLICA_REQUESTSENTRY']._serialized_start=859
+  _globals['_REPLICA_REQUESTSENTRY']._serialized_end=906
+  _globals['_REPLICA_NODESELECTORENTRY']._serialized_start=908
+  _globals['_REPLICA_NODESELECTORENTRY']._serialized_end=959
+  _globals['_CLUSTERLOAD']._serialized_start=961
+  _globals['_CLUSTERLOAD']._serialized_end=1028
+  _globals['_CANDIDATENODE']._serialized_start=1031
+  _globals['_CANDIDATENODE']._serialized_end=1434
   _globals['_CANDIDATENODE_LABELSENTRY']._serialized_start=567
   _globals['_CANDIDATENODE_LABELSENTRY']._serialized_end=612
-  _globals['_CANDIDATENODE_ALLOCATABLEENTRY']._serialized_start=1317
-  _globals['_CANDIDATENODE_ALLOCATABLEENTRY']._serialized_end=1367
-  _globals['_CANDIDATENODE_FREEENTRY']._serialized_start=1369
-  _globals['_CANDIDATENODE_FREEENTRY']._serialized_end=1412
-  _globals['_DATALOCALITY']._serialized_start=1414
-  _globals['_DATALOCALITY']._serialized_end=1481
-  _globals['_PLACEMENTHINT']._serialized_start=1484
-  _globals['_PLACEMENTHINT']._serialized_end=1628
-  _globals['_REPLICANODE']._serialized_start=1630
-  _globals['_REPLICANODE']._serialized_end=1686
-  _globals['_PREFERREDTERM']._serialized_start=1688
-  _globals['_PREFERREDTERM']._serialized_end=1788
-  _globals['_LABELREQUIREMENT']._serialized_start=1790
-  _globals['_LABELREQUIREMENT']._serialized_end=1855
-  _globals['_PLACEMENTSCHEDULER']._serialized_start=1857
-  _globals['_PLACEMENTSCHEDULER']._serialized_end=1975
+  _globals['_CANDIDATENODE_ALLOCATABLEENTRY']._serialized_start=1339
+  _globals['_CANDIDATENODE_ALLOCATABLEENTRY']._serialized_end=1389
+  _globals['_CANDIDATENODE_FREEENTRY']._serialized_start=1391
+  _globals['_CANDIDATENODE_FREEENTRY']._serialized_end=1434
+  _globals['_DATALOCALITY']._serialized_start=1436
+  _globals['_DATALOCALITY']._serialized_end=1526
+  _globals['_PLACEMENTHINT']._serialized_start=1529
+  _globals['_PLACEMENTHINT']._serialized_end=1673
+  _globals['_REPLICANODE']._serialized_start=1675
+  _globals['_REPLICANODE']._serialized_end=1731
+  _globals['_PREFERREDTERM']._serialized_start=1733
+  _globals['_PREFERREDTERM']._serialized_end=1833
+  _globals['_LABELREQUIREMENT']._serialized_start=1835
+  _globals['_LABELREQUIREMENT']._serialized_end=1900
+  _globals['_PLACEMENTSCHEDULER']._serialized_start=1902
+  _globals['_PLACEMENTSCHEDULER']._serialized_end=2020
 # @@protoc_insertion_point(module_scope)

@@ -206,9 +206,14 @@ class Replica(_message.Message):
     INDEX_FIELD_NUMBER: _builtins.int
     REQUESTS_FIELD_NUMBER: _builtins.int
     NODE_SELECTOR_FIELD_NUMBER: _builtins.int
+    VOLUME_CLAIM_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """master, worker, ps, chief, evaluator"""
     index: _builtins.int
+    volume_claim: _builtins.str
+    """The replica's own PersistentVolumeClaim (spec.storage: <trainer>-<role>-<index>-data), which
+    outlives its pods; empty without one. A volume bound in one zone is reached only from there.
+    """
     @_builtins.property
     def requests(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """resource name -> amount"""
@@ -222,10 +227,11 @@ class Replica(_message.Message):
         index: _builtins.int = ...,
         requests: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         node_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        volume_claim: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "node_selector", b"node_selector", "requests", b"requests", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "node_selector", b"node_selector", "requests", b"requests", "role", b"role", "volume_claim", b"volume_claim"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -356,6 +362,7 @@ class DataLocality(_message.Message):
 
     CHECKPOINT_LOCATION_FIELD_NUMBER: _builtins.int
     PREVIOUS_NODES_FIELD_NUMBER: _builtins.int
+    VOLUME_CLAIMS_FIELD_NUMBER: _builtins.int
     checkpoint_location: _builtins.str
     """Where the run's checkpoints are stored: spec.checkpoint.bucket (an S3 URI or a
     PersistentVolumeClaim's name); empty: the run has no checkpoints.
@@ -364,15 +371,22 @@ class DataLocality(_message.Message):
     def previous_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Nodes the run's pods are on or were last on (a restart or a move), by name."""
 
+    @_builtins.property
+    def volume_claims(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """PersistentVolumeClaims every replica mounts (the profile's and the pod template overrides'
+        volumes), by name; each replica's own claim is in Replica.volume_claim.
+        """
+
     def __init__(
         self,
         *,
         checkpoint_location: _builtins.str = ...,
         previous_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        volume_claims: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_location", b"checkpoint_location", "previous_nodes", b"previous_nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_location", b"checkpoint_location", "previous_nodes", b"previous_nodes", "volume_claims", b"volume_claims"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
