@@ -12,6 +12,7 @@ import pytest
 
 from testbed import localdev
 from tests.harness import REPO, Cluster, eventually
+from trainerop_common.api import API_VERSION
 
 from .test_quota import GPU, admitted_on, domain_free, events, placed_on, run
 
@@ -78,3 +79,17 @@ def test_a_run_goes_where_the_plugin_says(
     warned = [e for e in events(cluster, namespace) if e["reason"] == "PlacementPluginFailed"]
     assert [e["type"] for e in warned] == ["Warning"]
     assert warned[0]["message"].endswith("the built-in placement is used")
+
+
+def test_a_profile_that_skips_the_plugin_is_placed_without_asking(
+    cluster: Cluster, namespace: str, policy: Any, plugin: tuple[subprocess.Popen[bytes], int]
+) -> None:
+    """A TrainingProfile's placementPlugin: Skip — its runs are placed by the controller alone
+    while the plugin is up (the profile controller passes the choice on in status.profile)."""
+    policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="OnDemandOnly")
+    profile = {"apiVersion": API_VERSION, "kind": "TrainingProfile", "metadata": {"name": "no-plugin"}}
+    cluster.apply(profile | {"spec": {"placementPlugin": "Skip"}}, namespace)
+    cluster.apply(run("skipped", workers=1, gpus=8, profile="no-plugin"), namespace)
+    q = eventually(lambda: admitted_on(cluster, namespace, "skipped", "on-demand"), what="the admission")
+    assert "plugin" not in (q.get("placementScore") or {})
+    assert cluster.get("trainer", "skipped", namespace)["status"]["profile"]["placementPlugin"] == "Skip"

@@ -124,6 +124,13 @@ def test_profile_becomes_a_pod_contribution_for_the_generation() -> None:
     assert "overrides" not in section
 
 
+@pytest.mark.parametrize("choice", ["Ask", "Skip", None])
+def test_the_profile_s_placement_plugin_choice_is_passed_on_to_the_quota_controller(choice: str | None) -> None:
+    spec = profile(placementPlugin=choice) if choice else SEED_SPEC
+    section = resolve("ns", trainer(), 7, found(spec), ALL_SECRETS).status["profile"]
+    assert section.get("placementPlugin") == choice
+
+
 def test_a_cluster_profile_is_named_as_such() -> None:
     d = resolve("ns", trainer(), 1, found(kind="ClusterTrainingProfile"), ALL_SECRETS)
     assert d.status["profile"]["kind"] == "ClusterTrainingProfile"

@@ -843,3 +843,14 @@ def test_twenty_gangs_on_a_nearly_full_cluster_never_hold_gpus_they_cannot_use()
     waiting = [result.decisions[t.uid] for t in runs if t not in admitted_runs]
     assert {(d.condition.status, d.condition.reason) for d in waiting} == {("False", "WaitingForCapacity")}
     assert all("contribution" not in d.quota for d in waiting)
+
+
+def test_a_run_naming_a_profile_is_pending_until_the_profile_answers_for_its_generation() -> None:
+    body = trainer_body("a", "team-a", profile="p")
+    assert trainer_info(body).profile_pending
+    body["status"] = {"profile": {"name": "p", "contribution": {"generation": 1}, "placementPlugin": "Skip"}}
+    info = trainer_info(body)
+    assert (info.profile_pending, info.placement_plugin) == (False, "Skip")
+    body["metadata"]["generation"] = 2
+    assert trainer_info(body).profile_pending
+    assert not trainer_info(trainer_body("b", "team-a")).profile_pending

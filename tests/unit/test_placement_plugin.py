@@ -6,6 +6,7 @@ plugin timed out, a plugin down, mutual TLS. The runtime's Event and spawn are r
 import asyncio
 import importlib.util
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from trainerop_quota.capacity import NodeInfo
 from trainerop_quota.config import QuotaConfig
 from trainerop_quota.decide import Observed, TrainerInfo, plan
 from trainerop_quota.ledger import Ledger
-from trainerop_quota.plugin import FAILED_EVENT, PlacementPlugin, context, suggestion
+from trainerop_quota.plugin import FAILED_EVENT, PlacementPlugin, context, suggestion, waiting
 
 from .test_decide_quota import GPU, node, policy, spec, trainer, world
 
@@ -196,6 +197,50 @@ def test_the_plugin_is_told_the_claims_the_run_mounts() -> None:
     assert list(told.data_locality.volume_claims) == ["datasets", "hf-cache"]
     plain = context(trainer("b"), trainer_body("b"), world([], NODES), free, 0)
     assert ([r.volume_claim for r in plain.replicas], list(plain.data_locality.volume_claims)) == (["", ""], [])
+
+
+@pytest.mark.parametrize(
+    ("default", "profile_says", "asked"),
+    [("Ask", None, True), ("Ask", "Skip", False), ("Skip", None, False), ("Skip", "Ask", True)],
+)
+async def test_a_profile_asks_for_the_plugin_or_skips_it(default: str, profile_says: Any, asked: bool) -> None:
+    """--placement-plugin-default, and a profile's placementPlugin over it: a run not to be asked
+    about is planned at once with the built-in placement."""
+    config = QuotaConfig(placement_plugin_address="localhost:1", placement_plugin_default=default)
+    runtime = Recorded()
+    adapter = PlacementPlugin(runtime, config, lambda: None)  # type: ignore[arg-type]
+    t, body, obs = waiting_run()
+    t = replace(t, placement_plugin=profile_says)
+    view = adapter.round(replace(obs, trainers=[t]), {t.uid: body})
+    assert (view.asking == {t.uid}) is asked
+    assert (t.uid in plan(view).decisions) is not asked
+    for task in runtime.tasks:
+        task.cancel()
+    await adapter.close()
+
+
+async def test_a_run_whose_profile_has_not_answered_is_held_until_it_does() -> None:
+    """Whether to ask depends on the profile: until its answer for the run's generation is written,
+    the run is neither asked about nor admitted with the built-in placement."""
+    config = QuotaConfig(placement_plugin_address="localhost:1", placement_plugin_default="Skip")
+    runtime = Recorded()
+    adapter = PlacementPlugin(runtime, config, lambda: None)  # type: ignore[arg-type]
+    t, body, obs = waiting_run()
+    pending = replace(t, profile_pending=True)
+    view = adapter.round(replace(obs, trainers=[pending]), {t.uid: body})
+    assert view.asking == {t.uid}
+    assert runtime.tasks == []
+    assert t.uid not in plan(view).decisions
+    answered = adapter.round(replace(obs, trainers=[replace(t, placement_plugin="Skip")]), {t.uid: body})
+    assert t.uid in plan(answered).decisions
+    await adapter.close()
+
+
+def test_a_run_kueue_admits_is_not_asked_about() -> None:
+    t, _, obs = waiting_run()
+    queued = replace(t, queue="team")
+    assert waiting(queued, obs)  # without --kueue the label is not read
+    assert not waiting(queued, replace(obs, kueue=True, trainers=[queued]))
 
 
 def on(index: int, node: str) -> pb.ReplicaNode:

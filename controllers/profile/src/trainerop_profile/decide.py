@@ -289,6 +289,8 @@ def _resolved(obs: Observed, found: FoundProfile, section: dict[str, Any]) -> De
     if len(lost) > MAX_OVERRIDES:
         lost = [*lost[: MAX_OVERRIDES - 1], f"and {len(lost) - MAX_OVERRIDES + 1} more"]
     section["contribution"] = contribution(found.spec, obs.generation).to_k8s()
+    if found.spec.placement_plugin is not None:  # the quota controller reads it from here
+        section["placementPlugin"] = found.spec.placement_plugin
     note = (
         f" (not checked that Secret {', '.join(map(repr, unchecked))} exists: the controller may not get "
         f"Secrets in namespace {obs.namespace!r}; the trainer controller grants it there, with the RoleBinding "

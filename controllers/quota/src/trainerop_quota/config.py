@@ -6,6 +6,7 @@ from trainerop_common.config import flag, ordered_csv
 from trainerop_common.nodes import NODE_LOST_SECONDS
 
 UNGOVERNED_MODES = ("AllOrNothing", "AtOnce")
+PLUGIN_CHOICES = ("Ask", "Skip")
 # NVIDIA GPU feature discovery's NVLink multi-node domain, then the well-known zone label.
 TOPOLOGY_LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/zone")
 
@@ -41,6 +42,11 @@ class QuotaConfig:
         "",
         "host:port of a PlacementScheduler gRPC plugin (a sidecar: localhost:50051) asked where a run's replicas "
         "go before it is admitted; empty: none (docs/placement-plugins.md)",
+    )
+    placement_plugin_default: str = flag(
+        "Ask",
+        "whether the plugin is asked about runs whose profile does not say (its placementPlugin): Ask or Skip",
+        choices=PLUGIN_CHOICES,
     )
     placement_plugin_timeout: float = flag(
         1.0, "seconds the plugin has to answer; then the built-in placement is used and an Event says so"

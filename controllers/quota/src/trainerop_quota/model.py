@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainerop_common.api import Grant
-from trainerop_common.api.base import Condition, ConditionStatus, PodContribution
+from trainerop_common.api.base import Condition, ConditionStatus, PluginChoice, PodContribution
 from trainerop_common.api.quota import CapacityType, Preference, QuotaPolicySpec
 from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
 from trainerop_common.conditions import Desired
@@ -65,6 +65,8 @@ class TrainerInfo:
     deleting: bool = False
     last_commit: str | None = None  # status.checkpoint.lastCommitTime
     queue: str | None = None  # the Kueue LocalQueue it asks for (label kueue.x-k8s.io/queue-name)
+    placement_plugin: PluginChoice | None = None  # its profile's placementPlugin
+    profile_pending: bool = False  # it names a profile whose answer for its generation is not written yet
     phase: str = ""  # status.phase
 
     @property

@@ -12,6 +12,7 @@ from typing import Any
 from grpc import aio
 from lightkube import ApiError
 
+from trainerop_common.api.base import PluginChoice
 from trainerop_common.names import replica_claim_name
 from trainerop_common.runtime import Body, Runtime
 from trainerop_common.topology import ROLES, role_override
@@ -131,9 +132,16 @@ def model_bytes(checkpoint: Mapping[str, Any] | None) -> int:
 
 
 def waiting(t: TrainerInfo, obs: Observed) -> bool:
-    """A run the plan would try to admit: placed by the plan and not admitted."""
+    """A run the plan would try to admit: placed by the plan (not by Kueue) and not admitted."""
+    if obs.kueue and t.queue is not None:
+        return False
     policy = policy_for(obs.policies, obs.namespace_labels.get(t.namespace, {}))
     return placed_by_plan(t, policy, obs.ungoverned) and unadmitted(t)
+
+
+def asked_for(t: TrainerInfo, default: PluginChoice) -> bool:
+    """Whether the plugin is asked about the run: its profile's choice, else the cluster's."""
+    return (t.placement_plugin or default) == "Ask"
 
 
 class PlacementPlugin:
@@ -142,6 +150,7 @@ class PlacementPlugin:
     def __init__(self, runtime: Runtime, config: QuotaConfig, replan: Callable[[], None]) -> None:
         self.rt = runtime
         self.deadline = config.placement_plugin_timeout
+        self.default: PluginChoice = "Skip" if config.placement_plugin_default == "Skip" else "Ask"
         self.client = PlacementClient(config.placement_plugin_address, config.placement_plugin_tls_dir)
         self.replan = replan
         self.answers: dict[str, Suggestion] = {}  # uid -> the answer for the generation it names
@@ -153,16 +162,22 @@ class PlacementPlugin:
         live = {t.uid for t in obs.trainers}
         self.answers = {uid: s for uid, s in self.answers.items() if uid in live}
         free: dict[str, Resources] | None = None  # the ledger's, built once a round if anyone is asked
+        held: set[str] = set()  # runs whose profile has not answered: whether to ask is not known yet
         for t in obs.trainers:
             body = bodies.get(t.uid)
             known = self.answers.get(t.uid)
             if body is None or not waiting(t, obs) or self.asking.get(t.uid) == t.generation:
                 continue
+            if t.profile_pending:
+                held.add(t.uid)
+                continue
+            if not asked_for(t, self.default):
+                continue
             if known is None or known.generation != t.generation:
                 self.asking[t.uid] = t.generation
                 free = Ledger(obs).free if free is None else free
                 self.rt.spawn(self.ask(t, body, obs, free))
-        return replace(obs, suggestions=dict(self.answers), asking=frozenset(self.asking))
+        return replace(obs, suggestions=dict(self.answers), asking=frozenset(self.asking) | held)
 
     async def ask(self, t: TrainerInfo, body: Body, obs: Observed, free: Mapping[str, Resources]) -> None:
         try:

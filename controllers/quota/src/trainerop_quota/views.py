@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from trainerop_common.api import Trainer
-from trainerop_common.api.trainer import QuotaStatus, TrainerStatus
+from trainerop_common.api.trainer import ProfileStatus, QuotaStatus, TrainerStatus
 from trainerop_common.conditions import parse
 from trainerop_common.contracts import (
     ADMISSION_ANNOTATION,
@@ -138,10 +138,16 @@ def trainer_fingerprint(body: Mapping[str, Any]) -> str:
             status.get("quota"),
             [(c.get("status"), c.get("reason"), c.get("observedGeneration")) for c in admitted],
             (status.get("profile") or {}).get("contribution"),
+            (status.get("profile") or {}).get("placementPlugin"),
             (status.get("checkpoint") or {}).get("lastCommitTime"),
         ],
         sort_keys=True,
     )
+
+
+def _answered(section: ProfileStatus | None, generation: int) -> bool:
+    """The profile controller has answered for this generation (its contribution written)."""
+    return section is not None and section.contribution is not None and section.contribution.generation == generation
 
 
 def trainer_info(
@@ -174,5 +180,7 @@ def trainer_info(
         deleting=bool(meta.get("deletionTimestamp")),
         last_commit=status.checkpoint.last_commit_time if status.checkpoint else None,
         queue=queue_of(meta.get("labels")),
+        placement_plugin=section.placement_plugin if section else None,
+        profile_pending=asks(trainer.spec, "profile") and not _answered(section, int(meta.get("generation") or 0)),
         phase=status.phase or "",
     )

@@ -87,6 +87,7 @@ FreeForm = Annotated[
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 RestartPolicy = Literal["Never", "OnFailure", "Always", "ExitCode"]
+PluginChoice = Literal["Ask", "Skip"]  # whether the quota controller asks its placement plugin
 
 
 class Condition(K8sModel):

@@ -8,6 +8,7 @@ from .base import (
     EnvList,
     K8sModel,
     ObjectName,
+    PluginChoice,
     PodSecurity,
     ResourceRequirements,
     RunPolicyDefaults,
@@ -54,6 +55,11 @@ class TrainingProfileSpec(K8sModel):
     security_context: PodSecurity | None = Field(
         default=None,
         description="The training pods' user and groups; runAsNonRoot false lets an image run as root.",
+    )
+    placement_plugin: PluginChoice | None = Field(
+        default=None,
+        description="Whether the quota controller asks its placement plugin where this profile's runs go "
+        "(Ask) or not (Skip); unset: the cluster's choice (--placement-plugin-default).",
     )
 
 

@@ -15,6 +15,7 @@ from .base import (
     FreeForm,
     K8sModel,
     ObjectName,
+    PluginChoice,
     Quantity,
     ResourceRequirements,
     RestartPolicy,
@@ -420,6 +421,9 @@ class ProfileStatus(K8sModel):
         default=None,
         json_schema_extra={"maxItems": 256},
         description="Profile settings the Trainer's own spec (or the operator) overrides.",
+    )
+    placement_plugin: PluginChoice | None = Field(
+        default=None, description="The profile's placementPlugin: Ask or Skip the quota controller's plugin."
     )
     contribution: Contribution | None = None
 
