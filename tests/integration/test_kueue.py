@@ -18,6 +18,7 @@ from tests.integration.test_deploy import with_component
 from tests.integration.test_quota import GPU, pods_of, quota, run
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 DOMAIN = f"{cluster_tool.LABEL_PREFIX}/nvlink-domain"
 TOLERATION = {"key": "example.com/kueue-flavor", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -37,7 +38,7 @@ def kueue_manager(cluster: Cluster) -> Iterator[None]:
         kueue.stop(cluster_tool.RUN_DIR, localdev.kubectl)
 
 
-def queues(cluster: Cluster, namespace: str, gpus: int, domain: str) -> None:
+def queues(cluster: Cluster, namespace: str, gpus: int, domain: str, preempt: bool = False) -> None:
     """A ResourceFlavor of one NVLink domain's nodes (with a toleration for its pods), a
     ClusterQueue of ``gpus`` GPUs of it for ``namespace``, and the LocalQueue ``team`` there."""
     flavor = f"{namespace}-flavor"
@@ -56,6 +57,7 @@ def queues(cluster: Cluster, namespace: str, gpus: int, domain: str) -> None:
             "metadata": {"name": namespace},
             "spec": {
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                **({"preemption": {"withinClusterQueue": "LowerPriority"}} if preempt else {}),
                 "resourceGroups": [
                     {
                         "coveredResources": [GPU],
@@ -76,9 +78,9 @@ def queues(cluster: Cluster, namespace: str, gpus: int, domain: str) -> None:
     )
 
 
-def queued(name: str, **spec: Any) -> dict[str, Any]:
+def queued(name: str, priority: str | None = None, **spec: Any) -> dict[str, Any]:
     body = run(name, **spec)
-    body["metadata"]["labels"] = {QUEUE_LABEL: "team"}
+    body["metadata"]["labels"] = {QUEUE_LABEL: "team"} | ({PRIORITY_LABEL: priority} if priority else {})
     return body
 
 
@@ -145,6 +147,36 @@ def test_a_finished_run_marks_its_workload_finished_and_frees_the_quota(
     finished = eventually(lambda: condition(workload(cluster, namespace, name), "Finished"), what="Workload Finished")
     assert (finished["status"], finished["reason"]) == ("True", "Succeeded")
     eventually(lambda: gate(cluster, namespace, "next", "AdmittedByKueue"), what="next admitted once short ended")
+
+
+def test_a_run_kueue_preempts_stops_gives_its_quota_back_and_queues_again(
+    cluster: Cluster, namespace: str, kueue_manager: None
+) -> None:
+    """Kueue's own eviction: a higher-priority run (WorkloadPriorityClass by label) preempts the
+    running one, whose pods stop; its reservation is given back, the other starts, and the
+    preempted run waits in the queue with Kueue's word."""
+    for name, value in ((f"{namespace}-low", 10), (f"{namespace}-high", 1000)):
+        priority = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "value": value}
+        cluster.apply(priority | {"metadata": {"name": name}})
+    queues(cluster, namespace, gpus=8, domain="nvl-5", preempt=True)
+    cluster.apply(queued("low", priority=f"{namespace}-missing"), namespace)
+    held = eventually(lambda: gate(cluster, namespace, "low", "PriorityClassNotFound"), what="the missing class")
+    assert f"names WorkloadPriorityClass {namespace}-missing, which does not exist" in held["message"]
+    cluster.kubectl("label", "trainer", "low", "-n", namespace, f"{PRIORITY_LABEL}={namespace}-low", "--overwrite")
+    eventually(lambda: gate(cluster, namespace, "low", "AdmittedByKueue"), what="low admitted")
+    eventually(lambda: len(pods_of(cluster, namespace, "low")) == 1, what="low's pod")
+    assert workload(cluster, namespace, quota(cluster, namespace, "low")[0]["workload"])["spec"]["priority"] == 10
+
+    cluster.apply(queued("high", priority=f"{namespace}-high"), namespace)
+    eventually(lambda: gate(cluster, namespace, "high", "AdmittedByKueue"), timeout=90, what="high admitted")
+    eventually(lambda: len(pods_of(cluster, namespace, "high")) == 1, what="high's pod")
+    assert pods_of(cluster, namespace, "low") == []
+    again = eventually(lambda: gate(cluster, namespace, "low", "WaitingForKueue"), what="low queued again")
+    assert again["status"] == "False"
+    events = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "reason=EvictedByKueue", "-o", "name"
+    )
+    assert events.strip(), "the eviction was said in a Warning Event"
 
 
 def test_the_kueue_component_turns_it_on_for_the_quota_controller(cluster: Cluster, tmp_path: Path) -> None:

@@ -119,6 +119,7 @@ def test_an_admission_contributes_its_flavors_labels_and_tolerations_and_the_che
             "nodeSelector": {"gpu": "a100", "rack": "7", "zone": "a"},
             "tolerations": [{"key": "a100", "operator": "Exists", "effect": "NoSchedule"}],
             "labels": {"team": "a"},
+            "annotations": {"trainer.operator.kubeflow.org/admission": "kueue-abc"},
         },
         "grant": {"id": "kueue-abc", "workers": 3},
     }
@@ -127,7 +128,7 @@ def test_an_admission_contributes_its_flavors_labels_and_tolerations_and_the_che
 
 
 def test_the_workload_has_a_pod_set_per_role_with_the_pods_requests() -> None:
-    body = kueue.workload_manifest(job(), "team")
+    body = kueue.workload_manifest(job(), "team", {})
     assert body["metadata"]["name"] == WL
     assert body["metadata"]["annotations"] == {kueue.GENERATION_ANNOTATION: "2"}
     assert body["metadata"]["ownerReferences"][0] | {} == {
@@ -142,6 +143,21 @@ def test_the_workload_has_a_pod_set_per_role_with_the_pods_requests() -> None:
     assert {n: s["count"] for n, s in sets.items()} == {"master": 1, "worker": 3}
     container = sets["worker"]["template"]["spec"]["containers"][0]
     assert container == {"name": "pytorch", "resources": {"requests": {"cpu": "4", GPU: "8"}}}
+    assert "priorityClassRef" not in body["spec"]
+
+
+def test_a_priority_class_named_by_the_label_gives_the_workload_its_priority_or_holds_the_run() -> None:
+    t = job(kueue_priority_class="urgent")
+    spec = kueue.workload_manifest(t, "team", {"urgent": 1000})["spec"]
+    assert (spec["priorityClassRef"], spec["priority"]) == (
+        {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "urgent"},
+        1000,
+    )
+    d = kueue.decide(t, "team", None, FLAVORS, {})
+    assert (d.condition.status, d.condition.reason) == ("False", "PriorityClassNotFound")
+    assert "names WorkloadPriorityClass urgent, which does not exist" in d.condition.message
+    assert kueue.actions(t, "team", None, False, {}) == []
+    assert [a.verb for a in kueue.actions(t, "team", None, False, {"urgent": 1000})] == ["create"]
 
 
 def test_kueue_s_status_is_read_as_the_decision_needs_it() -> None:

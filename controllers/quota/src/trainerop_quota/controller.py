@@ -231,20 +231,11 @@ class QuotaController:
         labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
         trainers, bodies = await self._trainers(rfc3339(now))
         ungoverned: Ungoverned = "AllOrNothing" if self.config.ungoverned == "AllOrNothing" else "AtOnce"
-        workloads, flavors = await self.kueue.observe() if self.kueue is not None else ({}, {})
         observed = Observed(
-            now,
-            trainers,
-            policies,
-            labels,
-            nodes,
-            pods,
-            self.config.topology_levels,
-            ungoverned=ungoverned,
-            kueue=self.kueue is not None,
-            workloads=workloads,
-            flavors=flavors,
+            now, trainers, policies, labels, nodes, pods, self.config.topology_levels, ungoverned=ungoverned
         )
+        if self.kueue is not None:
+            observed = await self.kueue.observe(observed)
         return observed, bodies, min(waits, default=None)
 
     async def plan_once(self) -> float | None:

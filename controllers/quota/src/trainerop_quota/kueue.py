@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainerop_common.api import API_VERSION
-from trainerop_common.contracts import TRAINING_CONTAINER
+from trainerop_common.contracts import ADMISSION_ANNOTATION, TRAINING_CONTAINER
 from trainerop_common.names import child_name
 from trainerop_common.topology import Role
 
@@ -25,6 +25,7 @@ from .ledger import shape
 from .model import Decision, TrainerInfo, condition, over
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass, as for Kueue's own integrations
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 WORKLOAD_API = f"{GROUP}/{VERSION}"
@@ -136,9 +137,20 @@ def pod_set_name(role: Role) -> str:
     return str(role)
 
 
-def workload_manifest(t: TrainerInfo, queue: str) -> dict[str, Any]:
+def unknown_priority(t: TrainerInfo, priorities: Mapping[str, int]) -> str | None:
+    """Why the run's Workload cannot be made yet: the WorkloadPriorityClass it names is missing."""
+    if t.kueue_priority_class is None or t.kueue_priority_class in priorities:
+        return None
+    return (
+        f"label {PRIORITY_LABEL} names WorkloadPriorityClass {t.kueue_priority_class}, which does not exist; "
+        "create it or change the label (the run waits, with no Workload, until then)"
+    )
+
+
+def workload_manifest(t: TrainerInfo, queue: str, priorities: Mapping[str, int]) -> dict[str, Any]:
     """The Workload that reports the run to Kueue: one pod set per role, each with the pod's
-    requests, node selector and tolerations as the trainer will create it; owned by the Trainer."""
+    requests, node selector and tolerations as the trainer will create them, and the priority of
+    the WorkloadPriorityClass the Trainer's label names; owned by the Trainer."""
     s = shape(t, max(t.spec.topology.workers, 0), None)
     profile_tolerations = (t.profile.tolerations if t.profile else None) or ()
     tolerations = [tol.model_dump(by_alias=True, exclude_none=True) for tol in profile_tolerations]
@@ -169,11 +181,25 @@ def workload_manifest(t: TrainerInfo, queue: str) -> dict[str, Any]:
                 }
             ],
         },
-        "spec": {"queueName": queue, "podSets": pod_sets[:MAX_POD_SETS]},
+        "spec": {"queueName": queue, "podSets": pod_sets[:MAX_POD_SETS], **_priority(t, priorities)},
     }
 
 
-def decide(t: TrainerInfo, queue: str, w: WorkloadView | None, flavors: Mapping[str, FlavorView]) -> Decision:
+def _priority(t: TrainerInfo, priorities: Mapping[str, int]) -> dict[str, Any]:
+    name = t.kueue_priority_class
+    if name is None or name not in priorities:
+        return {}
+    ref = {"group": GROUP, "kind": "WorkloadPriorityClass", "name": name}
+    return {"priorityClassRef": ref, "priority": priorities[name]}
+
+
+def decide(
+    t: TrainerInfo,
+    queue: str,
+    w: WorkloadView | None,
+    flavors: Mapping[str, FlavorView],
+    priorities: Mapping[str, int] | None = None,
+) -> Decision:
     """The quota decision for a run Kueue admits: waiting for its Workload's admission, admitted
     with the flavors' and admission checks' pod contribution, or evicted (its grant withdrawn, so
     the trainer stops its pods)."""
@@ -183,6 +209,8 @@ def decide(t: TrainerInfo, queue: str, w: WorkloadView | None, flavors: Mapping[
     if over(t):
         message = f"the run is suspended: Workload {name} is deactivated, and it queues again when resumed"
         return Decision({"workload": name}, condition("False", "Suspended", message))
+    if w is None and (problem := unknown_priority(t, priorities or {})) is not None:
+        return Decision({"workload": name}, condition("False", "PriorityClassNotFound", problem))
     if w is None or (w.generation != t.generation and w.cluster_queue is None):
         message = f"reporting the run to Kueue as Workload {name} in LocalQueue {queue}"
         return Decision({"workload": name}, condition("False", "WaitingForKueue", message))
@@ -204,6 +232,8 @@ def decide(t: TrainerInfo, queue: str, w: WorkloadView | None, flavors: Mapping[
     worker_set = w.pod_sets.get(pod_set_name("worker"))
     workers = worker_set.count if worker_set is not None else t.spec.topology.workers
     grant_id = f"kueue-{w.admission_hash}"
+    # Pods carry the admission they were made under: another one (or none, after an eviction) replaces them.
+    pod["annotations"] = {**pod.get("annotations", {}), ADMISSION_ANNOTATION: grant_id}
     flavor_names = sorted({f for a in w.pod_sets.values() for f in a.flavors.values()})
     flavors_used = ", ".join(flavor_names) or "none"
     message = f"Kueue admitted Workload {w.name} to ClusterQueue {w.cluster_queue} (flavors: {flavors_used})"
@@ -257,14 +287,19 @@ class WorkloadAction:
     reason: str = ""  # finish: Succeeded or Failed
 
 
-def actions(t: TrainerInfo, queue: str, w: WorkloadView | None, pods_left: bool) -> list[WorkloadAction]:
+def actions(
+    t: TrainerInfo, queue: str, w: WorkloadView | None, pods_left: bool, priorities: Mapping[str, int] | None = None
+) -> list[WorkloadAction]:
     """What to write to Kueue for one run: its Workload made (again, when the spec changed before
     any reservation), deactivated while the run is suspended, its reservation given back once an
     evicted or suspended run's pods are gone, marked Finished when the run ends."""
     if t.deleting:
         return []  # the Workload goes with its owner
+    known = priorities or {}
     if w is None:
-        return [] if over(t) else [WorkloadAction("create", t.namespace, workload_name(t), workload_manifest(t, queue))]
+        if over(t) or unknown_priority(t, known) is not None:
+            return []
+        return [WorkloadAction("create", t.namespace, workload_name(t), workload_manifest(t, queue, known))]
     if t.finished:
         return [] if w.finished else [WorkloadAction("finish", t.namespace, w.name, reason=t.phase or "Succeeded")]
     out: list[WorkloadAction] = []
@@ -274,7 +309,7 @@ def actions(t: TrainerInfo, queue: str, w: WorkloadView | None, pods_left: bool)
     if w.cluster_queue is not None and w.evicted is not None and not pods_left:
         out.append(WorkloadAction("release", t.namespace, w.name))
     elif w.cluster_queue is None and w.generation != t.generation and not suspended:
-        out.append(WorkloadAction("replace", t.namespace, w.name, workload_manifest(t, queue)))
+        out.append(WorkloadAction("replace", t.namespace, w.name, workload_manifest(t, queue, known)))
     return out
 
 

@@ -65,6 +65,7 @@ class TrainerInfo:
     deleting: bool = False
     last_commit: str | None = None  # status.checkpoint.lastCommitTime
     queue: str | None = None  # the Kueue LocalQueue it asks for (label kueue.x-k8s.io/queue-name)
+    kueue_priority_class: str | None = None  # label kueue.x-k8s.io/priority-class
     placement_plugin: PluginChoice | None = None  # its profile's placementPlugin
     profile_pending: bool = False  # it names a profile whose answer for its generation is not written yet
     phase: str = ""  # status.phase
@@ -90,6 +91,7 @@ class Observed:
     kueue: bool = False  # Kueue admits the runs that name a LocalQueue (--kueue)
     workloads: Mapping[str, "WorkloadView"] = field(default_factory=dict)  # by Trainer uid
     flavors: Mapping[str, "FlavorView"] = field(default_factory=dict)  # Kueue's ResourceFlavors by name
+    priorities: Mapping[str, int] = field(default_factory=dict)  # Kueue's WorkloadPriorityClasses' values
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from trainerop_common.nodes import lost, readiness
 from trainerop_common.quantity import parse_quantity
 
 from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, pod_requests
-from .kueue import queue_of
+from .kueue import PRIORITY_LABEL, queue_of
 from .model import CONDITION, TrainerInfo
 
 
@@ -132,6 +132,7 @@ def trainer_fingerprint(body: Mapping[str, Any]) -> str:
             meta.get("generation"),
             meta.get("deletionTimestamp"),
             queue_of(meta.get("labels")),
+            (meta.get("labels") or {}).get(PRIORITY_LABEL),
             meta.get("namespace"),
             status.get("phase"),
             (status.get("progress") or {}).get("completionTime"),
@@ -180,6 +181,7 @@ def trainer_info(
         deleting=bool(meta.get("deletionTimestamp")),
         last_commit=status.checkpoint.last_commit_time if status.checkpoint else None,
         queue=queue_of(meta.get("labels")),
+        kueue_priority_class=(meta.get("labels") or {}).get(PRIORITY_LABEL) or None,
         placement_plugin=section.placement_plugin if section else None,
         profile_pending=asks(trainer.spec, "profile") and not _answered(section, int(meta.get("generation") or 0)),
         phase=status.phase or "",

@@ -5,6 +5,7 @@ their reservation given back after an eviction, marked Finished)."""
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -36,16 +37,25 @@ class Workloads:
         self.flavors = ObjectCache(
             lambda keep: kube.list_all("ResourceFlavor", keep), kueue.GROUP, kueue.VERSION, "resourceflavors"
         )
+        self.priorities = ObjectCache(
+            lambda keep: kube.list_all("WorkloadPriorityClass", keep),
+            kueue.GROUP,
+            kueue.VERSION,
+            "workloadpriorityclasses",
+        )
         self._poke = poke
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         self.workloads.register(registry, lambda *_: self._poke())
         self.flavors.register(registry, lambda *_: self._poke())
+        self.priorities.register(registry, lambda *_: self._poke())
 
-    async def observe(self) -> tuple[dict[str, kueue.WorkloadView], dict[str, kueue.FlavorView]]:
+    async def observe(self, obs: Observed) -> Observed:
+        """``obs`` with Kueue's side: the Workloads by owner, the ResourceFlavors and priorities."""
         workloads = {uid: kueue.workload_view(b) for b in await self.workloads.values() if (uid := owner_uid(b))}
         flavors = {f.name: f for f in map(kueue.flavor_view, await self.flavors.values())}
-        return workloads, flavors
+        priorities = {c["metadata"]["name"]: int(c.get("value") or 0) for c in await self.priorities.values()}
+        return replace(obs, kueue=True, workloads=workloads, flavors=flavors, priorities=priorities)
 
     async def write(self, obs: Observed) -> float | None:
         """Carry out what each Kueue run needs; when to look again (a write that failed)."""
@@ -54,7 +64,7 @@ class Workloads:
         for t in obs.trainers:
             if t.queue is None:
                 continue
-            for action in kueue.actions(t, t.queue, obs.workloads.get(t.uid), t.uid in holding):
+            for action in kueue.actions(t, t.queue, obs.workloads.get(t.uid), t.uid in holding, obs.priorities):
                 try:
                     await self._do(action, obs)
                 except ApiError as err:

@@ -60,6 +60,9 @@ RESOURCES: dict[str, Resource] = {
 } | {  # Kueue's (v0.17's storage version), for the runs it admits
     "Workload": create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads"),
     "ResourceFlavor": create_global_resource("kueue.x-k8s.io", "v1beta2", "ResourceFlavor", "resourceflavors"),
+    "WorkloadPriorityClass": create_global_resource(
+        "kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses"
+    ),
 }
 
 
