@@ -149,6 +149,22 @@ def test_a_finished_run_marks_its_workload_finished_and_frees_the_quota(
     eventually(lambda: gate(cluster, namespace, "next", "AdmittedByKueue"), what="next admitted once short ended")
 
 
+def test_an_elastic_run_is_admitted_with_the_workers_the_queue_holds(
+    cluster: Cluster, namespace: str, kueue_manager: None
+) -> None:
+    """Partial admission: 16 GPUs, 8 in use; an elastic run of up to 3 workers of 8 GPUs (at
+    least 1) starts with the 1 worker that fits."""
+    queues(cluster, namespace, gpus=16, domain="nvl-4")
+    cluster.apply(queued("first"), namespace)
+    eventually(lambda: gate(cluster, namespace, "first", "AdmittedByKueue"), what="first admitted")
+    body = queued("elastic", workers=3)
+    body["spec"]["topology"]["elastic"] = {"minWorkers": 1, "maxWorkers": 3}
+    cluster.apply(body, namespace)
+    eventually(lambda: gate(cluster, namespace, "elastic", "AdmittedByKueue"), what="elastic admitted")
+    assert quota(cluster, namespace, "elastic")[0]["workers"] == 1
+    eventually(lambda: len(pods_of(cluster, namespace, "elastic")) == 1, what="its one worker")
+
+
 def test_a_run_kueue_preempts_stops_gives_its_quota_back_and_queues_again(
     cluster: Cluster, namespace: str, kueue_manager: None
 ) -> None:

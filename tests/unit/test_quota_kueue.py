@@ -143,6 +143,7 @@ def test_the_workload_has_a_pod_set_per_role_with_the_pods_requests() -> None:
     assert {n: s["count"] for n, s in sets.items()} == {"master": 1, "worker": 3}
     container = sets["worker"]["template"]["spec"]["containers"][0]
     assert container == {"name": "pytorch", "resources": {"requests": {"cpu": "4", GPU: "8"}}}
+    assert "minCount" not in sets["worker"]
     assert "priorityClassRef" not in body["spec"]
 
 
@@ -158,6 +159,21 @@ def test_a_priority_class_named_by_the_label_gives_the_workload_its_priority_or_
     assert "names WorkloadPriorityClass urgent, which does not exist" in d.condition.message
     assert kueue.actions(t, "team", None, False, {}) == []
     assert [a.verb for a in kueue.actions(t, "team", None, False, {"urgent": 1000})] == ["create"]
+
+
+def test_an_elastic_run_may_be_admitted_with_fewer_workers() -> None:
+    """Partial admission: the worker pod set's minCount is the elastic minimum, and the grant has
+    as many workers as Kueue admitted."""
+    s = trainer_spec(
+        resources={"limits": {GPU: 8}}, topology={"workers": 4, "elastic": {"minWorkers": 2, "maxWorkers": 4}}
+    )
+    t = replace(job(), spec=s)
+    (workers,) = kueue.workload_manifest(t, "team", {})["spec"]["podSets"]
+    assert (workers["count"], workers["minCount"]) == (4, 2)
+    w = admitted({"worker": {GPU: "a100"}})
+    w = replace(w, pod_sets={"worker": PodSetAdmission(2, {GPU: "a100"})})
+    d = kueue.decide(t, "team", w, FLAVORS)
+    assert (d.quota["workers"], d.quota["contribution"]["grant"]["workers"]) == (2, 2)
 
 
 def test_kueue_s_status_is_read_as_the_decision_needs_it() -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from trainerop_common.api import API_VERSION
 from trainerop_common.contracts import ADMISSION_ANNOTATION, TRAINING_CONTAINER
 from trainerop_common.names import child_name
-from trainerop_common.topology import Role
+from trainerop_common.topology import Role, worker_bounds
 
 from .capacity import quantity_text
 from .ledger import shape
@@ -163,7 +163,11 @@ def workload_manifest(t: TrainerInfo, queue: str, priorities: Mapping[str, int])
             pod_spec["nodeSelector"] = dict(s.selectors[role])
         if tolerations:
             pod_spec["tolerations"] = tolerations
-        pod_sets.append({"name": pod_set_name(role), "count": count, "template": {"spec": pod_spec}})
+        pod_set = {"name": pod_set_name(role), "count": count, "template": {"spec": pod_spec}}
+        lo, hi = worker_bounds(t.spec)
+        if role == "worker" and lo < hi:  # elastic: Kueue may admit fewer (partial admission)
+            pod_set["minCount"] = lo
+        pod_sets.append(pod_set)
     return {
         "apiVersion": WORKLOAD_API,
         "kind": "Workload",
