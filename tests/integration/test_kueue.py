@@ -149,6 +149,36 @@ def test_a_finished_run_marks_its_workload_finished_and_frees_the_quota(
     eventually(lambda: gate(cluster, namespace, "next", "AdmittedByKueue"), what="next admitted once short ended")
 
 
+def test_roles_kueue_sends_to_different_flavors_go_to_their_flavors_nodes(
+    cluster: Cluster, namespace: str, kueue_manager: None
+) -> None:
+    """A PyTorch run (a master and a worker of 8 GPUs) on a ClusterQueue of two flavors of 8 GPUs
+    each: Kueue gives the master the first and the worker the second, and each role's pod goes
+    to its flavor's nodes (Contribution.roles)."""
+    flavors = []
+    for domain in ("nvl-2", "nvl-3"):
+        name = f"{namespace}-{domain}"
+        flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}}
+        cluster.apply(flavor | {"spec": {"nodeLabels": {DOMAIN: domain}}})
+        flavors.append({"name": name, "resources": [{"name": GPU, "nominalQuota": 8}]})
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": namespace}}
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    groups = [{"coveredResources": [GPU], "flavors": flavors}]
+    cluster.apply(queue | {"spec": {"namespaceSelector": selector, "resourceGroups": groups}})
+    local = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team"}}
+    cluster.apply(local | {"spec": {"clusterQueue": namespace}}, namespace)
+    cluster.apply(queued("split", framework="pytorch"), namespace)
+    eventually(lambda: gate(cluster, namespace, "split", "AdmittedByKueue"), what="split admitted")
+
+    def both() -> list[dict[str, Any]] | None:
+        pods = pods_of(cluster, namespace, "split")
+        return pods if len(pods) == 2 else None
+
+    pods = eventually(both, what="its two pods")
+    where = {p["metadata"]["name"]: p["spec"]["nodeSelector"][DOMAIN] for p in pods}
+    assert where == {"split-master-0": "nvl-2", "split-worker-0": "nvl-3"}
+
+
 def test_an_elastic_run_is_admitted_with_the_workers_the_queue_holds(
     cluster: Cluster, namespace: str, kueue_manager: None
 ) -> None:

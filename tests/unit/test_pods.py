@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from tests.factories import trainer_fields, trainer_spec
-from trainerop_common.api import PodContribution
+from trainerop_common.api import Contribution, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_trainer.pods import (
     Owner,
     PodSettings,
     merge_contributions,
     pod_manifest,
+    role_contributions,
     secret_grants,
     service_manifest,
     wait_for,
@@ -120,6 +121,29 @@ def test_contributions_merge_profile_then_quota_then_checkpoint_and_the_spec_win
     assert limits == {"nvidia.com/gpu": 8, "memory": "10Gi"}  # spec's gpu wins, profile's memory stays
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "pvc-backups"
     assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "ckpt", "mountPath": "/checkpoints"}]
+
+
+def test_a_concern_s_fragment_for_a_role_goes_over_its_fragment_for_every_role() -> None:
+    """Contribution.roles: Kueue sends the master and the workers to different flavors' nodes."""
+    quota = Contribution.model_validate(
+        {
+            "generation": 3,
+            "pod": {"annotations": {"admission": "kueue-1"}, "nodeSelector": {"zone": "a"}},
+            "roles": {
+                "worker": {"nodeSelector": {"gpu": "h100"}, "labels": {"podset": "worker"}},
+                "master": {"nodeSelector": {"zone": "b"}},
+            },
+        }
+    )
+    profile = Contribution.model_validate({"generation": 3, "pod": {"nodeSelector": {"gpu": "a100", "pool": "x"}}})
+    by_role = {r: role_contributions({"profile": profile, "quota": quota}, r) for r in ("worker", "master", "ps")}
+    worker = pod_manifest(OWNER, SPEC, Replica("worker", 0), by_role["worker"], PodSettings())
+    master = pod_manifest(OWNER, SPEC, Replica("master", 0), by_role["master"], PodSettings())
+    assert worker["spec"]["nodeSelector"] == {"gpu": "h100", "pool": "x", "zone": "a"}
+    assert master["spec"]["nodeSelector"] == {"gpu": "a100", "pool": "x", "zone": "b"}
+    assert (worker["metadata"]["labels"]["podset"], "podset" in master["metadata"]["labels"]) == ("worker", False)
+    assert worker["metadata"]["annotations"]["admission"] == master["metadata"]["annotations"]["admission"]
+    assert by_role["ps"]["quota"] == quota.pod  # no fragment of its own: the one for every role
 
 
 def test_merge_of_nothing_is_empty() -> None:

@@ -83,12 +83,12 @@ DECISIONS: list[tuple[str, TrainerInfo, WorkloadView | None, str, str, str]] = [
         "couldn't assign flavors",
     ),
     (
-        "roles sent to flavors whose labels disagree",
+        "roles sent to flavors of different nodes",
         job(),
         admitted({"master": {GPU: "a100"}, "worker": {GPU: "h100"}}),
-        "False",
-        "KueueAssignmentUnsupported",
-        "gpu=a100 and gpu=h100",
+        "True",
+        "AdmittedByKueue",
+        "(flavors: a100, h100)",
     ),
     ("over", job(finished=NOW, phase="Succeeded"), admitted(ONE_FLAVOR), "True", "Released", "the run is over"),
     ("suspended", replace(job(), spec=SUSPENDED), admitted(ONE_FLAVOR), "False", "Suspended", "deactivated"),
@@ -107,19 +107,23 @@ def test_the_quota_decision_follows_the_workload(
     assert (granted is not None) == (reason == "AdmittedByKueue"), case  # no grant: the trainer stops its pods
 
 
-def test_an_admission_contributes_its_flavors_labels_and_tolerations_and_the_checks_updates() -> None:
+def test_an_admission_contributes_each_role_its_flavors_labels_and_tolerations_and_the_checks_updates() -> None:
     w = admitted(
         {"master": {GPU: "a100"}, "worker": {GPU: "a100", "cpu": "zone-a"}},
         updates={"worker": PodSetUpdate(labels={"team": "a"}, node_selector={"rack": "7"})},
     )
     d = kueue.decide(job(), "team", w, FLAVORS)
+    a100 = [{"key": "a100", "operator": "Exists", "effect": "NoSchedule"}]
     assert d.quota["contribution"] == {
         "generation": 2,
-        "pod": {
-            "nodeSelector": {"gpu": "a100", "rack": "7", "zone": "a"},
-            "tolerations": [{"key": "a100", "operator": "Exists", "effect": "NoSchedule"}],
-            "labels": {"team": "a"},
-            "annotations": {"trainer.operator.kubeflow.org/admission": "kueue-abc"},
+        "pod": {"annotations": {"trainer.operator.kubeflow.org/admission": "kueue-abc"}},
+        "roles": {
+            "master": {"nodeSelector": {"gpu": "a100"}, "tolerations": a100},
+            "worker": {
+                "nodeSelector": {"gpu": "a100", "rack": "7", "zone": "a"},
+                "tolerations": a100,
+                "labels": {"team": "a"},
+            },
         },
         "grant": {"id": "kueue-abc", "workers": 3},
     }

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainerop_common.api import API_VERSION
+from trainerop_common.api.base import ROLE_NAMES
 from trainerop_common.contracts import ADMISSION_ANNOTATION, TRAINING_CONTAINER
 from trainerop_common.names import child_name
 from trainerop_common.topology import Role, worker_bounds
@@ -230,14 +231,16 @@ def decide(
             f": {w.pending_message}" if w.pending_message else ""
         )
         return Decision({"workload": w.name}, condition("False", "WaitingForKueue", message))
-    pod, problem = contribution(w, flavors)
-    if problem is not None:
-        return Decision({"workload": w.name}, condition("False", "KueueAssignmentUnsupported", problem))
     worker_set = w.pod_sets.get(pod_set_name("worker"))
     workers = worker_set.count if worker_set is not None else t.spec.topology.workers
     grant_id = f"kueue-{w.admission_hash}"
     # Pods carry the admission they were made under: another one (or none, after an eviction) replaces them.
-    pod["annotations"] = {**pod.get("annotations", {}), ADMISSION_ANNOTATION: grant_id}
+    contribution: dict[str, Any] = {
+        "generation": t.generation,
+        "pod": {"annotations": {ADMISSION_ANNOTATION: grant_id}},
+    }
+    if roles := role_fragments(w, flavors):
+        contribution["roles"] = roles
     flavor_names = sorted({f for a in w.pod_sets.values() for f in a.flavors.values()})
     flavors_used = ", ".join(flavor_names) or "none"
     message = f"Kueue admitted Workload {w.name} to ClusterQueue {w.cluster_queue} (flavors: {flavors_used})"
@@ -246,37 +249,34 @@ def decide(
         "clusterQueue": w.cluster_queue,
         "workers": workers,
         "admittedTime": w.admitted_time,
-        "contribution": {"generation": t.generation, "pod": pod, "grant": {"id": grant_id, "workers": workers}},
+        "contribution": contribution | {"grant": {"id": grant_id, "workers": workers}},
     }
     return Decision(quota, condition("True", "AdmittedByKueue", message), (("Normal", "AdmittedByKueue", message),))
 
 
-def contribution(w: WorkloadView, flavors: Mapping[str, FlavorView]) -> tuple[dict[str, Any], str | None]:
-    """The pod fragment of an admission: every assigned flavor's node labels and tolerations and
-    the admission checks' updates. One fragment serves every role, so roles sent to flavors
-    whose node labels disagree cannot be honoured (and say so)."""
-    selector: dict[str, str] = {}
-    tolerations: list[Mapping[str, Any]] = []
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
+def role_fragments(w: WorkloadView, flavors: Mapping[str, FlavorView]) -> dict[str, dict[str, Any]]:
+    """The pod fragment of each admitted pod set, by role: its flavors' node labels (as a node
+    selector) and tolerations, and its admission checks' updates (docs/design/contributions.md:
+    ``roles``, so roles Kueue sends to different flavors go to different nodes)."""
+    roles: dict[str, dict[str, Any]] = {}
     for pod_set, admission in sorted(w.pod_sets.items()):
+        if pod_set not in ROLE_NAMES:
+            continue  # not one of ours (the pod sets are named by role)
         update = w.updates.get(pod_set, PodSetUpdate())
         fragments = [flavors.get(f, FlavorView(f)) for f in sorted(set(admission.flavors.values()))]
-        wanted = [*((k, v) for f in fragments for k, v in f.node_labels.items()), *update.node_selector.items()]
-        for key, value in wanted:
-            if selector.setdefault(key, value) != value:
-                both = f"{key}={selector[key]} and {key}={value}"
-                return (
-                    {},
-                    f"Kueue assigned the pod sets to nodes labelled {both}; a Trainer's pods share one node selector",
-                )
+        selector = {k: v for f in fragments for k, v in f.node_labels.items()} | dict(update.node_selector)
+        tolerations: list[Mapping[str, Any]] = []
         for tol in [*(t for f in fragments for t in f.tolerations), *update.tolerations]:
             if tol not in tolerations:
                 tolerations.append(tol)
-        labels.update(update.labels)
-        annotations.update(update.annotations)
-    pod = {"nodeSelector": selector, "tolerations": tolerations, "labels": labels, "annotations": annotations}
-    return {k: v for k, v in pod.items() if v}, None
+        fragment = {
+            "nodeSelector": selector,
+            "tolerations": tolerations,
+            "labels": dict(update.labels),
+            "annotations": dict(update.annotations),
+        }
+        roles[pod_set] = {k: v for k, v in fragment.items() if v}
+    return {role: fragment for role, fragment in roles.items() if fragment}
 
 
 Verb = Literal["create", "replace", "release", "finish", "activate", "deactivate"]

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainerop_common.api import API_VERSION, GROUP, PodContribution
+from trainerop_common.api import API_VERSION, GROUP, Contribution, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.contracts import (
     CONTRACTS,
@@ -29,7 +29,7 @@ from trainerop_common.contracts import (
     TRAINER_UID_LABEL,
 )
 from trainerop_common.names import OPERATOR, PART_OF, component, replica_claim_name
-from trainerop_common.topology import is_master_replica, role_override
+from trainerop_common.topology import Role, is_master_replica, role_override
 
 from .topology import Replica, framework_env, operator_env, port, rendezvous
 
@@ -90,6 +90,16 @@ def kubeflow_labels(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[s
 
 def _by_name(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(i["name"]): dict(i) for i in items}
+
+
+def role_contributions(contributions: Mapping[str, Contribution], role: Role) -> dict[str, PodContribution]:
+    """Each concern's fragment for ``role``'s pods: its fragment for every role, and its fragment
+    for that role over it (docs/design/contributions.md)."""
+    out: dict[str, PodContribution] = {}
+    for concern, c in contributions.items():
+        own = (c.roles or {}).get(role)
+        out[concern] = merge_contributions([c.pod, own]) if own is not None else c.pod
+    return out
 
 
 def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribution:

@@ -10,7 +10,7 @@ from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event
 
-from .pods import claim_manifest, claim_name, pin, pod_manifest, runner_manifests, service_manifest
+from .pods import claim_manifest, claim_name, pin, pod_manifest, role_contributions, runner_manifests, service_manifest
 from .policy import describe_failure, grant_of, placed_node
 from .run import Decision, Run, last_sign, next_due
 from .topology import Replica, replicas
@@ -89,12 +89,12 @@ def replacements(run: Run, r: Restarts, waiting: Sequence[str]) -> Replacements:
     gang = run.spec.run_policy.restart_scope == "Gang" and gang_restarting
     gang_wait = [x for x in missing if x.role != "ps" and x not in held] if gang else []
     # No new pod (not even a replacement) until every gate is open for this generation.
-    contributions = {concern: c.pod for concern, c in run.obs.contributions.items()}
     grant = grant_of(run.obs.contributions)
     create = []
     for x in [] if waiting else missing:
         if x not in held and x not in gang_wait:
-            pod = pod_manifest(owner, run.spec, x, contributions, run.obs.settings)
+            fragments = role_contributions(run.obs.contributions, x.role)
+            pod = pod_manifest(owner, run.spec, x, fragments, run.obs.settings)
             node = placed_node(grant, x.role, x.index)
             create.append(pin(pod, node) if node else pod)
     return Replacements(desired, missing, held, gang_wait, list(backoff.values()), create)

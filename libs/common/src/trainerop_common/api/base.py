@@ -205,3 +205,9 @@ class Contribution(K8sModel):
         default=None, description="Defaults for spec.runPolicy fields the Trainer leaves unset."
     )
     grant: Grant | None = Field(default=None, description="The quota admission: worker count and placement id.")
+    roles: dict[RoleName, PodContribution] | None = Field(
+        default=None,
+        json_schema_extra={"maxProperties": len(ROLE_NAMES)},
+        description="Fragments for one role's pods only (master, worker, ps, chief, evaluator), merged over pod: "
+        "an admission that sends roles to different nodes.",
+    )
