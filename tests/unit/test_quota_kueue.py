@@ -10,7 +10,14 @@ from tests.factories import trainer_spec
 from tests.unit.test_decide_quota import GPU, world
 from trainerop_quota import kueue
 from trainerop_quota.decide import TrainerInfo, plan
-from trainerop_quota.kueue import FlavorView, PodSetAdmission, PodSetUpdate, WorkloadView
+from trainerop_quota.kueue_views import (
+    GENERATION_ANNOTATION,
+    FlavorView,
+    PodSetAdmission,
+    PodSetUpdate,
+    WorkloadView,
+    workload_view,
+)
 
 NOW = "2026-12-05T00:00:00Z"
 WL = "job-trainer-uid-job"
@@ -134,7 +141,7 @@ def test_an_admission_contributes_each_role_its_flavors_labels_and_tolerations_a
 def test_the_workload_has_a_pod_set_per_role_with_the_pods_requests() -> None:
     body = kueue.workload_manifest(job(), "team", {})
     assert body["metadata"]["name"] == WL
-    assert body["metadata"]["annotations"] == {kueue.GENERATION_ANNOTATION: "2"}
+    assert body["metadata"]["annotations"] == {GENERATION_ANNOTATION: "2"}
     assert body["metadata"]["ownerReferences"][0] | {} == {
         "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
         "kind": "Trainer",
@@ -182,7 +189,7 @@ def test_an_elastic_run_may_be_admitted_with_fewer_workers() -> None:
 
 def test_kueue_s_status_is_read_as_the_decision_needs_it() -> None:
     body = {
-        "metadata": {"name": WL, "annotations": {kueue.GENERATION_ANNOTATION: "2"}},
+        "metadata": {"name": WL, "annotations": {GENERATION_ANNOTATION: "2"}},
         "spec": {"active": True},
         "status": {
             "conditions": [
@@ -198,7 +205,7 @@ def test_kueue_s_status_is_read_as_the_decision_needs_it() -> None:
             ],
         },
     }
-    w = kueue.workload_view(body)
+    w = workload_view(body)
     assert (w.generation, w.cluster_queue, w.admitted, w.admitted_time, w.evicted, w.active) == (
         2,
         "cq",

@@ -9,9 +9,7 @@ set updates become the quota's pod contribution, and the grant's id names the ad
 new admission after an eviction makes new pods.
 """
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,6 +20,7 @@ from trainerop_common.names import child_name
 from trainerop_common.topology import Role, worker_bounds
 
 from .capacity import quantity_text
+from .kueue_views import GENERATION_ANNOTATION, FlavorView, PodSetUpdate, WorkloadView
 from .ledger import shape
 from .model import Decision, TrainerInfo, condition, over
 
@@ -30,48 +29,7 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass, as 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 WORKLOAD_API = f"{GROUP}/{VERSION}"
-# The Trainer generation a Workload was made for: a spec changed before admission makes it anew.
-GENERATION_ANNOTATION = "trainer.operator.kubeflow.org/trainer-generation"
 MAX_POD_SETS = 8  # Kueue's limit on a Workload's pod sets
-
-
-@dataclass(frozen=True)
-class PodSetAdmission:
-    count: int
-    flavors: Mapping[str, str]  # resource -> ResourceFlavor name
-
-
-@dataclass(frozen=True)
-class PodSetUpdate:
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: Sequence[Mapping[str, Any]] = ()
-
-
-@dataclass(frozen=True)
-class WorkloadView:
-    """What the decision reads of a Trainer's Workload."""
-
-    name: str
-    generation: int  # the Trainer generation it was made for
-    cluster_queue: str | None = None  # set while Kueue holds a reservation for it
-    admitted: bool = False  # quota reserved and every admission check ready
-    admitted_time: str | None = None  # when the Admitted condition last turned True
-    pending_message: str = ""  # Kueue's word on why it is not admitted (QuotaReserved False)
-    evicted: str | None = None  # Evicted True: Kueue's message
-    finished: bool = False
-    pod_sets: Mapping[str, PodSetAdmission] = field(default_factory=dict)
-    updates: Mapping[str, PodSetUpdate] = field(default_factory=dict)
-    admission_hash: str = ""
-    active: bool = True  # spec.active: False once deactivated (the run suspended)
-
-
-@dataclass(frozen=True)
-class FlavorView:
-    name: str
-    node_labels: Mapping[str, str] = field(default_factory=dict)
-    tolerations: Sequence[Mapping[str, Any]] = ()
 
 
 def queue_of(labels: Mapping[str, str] | None) -> str | None:
@@ -81,57 +39,6 @@ def queue_of(labels: Mapping[str, str] | None) -> str | None:
 
 def workload_name(t: TrainerInfo) -> str:
     return child_name(t.name, "trainer", t.uid[:8])
-
-
-def _conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return {str(c.get("type")): c for c in status.get("conditions") or ()}
-
-
-def workload_view(body: Mapping[str, Any]) -> WorkloadView:
-    meta, status = body["metadata"], body.get("status") or {}
-    conditions = _conditions(status)
-
-    def true(kind: str) -> bool:
-        return conditions.get(kind, {}).get("status") == "True"
-
-    admission = status.get("admission") or {}
-    pod_sets = {
-        str(a["name"]): PodSetAdmission(int(a.get("count") or 0), dict(a.get("flavors") or {}))
-        for a in admission.get("podSetAssignments") or ()
-    }
-    updates: dict[str, PodSetUpdate] = {}
-    for check in status.get("admissionChecks") or ():
-        for u in check.get("podSetUpdates") or ():
-            updates[str(u["name"])] = _merge_update(updates.get(str(u["name"])), u)
-    return WorkloadView(
-        name=meta["name"],
-        generation=int((meta.get("annotations") or {}).get(GENERATION_ANNOTATION) or 0),
-        cluster_queue=admission.get("clusterQueue") if true("QuotaReserved") else None,
-        admitted=true("Admitted"),
-        admitted_time=conditions["Admitted"].get("lastTransitionTime") if true("Admitted") else None,
-        pending_message=str(conditions.get("QuotaReserved", {}).get("message") or ""),
-        evicted=str(conditions["Evicted"].get("message") or "evicted") if true("Evicted") else None,
-        finished=true("Finished"),
-        pod_sets=pod_sets,
-        updates=updates,
-        active=(body.get("spec") or {}).get("active") is not False,
-        admission_hash=hashlib.sha256(json.dumps(admission, sort_keys=True).encode()).hexdigest()[:10],
-    )
-
-
-def _merge_update(before: PodSetUpdate | None, update: Mapping[str, Any]) -> PodSetUpdate:
-    b = before or PodSetUpdate()
-    return PodSetUpdate(
-        labels={**b.labels, **(update.get("labels") or {})},
-        annotations={**b.annotations, **(update.get("annotations") or {})},
-        node_selector={**b.node_selector, **(update.get("nodeSelector") or {})},
-        tolerations=[*b.tolerations, *(update.get("tolerations") or ())],
-    )
-
-
-def flavor_view(body: Mapping[str, Any]) -> FlavorView:
-    spec = body.get("spec") or {}
-    return FlavorView(body["metadata"]["name"], dict(spec.get("nodeLabels") or {}), list(spec.get("tolerations") or ()))
 
 
 def pod_set_name(role: Role) -> str:

@@ -6,7 +6,7 @@ order."""
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from trainerop_common.api import Grant
 from trainerop_common.api.base import Condition, ConditionStatus, PluginChoice, PodContribution
@@ -18,9 +18,7 @@ from trainerop_common.outcome import Event, StatusSection
 
 from .capacity import NodeInfo, PodInfo, Resources
 from .hints import Suggestion
-
-if TYPE_CHECKING:
-    from .kueue import FlavorView, WorkloadView
+from .kueue_views import FlavorView, WorkloadView
 
 CONDITION = GATE_CONDITIONS["quota"]
 SECTION = StatusSection(("quota",), (CONDITION,))
@@ -89,8 +87,8 @@ class Observed:
     asking: frozenset[str] = frozenset()  # Trainer uids whose plugin answer is awaited: not admitted yet
     ungoverned: Ungoverned = "AtOnce"  # how runs no QuotaPolicy covers are admitted (--ungoverned)
     kueue: bool = False  # Kueue admits the runs that name a LocalQueue (--kueue)
-    workloads: Mapping[str, "WorkloadView"] = field(default_factory=dict)  # by Trainer uid
-    flavors: Mapping[str, "FlavorView"] = field(default_factory=dict)  # Kueue's ResourceFlavors by name
+    workloads: Mapping[str, WorkloadView] = field(default_factory=dict)  # by Trainer uid
+    flavors: Mapping[str, FlavorView] = field(default_factory=dict)  # Kueue's ResourceFlavors by name
     priorities: Mapping[str, int] = field(default_factory=dict)  # Kueue's WorkloadPriorityClasses' values
 
 

@@ -16,6 +16,7 @@ from trainerop_common.clock import rfc3339
 from trainerop_common.runtime import Runtime
 
 from . import kueue
+from .kueue_views import flavor_view, workload_view
 from .model import Observed
 
 log = logging.getLogger("trainerop.quota.kueue")
@@ -52,8 +53,8 @@ class Workloads:
 
     async def observe(self, obs: Observed) -> Observed:
         """``obs`` with Kueue's side: the Workloads by owner, the ResourceFlavors and priorities."""
-        workloads = {uid: kueue.workload_view(b) for b in await self.workloads.values() if (uid := owner_uid(b))}
-        flavors = {f.name: f for f in map(kueue.flavor_view, await self.flavors.values())}
+        workloads = {uid: workload_view(b) for b in await self.workloads.values() if (uid := owner_uid(b))}
+        flavors = {f.name: f for f in map(flavor_view, await self.flavors.values())}
         priorities = {c["metadata"]["name"]: int(c.get("value") or 0) for c in await self.priorities.values()}
         return replace(obs, kueue=True, workloads=workloads, flavors=flavors, priorities=priorities)
 
