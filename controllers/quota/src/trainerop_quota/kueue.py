@@ -9,12 +9,13 @@ set updates become the quota's pod contribution, and the grant's id names the ad
 new admission after an eviction makes new pods.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainerop_common.api import API_VERSION
 from trainerop_common.api.base import ROLE_NAMES
+from trainerop_common.conditions import Desired, merge, parse
 from trainerop_common.contracts import ADMISSION_ANNOTATION, TRAINING_CONTAINER
 from trainerop_common.names import child_name
 from trainerop_common.topology import Role, worker_bounds
@@ -224,30 +225,29 @@ def actions(
     return out
 
 
-def _set(conditions: list[dict[str, Any]], kind: str, status: str, reason: str, message: str, now: str) -> None:
-    """Set one condition of a list in place (its transition time kept when its status holds)."""
-    for c in conditions:
-        if c.get("type") == kind:
-            if c.get("status") != status:
-                c["lastTransitionTime"] = now
-            c.update(status=status, reason=reason, message=message)
-            return
-    conditions.append({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now})
+def _with(conditions: Sequence[Mapping[str, Any]], desired: Sequence[Desired], generation: int, now: str) -> list[Any]:
+    """A Workload's conditions with ``desired`` set by the project's one rule (conditions.merge:
+    the transition time moves only on a flip); Kueue's other entries kept as they are."""
+    updated = {c.type: c.to_k8s() for c in merge(parse(conditions), desired, generation, now)}
+    kept = [updated.pop(str(c.get("type")), c) for c in conditions]
+    return [*kept, *updated.values()]
 
 
 def status_patch(body: Mapping[str, Any], action: WorkloadAction, now: str) -> dict[str, Any]:
     """The merge patch of a Workload's status for ``release`` (an evicted run's pods are gone: its
     reservation given back, as Kueue's job integrations do) or ``finish`` (the run ended);
     conditional on the version read, so Kueue's own writes meanwhile are not overwritten."""
-    conditions = [dict(c) for c in (body.get("status") or {}).get("conditions") or ()]
+    conditions = (body.get("status") or {}).get("conditions") or ()
+    generation = int(body["metadata"].get("generation") or 0)
     patch: dict[str, Any] = {"metadata": {"resourceVersion": body["metadata"]["resourceVersion"]}}
     if action.verb == "finish":
-        message = f"the Trainer's run {action.reason.lower()}"
-        _set(conditions, "Finished", "True", action.reason, message, now)
-        patch["status"] = {"conditions": conditions}
+        finished = Desired.true("Finished", action.reason, f"the Trainer's run {action.reason.lower()}")
+        patch["status"] = {"conditions": _with(conditions, [finished], generation, now)}
         return patch
     message = "the run's pods are stopped after the eviction; the quota reservation is given back"
-    _set(conditions, "QuotaReserved", "False", "Pending", message, now)
-    _set(conditions, "Admitted", "False", "NoReservation", "the Workload has no quota reservation", now)
-    patch["status"] = {"conditions": conditions, "admission": None}
+    released = [
+        Desired.false("QuotaReserved", "Pending", message),
+        Desired.false("Admitted", "NoReservation", "the Workload has no quota reservation"),
+    ]
+    patch["status"] = {"conditions": _with(conditions, released, generation, now), "admission": None}
     return patch

@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 from lightkube import ApiError
 
-from trainerop_common.cache import ObjectCache
+from trainerop_common.cache import Derived, ObjectCache
 from trainerop_common.clock import rfc3339
 from trainerop_common.runtime import Runtime
 
@@ -45,6 +45,7 @@ class Workloads:
             "workloadpriorityclasses",
         )
         self._poke = poke
+        self.views = Derived(workload_view)  # each plan reads every Workload: parsed again only when it moved
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         self.workloads.register(registry, lambda *_: self._poke())
@@ -53,7 +54,8 @@ class Workloads:
 
     async def observe(self, obs: Observed) -> Observed:
         """``obs`` with Kueue's side: the Workloads by owner, the ResourceFlavors and priorities."""
-        workloads = {uid: workload_view(b) for b in await self.workloads.values() if (uid := owner_uid(b))}
+        bodies = [b for b in await self.workloads.values() if owner_uid(b)]
+        workloads = {owner_uid(b): view for b, view in zip(bodies, self.views.over(bodies), strict=True)}
         flavors = {f.name: f for f in map(flavor_view, await self.flavors.values())}
         priorities = {c["metadata"]["name"]: int(c.get("value") or 0) for c in await self.priorities.values()}
         return replace(obs, kueue=True, workloads=workloads, flavors=flavors, priorities=priorities)
