@@ -16,6 +16,7 @@ from tests.harness import REPO, Cluster, condition, eventually
 from tests.integration.test_client import finishing_after
 from tests.integration.test_deploy import with_component
 from tests.integration.test_quota import GPU, pods_of, quota, run
+from trainerop_common.contracts import REPLICA_TYPE_LABEL
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -223,6 +224,81 @@ def test_a_run_kueue_preempts_stops_gives_its_quota_back_and_queues_again(
         "get", "events", "-n", namespace, "--field-selector", "reason=EvictedByKueue", "-o", "name"
     )
     assert events.strip(), "the eviction was said in a Warning Event"
+
+
+CLIQUE = "nvidia.com/gpu.clique"
+FAKE_NODE_TAINT = {"key": cluster_tool.KWOK_NODE_ANNOTATION, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def topology_queues(cluster: Cluster, namespace: str, gpus: int) -> None:
+    """Kueue's topology-aware scheduling: a Topology of NVLink cliques then nodes, a flavor of
+    the fake GPU nodes on it (tolerating their taint, which Kueue checks), ``gpus`` GPUs of it."""
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Topology",
+            "metadata": {"name": f"{namespace}-cliques"},
+            "spec": {"levels": [{"nodeLabel": CLIQUE}, {"nodeLabel": "kubernetes.io/hostname"}]},
+        }
+    )
+    flavor = {
+        "nodeLabels": {"gpu-type": "nvidia-tesla-a100"},
+        "topologyName": f"{namespace}-cliques",
+        "tolerations": [FAKE_NODE_TAINT],
+    }
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": f"{namespace}-tas"},
+            "spec": flavor,
+        }
+    )
+    quota_of = [{"name": GPU, "nominalQuota": gpus}]
+    groups = [{"coveredResources": [GPU], "flavors": [{"name": f"{namespace}-tas", "resources": quota_of}]}]
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": namespace}}
+    cluster.apply(queue | {"spec": {"namespaceSelector": selector, "resourceGroups": groups}})
+    local = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team"}}
+    cluster.apply(local | {"spec": {"clusterQueue": namespace}}, namespace)
+
+
+def test_a_run_packed_in_one_clique_is_placed_there_by_kueue_s_topology_aware_scheduling(
+    cluster: Cluster, namespace: str, kueue_manager: None
+) -> None:
+    """spec.scheduling.packing Required at the clique level becomes the Workload's topology
+    request (the master and the workers one group); Kueue assigns nodes of one clique, the pods
+    are created gated with the pod set label and the Workload and packing annotations, Kueue's
+    ungater gives each its node and lifts the gate, and they run within one clique;
+    status.quota.placementScore says so."""
+    topology_queues(cluster, namespace, gpus=64)
+    packing = {"packing": {"level": CLIQUE, "mode": "Required"}}
+    cluster.apply(queued("packed", workers=3, gpus=2, framework="pytorch", scheduling=packing), namespace)
+    eventually(lambda: gate(cluster, namespace, "packed", "AdmittedByKueue"), what="packed admitted")
+    q = quota(cluster, namespace, "packed")[0]
+    pod_sets = workload(cluster, namespace, q["workload"])["spec"]["podSets"]
+    assert {s["name"]: s["topologyRequest"] for s in pod_sets} == {
+        role: {"required": CLIQUE, "podSetGroupName": "run"} for role in ("master", "worker")
+    }
+
+    def placed() -> list[dict[str, Any]] | None:
+        pods = pods_of(cluster, namespace, "packed")
+        return pods if len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = eventually(placed, timeout=90, what="its four pods ungated by Kueue and scheduled")
+    nodes = {n["metadata"]["name"]: n for n in cluster_tool.fake_nodes(cluster_tool.FAKE_NODES)}
+    cliques = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"][CLIQUE] for p in pods}
+    assert len(cliques) == 1, f"the pods span cliques {cliques}"
+    for pod in pods:
+        assert not pod["spec"].get("schedulingGates"), "Kueue's ungater removed the topology gate"
+        # Kueue's assignment is to nodes (the Topology's finest level), written by its ungater.
+        assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == pod["spec"]["nodeName"]
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["kueue.x-k8s.io/workload"] == q["workload"]
+        assert annotations["kueue.x-k8s.io/podset-required-topology"] == CLIQUE
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] == pod["metadata"]["labels"][REPLICA_TYPE_LABEL]
+    score = quota(cluster, namespace, "packed")[0]["placementScore"]
+    assert (score["level"], score["domains"], score.get("crossNeighbours", 0)) == (CLIQUE, 1, 0)
 
 
 def test_the_kueue_component_turns_it_on_for_the_quota_controller(cluster: Cluster, tmp_path: Path) -> None:

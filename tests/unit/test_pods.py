@@ -146,6 +146,18 @@ def test_a_concern_s_fragment_for_a_role_goes_over_its_fragment_for_every_role()
     assert by_role["ps"]["quota"] == quota.pod  # no fragment of its own: the one for every role
 
 
+def test_scheduling_gates_add_up_and_the_pods_are_created_with_them() -> None:
+    """A gate is removed by whoever asked for it (Kueue's topology ungater), never by the trainer."""
+    contributions = {
+        "profile": contribution(schedulingGates=["example.com/warm-cache"]),
+        "quota": contribution(schedulingGates=["kueue.x-k8s.io/topology", "example.com/warm-cache"]),
+    }
+    pod = pod_manifest(OWNER, SPEC, Replica("worker", 0), contributions, PodSettings())
+    assert pod["spec"]["schedulingGates"] == [{"name": "example.com/warm-cache"}, {"name": "kueue.x-k8s.io/topology"}]
+    ungated = pod_manifest(OWNER, SPEC, Replica("worker", 0), {"quota": contribution()}, PodSettings())
+    assert "schedulingGates" not in ungated["spec"]
+
+
 def test_merge_of_nothing_is_empty() -> None:
     assert merge_contributions([]).to_k8s() == {}
 

@@ -15,9 +15,12 @@ from trainerop_quota.kueue_views import (
     FlavorView,
     PodSetAdmission,
     PodSetUpdate,
+    TopologyAssignment,
     WorkloadView,
+    topology_assignment,
     workload_view,
 )
+from trainerop_quota.packing import Site
 
 NOW = "2026-12-05T00:00:00Z"
 WL = "job-trainer-uid-job"
@@ -190,7 +193,7 @@ def test_an_elastic_run_may_be_admitted_with_fewer_workers() -> None:
 def test_kueue_s_status_is_read_as_the_decision_needs_it() -> None:
     body = {
         "metadata": {"name": WL, "annotations": {GENERATION_ANNOTATION: "2"}},
-        "spec": {"active": True},
+        "spec": {"active": True, "podSets": [{"name": "worker", "count": 3, "topologyRequest": {"required": "rack"}}]},
         "status": {
             "conditions": [
                 {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved"},
@@ -216,6 +219,140 @@ def test_kueue_s_status_is_read_as_the_decision_needs_it() -> None:
     )
     assert w.pod_sets == {"worker": PodSetAdmission(3, {GPU: "a100"})}
     assert w.updates["worker"].node_selector == {"rack": "7"}
+    assert (w.topology_requests, w.topology_assigned) == ({"worker": {"required": "rack"}}, False)
+
+
+def packed(mode: str, workers: int = 3, master: bool = True) -> TrainerInfo:
+    s = trainer_spec(
+        resources={"limits": {GPU: 8}},
+        topology={"workers": workers},
+        framework="pytorch" if master else "jax",
+        scheduling={"packing": {"level": "nvidia.com/gpu.clique", "mode": mode}},
+    )
+    return replace(job(), spec=s)
+
+
+TOPOLOGY_REQUESTS: list[tuple[str, TrainerInfo, dict[str, Any] | None]] = [
+    # (case, trainer, each pod set's topologyRequest)
+    ("no packing: none", job(), None),
+    (
+        "a master and workers, Required: one group, placed together",
+        packed("Required"),
+        {"required": "nvidia.com/gpu.clique", "podSetGroupName": "run"},
+    ),
+    (
+        "workers only, Preferred: placed by replica index (neighbouring ranks together)",
+        packed("Preferred", master=False),
+        {"preferred": "nvidia.com/gpu.clique", "podIndexLabel": "trainer.operator.kubeflow.org/replica-index"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "t", "want"), TOPOLOGY_REQUESTS, ids=[r[0] for r in TOPOLOGY_REQUESTS])
+def test_packing_becomes_each_pod_set_s_topology_request(
+    case: str, t: TrainerInfo, want: dict[str, Any] | None
+) -> None:
+    sets = kueue.workload_manifest(t, "team", {})["spec"]["podSets"]
+    assert sets
+    assert all(s.get("topologyRequest") == want for s in sets)
+
+
+def tas(levels: list[str], *slices: dict[str, Any]) -> dict[str, Any]:
+    return {"levels": levels, "slices": list(slices)}
+
+
+LEVELS = ["nvidia.com/gpu.clique", "kubernetes.io/hostname"]
+# Kueue's compact form: 3 workers in clique-0 on two nodes (2 + 1), a master alone in clique-1.
+WORKERS_ON_CLIQUE_0 = tas(
+    ["nvidia.com/gpu.clique"],
+    {"domainCount": 1, "valuesPerLevel": [{"universal": "clique-0"}], "podCounts": {"universal": 3}},
+)
+MASTER_ON_CLIQUE_1 = tas(
+    ["nvidia.com/gpu.clique"],
+    {"domainCount": 1, "valuesPerLevel": [{"universal": "clique-1"}], "podCounts": {"universal": 1}},
+)
+# With the nodes as the finest level, Kueue writes only that level.
+WORKERS_ON_NODES = tas(
+    ["kubernetes.io/hostname"],
+    {
+        "domainCount": 2,
+        "valuesPerLevel": [{"individual": {"prefix": "kwok-gpu-", "roots": ["0", "4"]}}],
+        "podCounts": {"individual": [2, 1]},
+    },
+)
+SITES = {f"kwok-gpu-{i}": Site(f"kwok-gpu-{i}", {"nvidia.com/gpu.clique": f"clique-{i // 4}"}) for i in range(8)}
+NODES = (SITES, ("nvidia.com/gpu.clique",))
+
+
+def test_a_topology_assignment_is_read_as_one_domain_per_pod() -> None:
+    got = topology_assignment(WORKERS_ON_NODES)
+    assert got == TopologyAssignment(("kubernetes.io/hostname",), (("kwok-gpu-0",), ("kwok-gpu-0",), ("kwok-gpu-4",)))
+    assert topology_assignment(None) is None
+
+
+def on(**assignments: dict[str, Any]) -> dict[str, PodSetAdmission]:
+    """Pod sets admitted to flavor a100 where Kueue's topology assignment put them."""
+    placed = {role: topology_assignment(body) for role, body in assignments.items()}
+    return {role: PodSetAdmission(len(ta.pods), {GPU: "a100"}, ta) for role, ta in placed.items() if ta}
+
+
+SCORES: list[tuple[str, dict[str, PodSetAdmission], tuple[str | None, int, int] | None]] = [
+    # (case, the pod sets' admissions, (level holding all, domains spanned, cross-domain ring neighbours))
+    ("no topology assignment", {"worker": PodSetAdmission(3, {GPU: "a100"})}, None),
+    ("workers in one clique", on(worker=WORKERS_ON_CLIQUE_0), ("nvidia.com/gpu.clique", 1, 0)),
+    (
+        "master in another clique: two ring edges cross",
+        on(master=MASTER_ON_CLIQUE_1, worker=WORKERS_ON_CLIQUE_0),
+        (None, 2, 2),
+    ),
+    ("on nodes of two cliques, scored on the nodes' labels", on(worker=WORKERS_ON_NODES), (None, 2, 2)),
+    ("pod sets of two topologies: no common measure", on(master=MASTER_ON_CLIQUE_1, worker=WORKERS_ON_NODES), None),
+]
+
+
+@pytest.mark.parametrize(("case", "pod_sets", "want"), SCORES, ids=[r[0] for r in SCORES])
+def test_kueue_s_topology_assignment_is_scored_like_the_quota_s_own_packing(
+    case: str, pod_sets: dict[str, PodSetAdmission], want: tuple[str | None, int, int] | None
+) -> None:
+    got = kueue.topology_score(pod_sets, *NODES)
+    assert (None if got is None else (got.level, got.domains, got.cross_neighbours)) == want
+
+
+ANNOTATIONS: list[tuple[str, dict[str, Any] | None, dict[str, str]]] = [
+    (
+        "required",
+        {"required": "nvidia.com/gpu.clique", "podSetGroupName": "run"},
+        {"kueue.x-k8s.io/podset-required-topology": "nvidia.com/gpu.clique"},
+    ),
+    ("preferred", {"preferred": "rack", "podIndexLabel": "i"}, {"kueue.x-k8s.io/podset-preferred-topology": "rack"}),
+    ("no request: Kueue's implicit default", None, {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}),
+]
+
+
+@pytest.mark.parametrize(("case", "asked", "want"), ANNOTATIONS, ids=[r[0] for r in ANNOTATIONS])
+def test_a_gated_pod_says_how_its_pod_set_asked_to_be_placed(
+    case: str, asked: dict[str, Any] | None, want: dict[str, str]
+) -> None:
+    assert kueue.topology_annotation(asked) == want
+
+
+def test_pods_of_a_pod_set_kueue_placed_by_topology_are_gated_until_its_ungater_gives_their_domain() -> None:
+    request = {"required": "nvidia.com/gpu.clique", "podSetGroupName": "run"}
+    w = replace(
+        admitted(ONE_FLAVOR),
+        pod_sets=on(worker=WORKERS_ON_NODES) | {"master": PodSetAdmission(1, {GPU: "a100"})},
+        topology_requests={"worker": request},
+    )
+    d = kueue.decide(job(), "team", w, FLAVORS, nodes=NODES)
+    roles = d.quota["contribution"]["roles"]
+    assert roles["worker"]["schedulingGates"] == ["kueue.x-k8s.io/topology"]
+    assert roles["worker"]["labels"] == {"kueue.x-k8s.io/podset": "worker"}
+    assert roles["worker"]["annotations"] == {
+        "kueue.x-k8s.io/workload": WL,
+        "kueue.x-k8s.io/podset-required-topology": "nvidia.com/gpu.clique",
+    }
+    assert "schedulingGates" not in roles["master"]  # not placed by topology: scheduled as it is
+    assert d.quota["placementScore"] == {"domains": 2, "crossNeighbours": 2}
 
 
 ACTIONS: list[tuple[str, TrainerInfo, WorkloadView | None, bool, list[str]]] = [

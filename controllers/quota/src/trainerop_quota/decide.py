@@ -87,7 +87,9 @@ def sort_out(p: Planner, obs: Observed) -> list[tuple[TrainerInfo, PolicyInfo]]:
             by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
         policy = by_namespace[t.namespace]
         if obs.kueue and t.queue is not None:  # Kueue decides (docs/design/placement.md, decision 6)
-            p.decisions[t.uid] = kueue.decide(t, t.queue, obs.workloads.get(t.uid), obs.flavors, obs.priorities)
+            w = obs.workloads.get(t.uid)
+            nodes = (p.sites, obs.levels) if w is not None and w.topology_assigned else ({}, ())
+            p.decisions[t.uid] = kueue.decide(t, t.queue, w, obs.flavors, obs.priorities, nodes)
         elif over(t):
             p.decisions[t.uid] = released(p, t, policy)
         elif not placed_by_plan(t, policy, obs.ungoverned):

@@ -15,15 +15,17 @@ from typing import Any, Literal
 
 from trainerop_common.api import API_VERSION
 from trainerop_common.api.base import ROLE_NAMES
+from trainerop_common.api.quota import Packing, PlacementScore
 from trainerop_common.conditions import Desired, merge, parse
-from trainerop_common.contracts import ADMISSION_ANNOTATION, TRAINING_CONTAINER
+from trainerop_common.contracts import ADMISSION_ANNOTATION, REPLICA_INDEX_LABEL, TRAINING_CONTAINER
 from trainerop_common.names import child_name
 from trainerop_common.topology import Role, worker_bounds
 
 from .capacity import quantity_text
-from .kueue_views import GENERATION_ANNOTATION, FlavorView, PodSetUpdate, WorkloadView
+from .kueue_views import GENERATION_ANNOTATION, FlavorView, PodSetAdmission, PodSetUpdate, WorkloadView
 from .ledger import shape
 from .model import Decision, TrainerInfo, condition, over
+from .packing import RING_ORDER, Site, Slot, score
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass, as for Kueue's own integrations
@@ -31,6 +33,18 @@ GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 WORKLOAD_API = f"{GROUP}/{VERSION}"
 MAX_POD_SETS = 8  # Kueue's limit on a Workload's pod sets
+# Topology-aware scheduling: pods of a pod set Kueue assigned domains to are created gated, named
+# by their pod set and Workload; Kueue's topology ungater then gives each its domain's node
+# labels and removes the gate (docs/quota.md#kueue).
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+POD_SET_LABEL = "kueue.x-k8s.io/podset"
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+# The ungater handles only pods that say how their pod set asked to be placed.
+REQUIRED_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
+UNCONSTRAINED_ANNOTATION = "kueue.x-k8s.io/podset-unconstrained-topology"
+POD_SET_GROUP = "run"  # a master's and its workers' pod sets, placed together
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # a topology's node level, below the interconnect's domains
 
 
 def queue_of(labels: Mapping[str, str] | None) -> str | None:
@@ -64,6 +78,7 @@ def workload_manifest(t: TrainerInfo, queue: str, priorities: Mapping[str, int])
     profile_tolerations = (t.profile.tolerations if t.profile else None) or ()
     tolerations = [tol.model_dump(by_alias=True, exclude_none=True) for tol in profile_tolerations]
     pod_sets = []
+    requests_by_role = topology_requests(s.packing, s.counts)
     for role, count in s.counts.items():
         requests = {k: quantity_text(v) for k, v in sorted(s.requests[role].items()) if k != "pods"}
         container = {"name": TRAINING_CONTAINER[t.spec.framework], "resources": {"requests": requests}}
@@ -72,7 +87,9 @@ def workload_manifest(t: TrainerInfo, queue: str, priorities: Mapping[str, int])
             pod_spec["nodeSelector"] = dict(s.selectors[role])
         if tolerations:
             pod_spec["tolerations"] = tolerations
-        pod_set = {"name": pod_set_name(role), "count": count, "template": {"spec": pod_spec}}
+        pod_set: dict[str, Any] = {"name": pod_set_name(role), "count": count, "template": {"spec": pod_spec}}
+        if role in requests_by_role:
+            pod_set["topologyRequest"] = requests_by_role[role]
         lo, hi = worker_bounds(t.spec)
         if role == "worker" and lo < hi:  # elastic: Kueue may admit fewer (partial admission)
             pod_set["minCount"] = lo
@@ -98,6 +115,20 @@ def workload_manifest(t: TrainerInfo, queue: str, priorities: Mapping[str, int])
     }
 
 
+def topology_requests(packing: Packing | None, counts: Mapping[Role, int]) -> dict[Role, dict[str, Any]]:
+    """Each pod set's topology request from ``spec.scheduling.packing``: Required or Preferred at
+    its level. A master and its workers form one pod set group (Kueue places the two together,
+    the master as the leader); otherwise each pod set is placed by the pods' replica index, so
+    neighbouring ranks share a domain."""
+    if packing is None:
+        return {}
+    request: dict[str, Any] = {"required" if packing.mode == "Required" else "preferred": packing.level}
+    roles = [r for r, n in counts.items() if n]
+    grouped = len(roles) == 2 and "master" in roles
+    extra = {"podSetGroupName": POD_SET_GROUP} if grouped else {"podIndexLabel": REPLICA_INDEX_LABEL}
+    return {role: request | extra for role in roles}
+
+
 def _priority(t: TrainerInfo, priorities: Mapping[str, int]) -> dict[str, Any]:
     name = t.kueue_priority_class
     if name is None or name not in priorities:
@@ -112,10 +143,12 @@ def decide(
     w: WorkloadView | None,
     flavors: Mapping[str, FlavorView],
     priorities: Mapping[str, int] | None = None,
+    nodes: tuple[Mapping[str, Site], Sequence[str]] = ({}, ()),
 ) -> Decision:
     """The quota decision for a run Kueue admits: waiting for its Workload's admission, admitted
     with the flavors' and admission checks' pod contribution, or evicted (its grant withdrawn, so
-    the trainer stops its pods)."""
+    the trainer stops its pods). ``nodes``: the nodes by name and ``--topology-levels``, to score
+    a topology assignment by."""
     name = w.name if w is not None else workload_name(t)
     if t.finished or t.deleting:
         return Decision({"workload": name}, condition("True", "Released", "the run is over; Kueue is told so"))
@@ -159,6 +192,8 @@ def decide(
         "admittedTime": w.admitted_time,
         "contribution": contribution | {"grant": {"id": grant_id, "workers": workers}},
     }
+    if (placed := topology_score(w.pod_sets, *nodes)) is not None:
+        quota["placementScore"] = placed.to_k8s()
     return Decision(quota, condition("True", "AdmittedByKueue", message), (("Normal", "AdmittedByKueue", message),))
 
 
@@ -177,14 +212,57 @@ def role_fragments(w: WorkloadView, flavors: Mapping[str, FlavorView]) -> dict[s
         for tol in [*(t for f in fragments for t in f.tolerations), *update.tolerations]:
             if tol not in tolerations:
                 tolerations.append(tol)
-        fragment = {
+        labels, annotations, gates = dict(update.labels), dict(update.annotations), []
+        if admission.topology is not None:  # gated until Kueue's ungater gives each pod its domain
+            gates = [TOPOLOGY_GATE]
+            labels[POD_SET_LABEL] = pod_set
+            annotations |= {WORKLOAD_ANNOTATION: w.name, **topology_annotation(w.topology_requests.get(pod_set))}
+        fragment: dict[str, Any] = {
             "nodeSelector": selector,
             "tolerations": tolerations,
-            "labels": dict(update.labels),
-            "annotations": dict(update.annotations),
+            "labels": labels,
+            "annotations": annotations,
+            "schedulingGates": gates,
         }
         roles[pod_set] = {k: v for k, v in fragment.items() if v}
     return {role: fragment for role, fragment in roles.items() if fragment}
+
+
+def topology_annotation(request: Mapping[str, Any] | None) -> dict[str, str]:
+    """The annotation by which a pod says how its pod set asked to be placed (as Kueue's own
+    integrations annotate theirs): required or preferred at a level, else unconstrained."""
+    for key, annotation in (("required", REQUIRED_ANNOTATION), ("preferred", PREFERRED_ANNOTATION)):
+        if (request or {}).get(key):
+            return {annotation: str((request or {})[key])}
+    return {UNCONSTRAINED_ANNOTATION: "true"}
+
+
+def topology_score(
+    pod_sets: Mapping[str, PodSetAdmission], sites: Mapping[str, Site], levels: Sequence[str]
+) -> PlacementScore | None:
+    """How Kueue's topology assignment places the run, scored by the rule of the quota's own
+    packing (:func:`packing.score`, the ranks in Kueue's order). An assignment to nodes (Kueue
+    keeps only the finest level when it is ``kubernetes.io/hostname``) is scored on the nodes'
+    labels at ``levels`` (``--topology-levels``); one to coarser domains on the Topology's own
+    levels, each domain standing for its nodes."""
+    assigned = [(r, a.topology) for r in RING_ORDER if (a := pod_sets.get(r)) is not None and a.topology is not None]
+    if not assigned or any(not topology.levels for _, topology in assigned):
+        return None
+    where: dict[Slot, str] = {}
+    named: dict[str, Site] = {}
+    for role, topology in assigned:
+        for index, values in enumerate(topology.pods):
+            if topology.levels[-1] == HOSTNAME_LABEL:
+                where[(role, index)] = values[-1]
+                continue
+            name = "/".join(values)
+            named[name] = Site(name, dict(zip(topology.levels, values, strict=True)))
+            where[(role, index)] = name
+    if named:
+        if len({topology.levels for _, topology in assigned}) > 1 or len(named) != len(set(where.values())):
+            return None  # pod sets on flavors of different topologies: no common measure
+        return score(where, named, tuple(reversed(assigned[0][1].levels)))
+    return score(where, sites, levels)
 
 
 Verb = Literal["create", "replace", "release", "finish", "activate", "deactivate"]

@@ -11,9 +11,19 @@ GENERATION_ANNOTATION = "trainer.operator.kubeflow.org/trainer-generation"  # th
 
 
 @dataclass(frozen=True)
+class TopologyAssignment:
+    """Where Kueue's topology-aware scheduling put a pod set: the levels (node label keys,
+    coarsest first) and each pod's domain (its values at those levels), in Kueue's order."""
+
+    levels: tuple[str, ...]
+    pods: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
 class PodSetAdmission:
     count: int
     flavors: Mapping[str, str]  # resource -> ResourceFlavor name
+    topology: TopologyAssignment | None = None  # set when a flavor of it is topology-aware
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,12 @@ class WorkloadView:
     updates: Mapping[str, PodSetUpdate] = field(default_factory=dict)
     admission_hash: str = ""
     active: bool = True  # spec.active: False once deactivated (the run suspended)
+    topology_requests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # pod set -> its request
+
+    @property
+    def topology_assigned(self) -> bool:
+        """Kueue placed a pod set of it by topology (its pods are gated until Kueue's ungater)."""
+        return any(a.topology is not None for a in self.pod_sets.values())
 
 
 @dataclass(frozen=True)
@@ -62,7 +78,9 @@ def workload_view(body: Mapping[str, Any]) -> WorkloadView:
 
     admission = status.get("admission") or {}
     pod_sets = {
-        str(a["name"]): PodSetAdmission(int(a.get("count") or 0), dict(a.get("flavors") or {}))
+        str(a["name"]): PodSetAdmission(
+            int(a.get("count") or 0), dict(a.get("flavors") or {}), topology_assignment(a.get("topologyAssignment"))
+        )
         for a in admission.get("podSetAssignments") or ()
     }
     updates: dict[str, PodSetUpdate] = {}
@@ -81,8 +99,39 @@ def workload_view(body: Mapping[str, Any]) -> WorkloadView:
         pod_sets=pod_sets,
         updates=updates,
         active=(body.get("spec") or {}).get("active") is not False,
+        topology_requests={
+            str(p["name"]): dict(p["topologyRequest"])
+            for p in (body.get("spec") or {}).get("podSets") or ()
+            if p.get("topologyRequest")
+        },
         admission_hash=hashlib.sha256(json.dumps(admission, sort_keys=True).encode()).hexdigest()[:10],
     )
+
+
+def topology_assignment(body: Mapping[str, Any] | None) -> TopologyAssignment | None:
+    """Kueue's v1beta2 topology assignment expanded to one domain per pod: each slice covers
+    ``domainCount`` domains, a level's values either one for all of them (``universal``) or one
+    each (``individual``: prefix + root + suffix), and its pods one count for all or one each."""
+    if not body:
+        return None
+    levels = tuple(str(level) for level in body.get("levels") or ())
+    pods: list[tuple[str, ...]] = []
+    for piece in body.get("slices") or ():
+        n = int(piece.get("domainCount") or 0)
+        columns = [_level_values(v or {}, n) for v in piece.get("valuesPerLevel") or ()]
+        counts = piece.get("podCounts") or {}
+        per_domain = counts.get("individual") or [int(counts.get("universal") or 0)] * n
+        for domain, count in zip(zip(*columns, strict=True), per_domain, strict=False):
+            pods += [tuple(domain)] * int(count)
+    return TopologyAssignment(levels, tuple(pods))
+
+
+def _level_values(values: Mapping[str, Any], n: int) -> list[str]:
+    if values.get("universal") is not None:
+        return [str(values["universal"])] * n
+    each = values.get("individual") or {}
+    prefix, suffix = str(each.get("prefix") or ""), str(each.get("suffix") or "")
+    return [f"{prefix}{root}{suffix}" for root in each.get("roots") or ()]
 
 
 def _merge_update(before: PodSetUpdate | None, update: Mapping[str, Any]) -> PodSetUpdate:

@@ -116,6 +116,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
     affinity: dict[str, Any] | None = None
     service_account: str | None = None
     security: dict[str, Any] = {}
+    gates: list[str] = []
     for c in contributions:
         env |= _by_name(e.to_k8s() for e in c.env or ())
         volumes |= _by_name(c.volumes or ())
@@ -132,6 +133,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
         affinity = {**(affinity or {}), **c.affinity} if c.affinity else affinity  # by kind of affinity
         service_account = c.service_account_name or service_account
         security |= c.security_context.to_k8s() if c.security_context else {}
+        gates += [g for g in c.scheduling_gates or () if g not in gates]  # gates add up
     return PodContribution.model_validate(
         {
             "env": list(env.values()) or None,
@@ -145,6 +147,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
             "annotations": annotations or None,
             "labels": extra_labels or None,
             "securityContext": security or None,
+            "schedulingGates": gates or None,
         }
     )
 
@@ -285,6 +288,7 @@ def pod_spec(
         "nodeSelector": merged.node_selector,
         "tolerations": [t.to_k8s() for t in merged.tolerations or ()],
         "affinity": merged.affinity,
+        "schedulingGates": [{"name": gate} for gate in merged.scheduling_gates or ()],
     }
     out |= {k: v for k, v in placement.items() if v}
     # A concern may pick another identity; it then needs the runner's Lease permissions to beat.

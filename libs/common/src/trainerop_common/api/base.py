@@ -165,6 +165,12 @@ class PodContribution(K8sModel):
     annotations: dict[str, str] | None = None
     labels: dict[str, str] | None = None
     security_context: PodSecurity | None = None
+    scheduling_gates: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(
+        default=None,
+        max_length=8,
+        description="Scheduling gates the pods are created with (names); whoever asked for one removes it "
+        "from the pods (e.g. Kueue's topology ungater once it has chosen their domains).",
+    )
 
 
 class RunPolicyDefaults(K8sModel):
