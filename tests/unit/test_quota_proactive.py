@@ -1,0 +1,115 @@
+"""Proactive mode's predictor (trainerop_quota.proactive) on recorded traces: readings 30 s apart,
+played one evaluation at a time as the controller would."""
+
+from collections.abc import Sequence
+
+import pytest
+
+from trainerop_quota.node_readings import reading, scraped
+from trainerop_quota.proactive import DEFAULT_RULES, NodeState, Reading, Signal, assess
+
+STEP = 30.0
+
+
+def trace(signal: Signal, values: Sequence[float], temperature: float | None = None) -> list[Reading]:
+    """Readings of one signal, 30 s apart (and a steady temperature, if given)."""
+    steady: dict[Signal, float] = {} if temperature is None else {"temperature": temperature}
+    return [Reading(i * STEP, {**steady, signal: v}) for i, v in enumerate(values)]
+
+
+def play(readings: Sequence[Reading]) -> tuple[list[bool], NodeState]:
+    """Whether the node is predicted after each evaluation, and its last state."""
+    state, out = NodeState(), []
+    for i in range(len(readings)):
+        state = assess(readings[: i + 1], state)
+        out.append(state.predicted)
+    return out, state
+
+
+def first(flags: Sequence[bool], value: bool = True, start: int = 0) -> int | None:
+    return next((i for i in range(start, len(flags)) if flags[i] == value), None)
+
+
+RAMP = [60.0 + 2 * i for i in range(20)]  # 4 °C a minute; crosses 85 at reading 13
+COOLED = [*RAMP[:10], *[60.0] * 12]
+HOVERING = [*RAMP[:10], *[83.0, 84.0, 82.0, 84.0] * 4]
+FLAPPING = [50.0, 95.0] * 10  # a sensor that reads either
+ONE_SPIKE = [50.0] * 8 + [99.0] + [50.0] * 8
+XID = [0.0] * 6 + [79.0, 0.0, 79.0, 79.0] + [0.0] * 4
+ECC = [0.0] * 5 + [1.0] * 5
+
+TRACES: list[tuple[str, list[Reading], int | None, int | None]] = [
+    # (case, readings, the reading at which the node is predicted, the one at which it clears)
+    ("thermal ramp: predicted from the trend, before the line is crossed", trace("temperature", RAMP), 6, None),
+    # cooled from reading 10; the median is cool from 11; the fifth cool evaluation is 15
+    ("ramp, then cooled: cleared after five cool evaluations", trace("temperature", COOLED), 6, 15),
+    ("ramp, then hovering just under the line: kept (hysteresis)", trace("temperature", HOVERING), 6, None),
+    ("a flapping sensor: never two hot evaluations in a row", trace("temperature", FLAPPING), None, None),
+    ("one spike: the median ignores it", trace("temperature", ONE_SPIKE), None, None),
+    ("an XID burst: three in the window, at once", trace("xid", XID, temperature=60.0), 9, None),
+    ("a double-bit ECC error: at once", trace("ecc", ECC, temperature=60.0), 5, None),
+    ("steady and cool: nothing", trace("temperature", [70.0] * 20), None, None),
+]
+
+
+@pytest.mark.parametrize(("case", "readings", "predicted", "cleared"), TRACES, ids=[t[0] for t in TRACES])
+def test_recorded_traces(case: str, readings: list[Reading], predicted: int | None, cleared: int | None) -> None:
+    flags, _ = play(readings)
+    at = first(flags)
+    assert at == predicted
+    assert (None if at is None else first(flags, False, at)) == cleared
+
+
+def test_the_thermal_ramp_is_predicted_minutes_before_it_crosses_the_threshold() -> None:
+    flags, _ = play(trace("temperature", RAMP))
+    crossed = next(i for i, v in enumerate(RAMP) if v >= DEFAULT_RULES.limits["temperature"].threshold)
+    lead = (crossed - (first(flags) or 0)) * STEP
+    assert lead >= 180, f"predicted {lead:.0f} s before the crossing"
+
+
+def test_the_reason_names_the_signal_its_readings_and_the_prediction() -> None:
+    _, state = play(trace("temperature", RAMP[:7]))
+    assert state.predicted
+    assert state.reason == "temperature 68, 70, 72 °C (median 70), rising 4 °C/min: 90 in 5 min ≥ 85"
+
+
+# What a node's DCGM exporter and node exporter serve (their metric names and labels), two GPUs.
+EXPOSITION = """\
+# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).
+# TYPE DCGM_FI_DEV_GPU_TEMP gauge
+DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a",Hostname="gpu-node-1",modelName="NVIDIA H100 80GB HBM3"} 71
+DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-b",Hostname="gpu-node-1",modelName="NVIDIA H100 80GB HBM3"} 78
+# HELP DCGM_FI_DEV_MEM_COPY_UTIL Memory utilization (in %).
+# TYPE DCGM_FI_DEV_MEM_COPY_UTIL gauge
+DCGM_FI_DEV_MEM_COPY_UTIL{gpu="0",UUID="GPU-a",Hostname="gpu-node-1"} 40
+DCGM_FI_DEV_MEM_COPY_UTIL{gpu="1",UUID="GPU-b",Hostname="gpu-node-1"} 97
+# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.
+# TYPE DCGM_FI_DEV_XID_ERRORS gauge
+DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a",Hostname="gpu-node-1"} 0
+DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-b",Hostname="gpu-node-1"} 79
+# HELP DCGM_FI_DEV_ECC_DBE_VOL_TOTAL Total number of double-bit volatile ECC errors.
+# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="0",UUID="GPU-a",Hostname="gpu-node-1"} 1
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1",UUID="GPU-b",Hostname="gpu-node-1"} 2
+# HELP node_pressure_memory_waiting_seconds_total Total time in seconds that processes have waited for memory
+# TYPE node_pressure_memory_waiting_seconds_total counter
+node_pressure_memory_waiting_seconds_total 120.5
+# HELP node_load1 1m load average.
+# TYPE node_load1 gauge
+node_load1 3.2
+"""
+
+
+def test_exporters_text_is_read_as_the_node_s_reading() -> None:
+    samples = scraped(EXPOSITION)
+    assert reading(60.0, samples, None) == Reading(
+        60.0, {"temperature": 78.0, "memoryCopy": 97.0, "xid": 79.0, "ecc": 3.0}
+    )
+    # The pressure counter grew 6 s in 30 s: a fifth of the time stalled.
+    assert reading(60.0, samples, (114.5, 30.0)).values["memoryPressure"] == pytest.approx(0.2)
+    assert "memoryPressure" not in reading(60.0, samples, (200.0, 30.0)).values  # reset: no rate yet
+
+
+def test_text_that_is_not_the_exposition_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="not the Prometheus exposition format"):
+        scraped("DCGM_FI_DEV_GPU_TEMP{gpu=0 71\n")
