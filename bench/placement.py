@@ -9,11 +9,11 @@ GPUs a clique, two of each capacity type; 32 nodes here), a mix of Trainers of 1
 4 GPUs (two pods fit a node) is created at once, twice, each time in a namespace no QuotaPolicy
 covers and after the previous one is gone:
 
-- default: the quota controller as deployed by default (`--ungoverned AtOnce`): every pod is
-  created at once and the default scheduler places it (it spreads pods over the least allocated
-  nodes);
-- ours: `--ungoverned AllOrNothing`: each run is placed by the quota controller, packed into the
-  fewest cliques with its ranks in ring order (docs/quota.md#topology), on one capacity type.
+- default scheduler: the quota controller with `--ungoverned AtOnce`: every pod is created at
+  once and the default scheduler places it (it spreads pods over the least allocated nodes);
+- ours: `--ungoverned AllOrNothing` (the default): each run is placed by the quota controller,
+  packed into the fewest cliques with its ranks in ring order (docs/quota.md#topology), on one
+  capacity type.
 
 Per Trainer, from the nodes its running pods are bound to: cliques spanned, and ring neighbours
 (workers by index, the last next to the first) in different cliques. The optimum is the fewest
@@ -114,10 +114,10 @@ def main() -> int:
     cluster_tool.FAKE_NODES = args.nodes
     results: dict[str, dict[str, float]] = {}
     with operator_running() as c:
+        localdev.restart("quota", {"TRAINEROP_UNGOVERNED": "AtOnce"})
         results["default scheduler"] = one_placement(c, args.trainers, "default")
-        localdev.restart("quota", {"TRAINEROP_UNGOVERNED": "AllOrNothing"})
-        results["ours (AllOrNothing, packed)"] = one_placement(c, args.trainers, "ours")
         localdev.restart("quota")
+        results["ours (AllOrNothing, packed)"] = one_placement(c, args.trainers, "ours")
     print(f"trainers {args.trainers} (workers {', '.join(map(str, SIZES))} in turn, 4 GPUs each)")
     for label, figures in results.items():
         print(label + ": " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()))

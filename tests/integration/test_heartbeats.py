@@ -3,6 +3,7 @@ beat for another Trainer, and silence is detected as a stall (issue 3); percent 
 estimated completion and metrics, and what the run waits for, as `kubectl get` shows them (issue 21)."""
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed import localdev
 from tests.factories import trainer_manifest
 from tests.harness import Cluster, condition, eventually, table
 from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
@@ -118,12 +120,27 @@ def test_heartbeats_give_percent_done_an_estimated_completion_and_metrics(cluste
     assert (row["PROGRESS"], row["ETA"], row["REASON"]) == ("20", progress["estimatedCompletionTime"], "Running")
 
 
-def test_pods_no_node_takes_are_said_with_the_schedulers_words(cluster: Cluster, namespace: str) -> None:
+@pytest.fixture
+def scheduler_places_ungoverned_runs() -> Iterator[None]:
+    """The quota controller at --ungoverned AtOnce for one test: a run no QuotaPolicy covers gets
+    its pods at once and the scheduler alone says where they go (or that no node takes them)."""
+    localdev.restart("quota", {"TRAINEROP_UNGOVERNED": "AtOnce"})
+    try:
+        yield
+    finally:
+        localdev.restart("quota")
+
+
+NOWHERE = {"worker": {"spec": {"nodeSelector": {"trainer-operator-test/absent": "yes"}}}}
+
+
+def test_pods_no_node_takes_are_said_with_the_schedulers_words(
+    cluster: Cluster, namespace: str, scheduler_places_ungoverned_runs: None
+) -> None:
     """Issue 21: the reason follows the phase: Unschedulable with the scheduler's message while
-    no node takes the pods."""
-    nowhere = {"worker": {"spec": {"nodeSelector": {"trainer-operator-test/absent": "yes"}}}}
+    no node takes the pods (pods created at once: --ungoverned AtOnce)."""
     cluster.apply(
-        trainer_manifest("nowhere", epochs=1, topology={"workers": 2}, podTemplateOverrides=nowhere), namespace
+        trainer_manifest("nowhere", epochs=1, topology={"workers": 2}, podTemplateOverrides=NOWHERE), namespace
     )
 
     def unschedulable() -> dict[str, Any] | None:
@@ -137,3 +154,21 @@ def test_pods_no_node_takes_are_said_with_the_schedulers_words(cluster: Cluster,
     assert "didn't match Pod's node affinity/selector" in status["message"]
     row = table(cluster.kubectl("get", "trainer", "nowhere", "-n", namespace))[0]
     assert (row["PHASE"], row["REASON"]) == ("Pending", "Unschedulable")
+
+
+def test_a_run_no_node_takes_waits_without_pods_by_default(cluster: Cluster, namespace: str) -> None:
+    """By default (--ungoverned AllOrNothing) the same run is held before any pod exists: the
+    Trainer waits for its gates, the quota controller saying it waits for capacity."""
+    cluster.apply(
+        trainer_manifest("nowhere", epochs=1, topology={"workers": 2}, podTemplateOverrides=NOWHERE), namespace
+    )
+
+    def waiting() -> dict[str, Any] | None:
+        status = cluster.get("trainer", "nowhere", namespace).get("status", {})
+        return status if status.get("reason") == "WaitingForGates" else None
+
+    status = eventually(waiting, timeout=90, what="the Trainer to wait for its gates")
+    assert status["phase"] == "Pending"
+    gate = condition(cluster.get("trainer", "nowhere", namespace), "QuotaAdmitted")
+    assert (gate["status"], gate["reason"]) == ("False", "WaitingForCapacity")
+    assert cluster.kubectl("get", "pods", "-n", namespace, "-o", "name").strip() == ""

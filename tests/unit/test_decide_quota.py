@@ -1,6 +1,5 @@
 """The quota plan: admission order, capacity types, budgets, renegotiation, cost (pure)."""
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -16,6 +15,7 @@ from trainerop_common.clock import rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
 from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, plan
+from trainerop_quota.model import Ungoverned
 from trainerop_quota.views import trainer_info
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -65,8 +65,10 @@ def world(
     policies: list[PolicyInfo] | None = None,
     now: datetime = NOW,
     levels: tuple[str, ...] = (),
+    ungoverned: Ungoverned = "AllOrNothing",
 ) -> Observed:
     return Observed(
+        ungoverned=ungoverned,
         now=now,
         trainers=trainers,
         policies=[policy()] if policies is None else policies,
@@ -132,7 +134,9 @@ SPOT2_OD2 = [node("s1"), node("s2"), node("o1", "on-demand"), node("o2", "on-dem
 # (64 GPUs of each budget unless said): what the plan decides.
 ADMISSION_TABLE: list[tuple[str, TrainerSpec, list[PolicyInfo], str, tuple[str, int, str] | None]] = [
     # situation, the run, the policies -> QuotaAdmitted reason, (capacity, workers, grant id) admitted
-    ("no policy covers the namespace", spec(), [], "NoQuotaPolicy", None),
+    # By default a run no policy covers is placed all-or-nothing, as under a policy with no
+    # budgets and OnDemandFirst (--ungoverned AllOrNothing).
+    ("no policy covers the namespace", spec(), [], "NoQuotaPolicy", ("on-demand", 2, "on-demand-0")),
     ("spot first: spot has room", spec(), [policy()], "Admitted", ("spot", 2, "spot-0")),
     ("on-demand first", spec(), [policy(preference="OnDemandFirst")], "Admitted", ("on-demand", 2, "on-demand-0")),
     (
@@ -175,9 +179,9 @@ def test_what_the_plan_admits(
     assert (v.condition.reason, admitted(v)) == (reason, grant)
 
 
-def test_no_policy_admits_without_a_contribution() -> None:
+def test_no_policy_admits_at_once_without_a_contribution_with_ungoverned_at_once() -> None:
     t = trainer("a")
-    v = plan(world([t], SPOT2_OD2, policies=[])).decisions[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[], ungoverned="AtOnce")).decisions[t.uid]
     assert (v.condition.status, v.condition.reason) == ("True", "NoQuotaPolicy")
     assert v.quota == {}
 
@@ -695,7 +699,7 @@ def test_pods_being_deleted_keep_their_replicas_places() -> None:
 
 def test_a_run_whose_policy_went_keeps_its_grant_without_placement() -> None:
     t, _ = _admit_on_spot(trainer("a"), SPOT2_OD2)
-    v = plan(world([t], SPOT2_OD2, policies=[])).decisions[t.uid]
+    v = plan(world([t], SPOT2_OD2, policies=[], ungoverned="AtOnce")).decisions[t.uid]
     assert v.condition.reason == "NoQuotaPolicy"
     grant = _grant(v)
     assert (grant.id, grant.workers, grant.placement) == ("spot-0", 2, None)
@@ -782,7 +786,7 @@ def test_a_lost_replica_is_replaced_in_its_clique() -> None:
 
 
 def ungoverned_world(trainers: list[TrainerInfo], nodes: list[NodeInfo], pods: list[PodInfo] | None = None) -> Observed:
-    return replace(world(trainers, nodes, pods, policies=[]), ungoverned="AllOrNothing")
+    return world(trainers, nodes, pods, policies=[])  # --ungoverned AllOrNothing, the default
 
 
 # No QuotaPolicy, --ungoverned AllOrNothing: the run (2 workers of 8 GPUs) on SPOT2_OD2 ->

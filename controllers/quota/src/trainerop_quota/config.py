@@ -28,7 +28,7 @@ class QuotaConfig:
         parse=ordered_csv,
     )
     ungoverned: str = flag(
-        "AtOnce",
+        "AllOrNothing",
         "runs in namespaces no QuotaPolicy covers: AllOrNothing (admitted only when all of a run's pods have a "
         "node, pinned there, as a governed run) or AtOnce (admitted at once; the scheduler binds what fits)",
         choices=UNGOVERNED_MODES,

@@ -85,7 +85,7 @@ class Observed:
     levels: Sequence[str] = ()  # the topology's node label keys, finest first (--topology-levels)
     suggestions: Mapping[str, Suggestion] = field(default_factory=dict)  # by Trainer uid: the plugin's
     asking: frozenset[str] = frozenset()  # Trainer uids whose plugin answer is awaited: not admitted yet
-    ungoverned: Ungoverned = "AtOnce"  # how runs no QuotaPolicy covers are admitted (--ungoverned)
+    ungoverned: Ungoverned = "AllOrNothing"  # how runs no QuotaPolicy covers are admitted (--ungoverned)
     kueue: bool = False  # Kueue admits the runs that name a LocalQueue (--kueue)
     workloads: Mapping[str, WorkloadView] = field(default_factory=dict)  # by Trainer uid
     flavors: Mapping[str, FlavorView] = field(default_factory=dict)  # Kueue's ResourceFlavors by name
