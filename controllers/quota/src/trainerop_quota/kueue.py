@@ -231,9 +231,10 @@ def role_fragments(w: WorkloadView, flavors: Mapping[str, FlavorView]) -> dict[s
 def topology_annotation(request: Mapping[str, Any] | None) -> dict[str, str]:
     """The annotation by which a pod says how its pod set asked to be placed (as Kueue's own
     integrations annotate theirs): required or preferred at a level, else unconstrained."""
+    asked = request or {}
     for key, annotation in (("required", REQUIRED_ANNOTATION), ("preferred", PREFERRED_ANNOTATION)):
-        if (request or {}).get(key):
-            return {annotation: str((request or {})[key])}
+        if asked.get(key):
+            return {annotation: str(asked[key])}
     return {UNCONSTRAINED_ANNOTATION: "true"}
 
 

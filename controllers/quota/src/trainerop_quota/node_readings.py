@@ -23,6 +23,7 @@ SAMPLES: Mapping[str, tuple[Signal, Fold]] = {
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc", "sum"),
 }
 PRESSURE = "node_pressure_memory_waiting_seconds"  # a counter (served with the suffix _total)
+FOLDS: Mapping[str, Fold] = {name: fold for name, (_, fold) in SAMPLES.items()} | {PRESSURE: "sum"}
 
 
 def scraped(text: str) -> dict[str, float]:
@@ -37,9 +38,7 @@ def scraped(text: str) -> dict[str, float]:
 def _folded(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        fold: Fold | None = (
-            "sum" if family.name == PRESSURE else SAMPLES[family.name][1] if family.name in SAMPLES else None
-        )
+        fold = FOLDS.get(family.name)
         values = [s.value for s in family.samples if not s.name.endswith("_created")]
         if fold is not None and values:
             out[family.name] = sum(values) if fold == "sum" else max(values)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainerop_common.api import PodContribution
 from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event
@@ -91,10 +92,12 @@ def replacements(run: Run, r: Restarts, waiting: Sequence[str]) -> Replacements:
     # No new pod (not even a replacement) until every gate is open for this generation.
     grant = grant_of(run.obs.contributions)
     create = []
+    by_role: dict[str, dict[str, PodContribution]] = {}  # merged once per role, not per replica
     for x in [] if waiting else missing:
         if x not in held and x not in gang_wait:
-            fragments = role_contributions(run.obs.contributions, x.role)
-            pod = pod_manifest(owner, run.spec, x, fragments, run.obs.settings)
+            if x.role not in by_role:
+                by_role[x.role] = role_contributions(run.obs.contributions, x.role)
+            pod = pod_manifest(owner, run.spec, x, by_role[x.role], run.obs.settings)
             node = placed_node(grant, x.role, x.index)
             create.append(pin(pod, node) if node else pod)
     return Replacements(desired, missing, held, gang_wait, list(backoff.values()), create)
