@@ -90,11 +90,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def run_with_trainers(doc: str | None, run: Callable[[Cluster, str, int], None], default: int) -> int:
-    """The main of a benchmark that takes ``--trainers N`` and runs in a scratch namespace."""
+def run_with_trainers(
+    doc: str | None, run: Callable[[Cluster, str, int], None], default: int, nodes_per_trainer: int = 0
+) -> int:
+    """The main of a benchmark that takes ``--trainers N`` and runs in a scratch namespace.
+    ``nodes_per_trainer``: the fake GPU nodes one Trainer's pods fill, so that a local cluster
+    started here fits all N at once (all-or-nothing admission holds the runs that do not fit)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--trainers", type=int, default=default)
     args = parser.parse_args()
+    cluster_tool.FAKE_NODES = max(cluster_tool.FAKE_NODES, nodes_per_trainer * args.trainers)
     with operator_running() as c, scratch_namespace(c) as namespace:
         run(c, namespace, args.trainers)
     return 0

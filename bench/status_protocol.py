@@ -3,8 +3,9 @@
 
     python bench/status_protocol.py --trainers 10
 
-Uses the cluster in $KUBECONFIG, else brings the local cluster up (and reports how long that
-took) and takes it down again. Figures: time from `kubectl apply` of N Trainers until every
+Uses the cluster in $KUBECONFIG (it must fit N seed Trainers at once: five 8-GPU pods each), else
+brings the local cluster up with enough fake nodes (and reports how long that took) and takes it
+down again. Figures: time from `kubectl apply` of N Trainers until every
 controller has reported on all of them, status writes per Trainer (the minimum is one per
 controller), and the writes a no-op event causes (should be 0).
 """
@@ -24,6 +25,8 @@ from bench.setup import run_with_trainers
 from bench.throughput import CONTROLLERS_WRITING_STATUS
 from tests.harness import REPO, Cluster, eventually
 from tests.integration.test_seed_examples import is_converged
+
+SEED_PODS = 5  # the seed Trainer's 4 workers and 1 parameter server, each asking a whole 8-GPU node
 
 
 def writes(c: Cluster, outcome: str) -> float:
@@ -62,4 +65,4 @@ def run(c: Cluster, namespace: str, trainers: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_with_trainers(__doc__, run, 10))
+    sys.exit(run_with_trainers(__doc__, run, 10, nodes_per_trainer=SEED_PODS))
