@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.setup import operator_running, percentile, scratch_namespace
 from testbed import cluster as cluster_tool
 from tests.harness import Cluster, eventually
-from tests.integration.test_checkpoints import as_pod, create_credentials, phase_is, start
+from tests.integration.buckets import create_credentials
+from tests.integration.test_checkpoints import as_pod, phase_is, start
 from trainerop_sdk.s3 import Credentials, S3Client
 
 

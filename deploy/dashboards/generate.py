@@ -192,6 +192,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                     ("increase(checkpoint_commits_total[1h])", "committed"),
                     ("sum by (reason) (increase(checkpoint_failures_total[1h]))", "failed: {{reason}}"),
                     ("increase(checkpoint_collected_total[1h])", "garbage-collected"),
+                    ("sum by (phase) (increase(checkpoint_save_requests_total[1h]))", "saves asked: {{phase}}"),
                 ],
                 "",
             ),

@@ -10,16 +10,20 @@ the dataset is generated here from a fixed seed, so every process agrees on it w
 download. Each process trains on its own slice of every global batch.
 
 With the Trainer Operator's training-side package (trainerop_sdk):
-- a heartbeat after every epoch (epoch and global step show in ``kubectl get trainer``);
+- a heartbeat every HEARTBEAT_STEPS steps and after every epoch (epoch and global step show in
+  ``kubectl get trainer``);
 - a checkpoint after every epoch: each process saves its replica of the parameters as its shard,
   written CHECKPOINT_REPLICATION_FACTOR times and reported with the pod's own identity; the
   checkpoint controller commits it once every shard has a quorum of verified copies;
+- a checkpoint at the step the operator asks for, mid-epoch too (before a spot reclaim or on
+  ``kubectl trainer checkpoint``: every process is asked the same step, which a heartbeat's
+  answer carries back);
 - on start, RESUME_FROM (the latest committed checkpoint) is loaded and training continues from
   its global step, so a replaced pod does not start over;
 - on SIGTERM (eviction, spot reclaim) the current state is saved before the pod goes.
 
-Settings (environment): EPOCHS (from the Trainer), STEPS_PER_EPOCH (default 32), LEARNING_RATE
-(0.5), MIN_EPOCH_SECONDS (0: an epoch takes what it takes; more stretches each epoch so the run
+Settings (environment): EPOCHS (from the Trainer), STEPS_PER_EPOCH (default 32), HEARTBEAT_STEPS
+(16), LEARNING_RATE (0.5), MIN_EPOCH_SECONDS (0: an epoch takes what it takes; more stretches each epoch so the run
 can be watched, or a worker killed, while it trains), INIT_TIMEOUT_SECONDS (300, JAX's: how long
 the processes wait for each other at start; past it JAX ends the process with a signal, which
 restartPolicy ExitCode retries).
@@ -135,12 +139,27 @@ def save_checkpoint(checkpointer: Any, data: bytes, step: int, epoch: int) -> No
     log(f"checkpoint {name} saved")
 
 
+def send_heartbeat(heartbeat: Any, epochs_done: int, step: int, total_steps: int, losses: list[float]) -> None:
+    """Report progress (and read back a save the operator asks for); a failed beat does not stop
+    training, but a fenced pod (replaced by another) stops at once."""
+    try:
+        metrics = {"loss": float(np.mean(losses))} if losses else None
+        heartbeat.send(epoch=epochs_done, step=step, total_steps=total_steps, metrics=metrics)
+    except Exception as err:  # progress reporting must not stop training
+        log(f"heartbeat failed: {err}")
+    except SystemExit as fenced:  # this pod was replaced (trainerop_sdk.heartbeat.Fenced): stop now
+        log(str(fenced))
+        sys.stderr.flush()
+        os._exit(int(fenced.code or 0))  # not JAX's exit handler: it would wait for peers
+
+
 def main() -> int:
     initialize_distributed()  # past INIT_TIMEOUT_SECONDS JAX ends the process itself (a signal: retried)
     epochs = int(os.environ.get("EPOCHS", "10"))
     steps_per_epoch = int(os.environ.get("STEPS_PER_EPOCH", "32"))
     learning_rate = float(os.environ.get("LEARNING_RATE", "0.5"))
     min_epoch_seconds = float(os.environ.get("MIN_EPOCH_SECONDS", "0"))
+    heartbeat_steps = max(1, int(os.environ.get("HEARTBEAT_STEPS", "16")))
     heartbeat, checkpointer = operator_hooks()
 
     processes, me = jax.process_count(), jax.process_index()
@@ -198,20 +217,17 @@ def main() -> int:
             latest = (state, step)
             if len(losses) == 1 and epoch == started_epoch:
                 log(f"first step done: global step {step}, loss {losses[0]:.4f}")
+            mid_epoch = step % steps_per_epoch != 0  # (an epoch's end beats and saves below)
+            if heartbeat is not None and mid_epoch and step % heartbeat_steps == 0:
+                send_heartbeat(heartbeat, epoch, step, epochs * steps_per_epoch, losses)
+            if checkpointer is not None and heartbeat is not None and mid_epoch and heartbeat.save_requested(step):
+                log(f"saving at step {step}, as the operator asked")
+                save_checkpoint(checkpointer, serialize(state, step), step, epoch)
         log(f"epoch {epoch + 1}/{epochs} step {step} loss {np.mean(losses):.4f}")
         if checkpointer is not None:
             save_checkpoint(checkpointer, serialize(state, step), step, epoch + 1)
         if heartbeat is not None:
-            try:
-                heartbeat.send(
-                    epoch=epoch + 1, step=step, total_steps=epochs * steps_per_epoch, metrics={"loss": np.mean(losses)}
-                )
-            except Exception as err:  # progress reporting must not stop training
-                log(f"heartbeat failed: {err}")
-            except SystemExit as fenced:  # this pod was replaced (trainerop_sdk.heartbeat.Fenced): stop now
-                log(str(fenced))
-                sys.stderr.flush()
-                os._exit(int(fenced.code or 0))  # not JAX's exit handler: it would wait for peers
+            send_heartbeat(heartbeat, epoch + 1, step, epochs * steps_per_epoch, losses)
         time.sleep(max(0.0, min_epoch_seconds - (time.monotonic() - started)))
 
     final = float(loss_fn(jax.device_get(state), jnp.asarray(points), jnp.asarray(labels)))

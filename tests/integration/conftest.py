@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from tests.harness import Cluster
+from tests.integration.buckets import new_bucket
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -32,3 +33,10 @@ def policy(cluster: Cluster, namespace: str) -> Iterator[Any]:
 
     yield apply
     cluster.kubectl("delete", "quotapolicy", name, "--ignore-not-found")
+
+
+@pytest.fixture
+def bucket(cluster: Cluster, namespace: str) -> str:
+    """A bucket of its own for the test on the local S3 server, and the namespace's credentials
+    Secret ckpt-creds for it; its URI."""
+    return new_bucket(cluster, namespace)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -20,31 +19,13 @@ import yaml
 from testbed import cluster as cluster_tool
 from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, KubectlError, condition, eventually
+from tests.integration.buckets import s3
 from trainerop_checkpoint import pvc_pods as pvc
 from trainerop_sdk.checkpoint import Checkpointer
 from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
-from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key, parse_s3_uri
-from trainerop_sdk.s3 import Credentials, S3Client
+from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key
 
 SIM = "sim.trainer.operator.kubeflow.org"
-
-
-@pytest.fixture
-def bucket(cluster: Cluster, namespace: str) -> str:
-    """A bucket of its own for the test, and the namespace's credentials Secret for it."""
-    name = f"ckpt-{uuid.uuid4().hex[:10]}"
-    S3Client(Credentials.from_env(cluster_tool.s3_credentials()), name).create_bucket()
-    create_credentials(cluster, namespace)
-    return f"s3://{name}/runs"
-
-
-def s3(bucket: str) -> S3Client:
-    return S3Client(Credentials.from_env(cluster_tool.s3_credentials()), parse_s3_uri(bucket).bucket)
-
-
-def create_credentials(cluster: Cluster, namespace: str, name: str = "ckpt-creds") -> None:
-    literals = [f"--from-literal={k}={v}" for k, v in cluster_tool.s3_credentials().items()]
-    cluster.kubectl("create", "secret", "generic", name, "-n", namespace, *literals)
 
 
 def checkpointed(name: str, bucket: str, workers: int = 2, **checkpoint: Any) -> dict[str, Any]:

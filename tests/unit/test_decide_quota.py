@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.factories import trainer_body, trainer_spec
 from trainerop_common.api.quota import PlacementScore, QuotaPolicySpec
 from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
-from trainerop_common.clock import rfc3339
+from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
 from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, plan
@@ -389,6 +389,8 @@ def test_a_reclaim_notice_waits_for_a_checkpoint_then_moves() -> None:
     q = QuotaStatus.model_validate(v.quota)
     assert q.renegotiation is not None
     assert q.renegotiation.waiting_for_checkpoint
+    # the checkpoint controller asks the ranks to save by then (the policy's checkpointGraceSeconds)
+    assert q.renegotiation.deadline == rfc3339(parse_time(q.renegotiation.since) + timedelta(seconds=300))
     assert v.requeue_after == 300
     assert v.events[0][1] == "SpotReclaimed"
     waiting = feed_back(t, v)

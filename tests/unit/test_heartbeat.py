@@ -302,3 +302,31 @@ def test_a_heartbeat_whose_token_is_refused_fences_the_pod_unless_a_rotated_toke
     assert "pod t-worker-0 was deleted" in str(fenced.value)
     with pytest.raises(HeartbeatError):  # any other refusal: training goes on, the beat is retried later
         Heartbeat("https://k8s", "forbidden", "ns", "t-worker-0").send(1)
+
+
+def test_the_sdk_reports_the_steps_between_its_beats_and_reads_a_save_request_from_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers = [
+        {"metadata": {"annotations": {}}},
+        {"metadata": {"annotations": {f"{G}/save-at-step": "140"}}},
+        {"metadata": {"annotations": {f"{G}/save-at-step": "soon"}}},  # not a step: asks nothing
+    ]
+    sent: list[dict[str, str | None]] = []
+
+    def beat(self: Heartbeat, api: ApiClient, annotations: dict[str, str | None], timeout: float) -> object:
+        sent.append(annotations)
+        return answers[len(sent) - 1]
+
+    monkeypatch.setattr(Heartbeat, "_beat", beat)
+    hb = Heartbeat("https://k8s", "token", "ns", "t-worker-0", clock=lambda: NOW)
+    hb.send(1, step=100)
+    assert f"{G}/steps-per-beat" not in sent[0]  # the first beat has no interval (and removes none)
+    assert not hb.save_requested(140)
+    hb.send(2, step=132)
+    assert sent[1][f"{G}/steps-per-beat"] == "32"
+    assert hb.save_requested(140)
+    assert not hb.save_requested(139)
+    assert not hb.save_requested(141)
+    hb.send(3, step=164)
+    assert not hb.save_requested(140)

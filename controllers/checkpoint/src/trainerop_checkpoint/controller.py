@@ -43,8 +43,10 @@ from .decide import (
     decide,
     judge_storage,
 )
-from .metrics import COLLECTED, COMMIT_SECONDS, COMMITS, FAILURES, VERIFIED, WRITE_SECONDS
+from .metrics import COLLECTED, COMMIT_SECONDS, COMMITS, FAILURES, SAVE_REQUESTS, VERIFIED, WRITE_SECONDS
 from .object_store import ObjectStore
+from .rank_leases import RankLeases
+from .save_request import Latest, SavePlan, is_new, plan_save, trigger_of
 
 log = logging.getLogger("trainerop.checkpoint")
 
@@ -95,6 +97,8 @@ class CheckpointController:
         self.claim_pods = ClaimPods(runtime, storage_pods)
         self.object_store = ObjectStore(runtime.clock)
         self.image = config.storage_pod_image
+        self.config = config
+        self.ranks = RankLeases(kube)
         self.checkpoint_writer = StatusWriter(kube, kind_info("Checkpoint"), self.name, CHECKPOINT_SECTION)
         self.copy_states: dict[CopyId, CopyState] = {}  # what reading each copy found; "ok" is final
         self.reported: set[tuple[str, int]] = set()  # shard write times already observed
@@ -177,6 +181,9 @@ class CheckpointController:
             start_time=progress.start_time if progress else None,
             trainer_uid=meta.get("uid", ""),
             published=status.checkpoint.latest if status and status.checkpoint else None,
+            annotations=meta.get("annotations") or {},
+            renegotiation=status.quota.renegotiation if status and status.quota else None,
+            save_request=status.checkpoint.save_request if status and status.checkpoint else None,
         )
         return obs, raw, env
 
@@ -206,6 +213,11 @@ class CheckpointController:
             return Outcome(requeue_after=GRANT_RECHECK_SECONDS)  # no answer yet: the gate waits
         obs, recheck = await self._read(obs, body, env)
         decision = decide(obs)
+        save = await self._save(
+            obs, decision.status.get("checkpoint"), self.rt.writer is not None and self.rt.writer.is_stale(body)
+        )
+        if save.request is not None:
+            decision.status["checkpoint"]["saveRequest"] = save.request.to_k8s()
         now = rfc3339(self.rt.clock.now())
         for checkpoint, wanted in decision.checkpoints.items():
             if await self.checkpoint_writer.write(raw[checkpoint], wanted, (), now):
@@ -217,14 +229,33 @@ class CheckpointController:
         collect = (
             None if self.rt.writer.is_stale(body) else lambda: self._collect(obs, body, decision.collect, raw, env)
         )
-        return Outcome.warn_on_change(
-            decision.status,
-            decision.conditions,
-            decision.problem,
+        warning = (("Warning", decision.problem.reason, decision.problem.message),) if decision.problem else ()
+        return Outcome(
+            status=decision.status,
+            conditions=decision.conditions,
+            on_change=warning + save.events,  # said once the status saying it is written
             events=decision.events,
-            requeue_after=soonest(decision.requeue_after, recheck),
+            requeue_after=soonest(decision.requeue_after, recheck, save.requeue_after),
             after=collect,
         )
+
+    async def _save(self, obs: Observed, section: dict[str, Any] | None, stale: bool) -> SavePlan:
+        """The save request (save_request.py) of a Trainer that checkpoints to ready storage (else
+        none: nothing could be saved); an open one written on the ranks' Leases."""
+        if section is None:
+            return SavePlan(None)
+        latest = Latest(section["latest"], section["latestStep"]) if section.get("latest") else None
+        trigger = trigger_of(
+            obs.annotations, obs.renegotiation, obs.save_request, obs.now, self.config.save_deadline_seconds
+        )
+        fresh = is_new(trigger, obs.save_request)
+        reports = await self.ranks.reports(obs.namespace, obs.trainer_uid) if fresh else None
+        plan = plan_save(trigger, obs.save_request, reports, latest, obs.now, self.config.save_margin_steps)
+        if plan.ask_step is not None:
+            await self.ranks.ask(obs.namespace, obs.trainer_uid, plan.ask_step)
+        if plan.events and plan.request is not None and not stale:
+            SAVE_REQUESTS.labels(plan.request.reason, plan.request.phase).inc()
+        return plan
 
     async def _collect(
         self, obs: Observed, body: Body, items: tuple[Collect, ...], raw: Mapping[str, Any], env: Mapping[str, str]

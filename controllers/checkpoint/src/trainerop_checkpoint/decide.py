@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from trainerop_common.api import Checkpoint, Contribution, PodContribution
 from trainerop_common.api.base import EnvVar
-from trainerop_common.api.trainer import CheckpointSpec, TrainerSpec
+from trainerop_common.api.trainer import CheckpointSpec, RenegotiationStatus, SaveRequest, TrainerSpec
 from trainerop_common.checkpoint_layout import (
     CREDENTIAL_KEYS,
     MOUNT,
@@ -188,6 +188,11 @@ class Observed:
     trainer_uid: str = ""  # Checkpoints owned by another (earlier) Trainer of the same name do not count
     published: str | None = None  # status.checkpoint.latest as pods may have read it
     notes: Mapping[str, str] = field(default_factory=dict)  # checkpoint uid -> what its verification waits for
+    # What asks for a save (save_request.py): the Trainer's annotations, the quota's renegotiation,
+    # and the latest request, as status.checkpoint.saveRequest has it.
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    renegotiation: RenegotiationStatus | None = None
+    save_request: SaveRequest | None = None
 
 
 @dataclass(frozen=True)

@@ -24,3 +24,9 @@ STORAGE_PODS = Counter(
     "Pods that verify or delete checkpoints on a PersistentVolumeClaim, by what happened to them.",
     ["purpose", "outcome"],  # verify|collect, created|failed (ended without an answer, or refused by the API server)
 )
+SAVE_REQUESTS = Counter(
+    "checkpoint_save_requests_total",
+    "Saves asked of a run's ranks before a disruption, by trigger (SpotReclaimed, NodeLost, Requested...) and "
+    "where they went (Requested, Committed, Missed).",
+    ["reason", "phase"],
+)

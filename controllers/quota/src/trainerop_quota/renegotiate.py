@@ -9,7 +9,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from trainerop_common.api.trainer import RenegotiationStatus
-from trainerop_common.clock import parse_time
+from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.nodes import gone_reason
 from trainerop_common.topology import worker_bounds
 
@@ -117,8 +117,14 @@ def reclaim(
     committed = t.last_commit is not None and t.last_commit >= since
     if not lost and checkpoints and not committed and left > 0:
         message = f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves"
+        deadline = rfc3339(parse_time(since) + timedelta(seconds=grace))
         waiting = RenegotiationStatus(
-            reason="SpotReclaimed", message=message, since=since, nodes=nodes, waiting_for_checkpoint=True
+            reason="SpotReclaimed",
+            message=message,
+            since=since,
+            nodes=nodes,
+            waiting_for_checkpoint=True,
+            deadline=deadline,
         )
         p.record(t, policy, priority(policy, t.spec) or 0, held, waiting, "ReclaimPending", requeue=left)
         return None

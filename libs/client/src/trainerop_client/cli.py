@@ -123,6 +123,21 @@ def scale(client: TrainerClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def checkpoint(client: TrainerClient, args: argparse.Namespace) -> int:
+    asked = client.request_checkpoint(args.name)
+    print(f"trainer.trainer.operator.kubeflow.org/{args.name} checkpoint requested at {asked}")
+    if not args.wait:
+        print(f"(kubectl trainer describe {args.name} shows the answer: its checkpoint's saveRequest)")
+        return 0
+    request: dict[str, object] = {}
+    for request in client.save_answers(args.name, asked, args.timeout):
+        print(f"{request.get('phase')}: {request.get('message')}", flush=True)
+    if request.get("phase") == "Committed":
+        print(f"checkpoint {request.get('checkpoint')} committed at step {request.get('step')}")
+        return 0
+    return 1
+
+
 def connection(default: object) -> argparse.ArgumentParser:
     """Where to connect: -n, --kubeconfig, --context."""
     options = argparse.ArgumentParser(add_help=False, argument_default=default)
@@ -159,6 +174,9 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("names", nargs="*", help="the Trainers (default: all of the namespace)")
     w.add_argument("--timeout", type=float, help="stop after so many seconds (exit 1)")
     command("checkpoints", checkpoints, "the run's checkpoints")
+    cp = command("checkpoint", checkpoint, "ask every rank to save a checkpoint now, at one step")
+    cp.add_argument("--wait", action="store_true", help="follow until it commits (exit 0) or is missed (exit 1)")
+    cp.add_argument("--timeout", type=float, default=600.0, help="stop following after so many seconds (exit 1)")
     command("audit", audit, "the run's audit trail")
     command("suspend", suspend, "delete the run's pods and keep it (resume starts it again)")
     command("resume", resume, "start a suspended run again")

@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import httpx2
@@ -17,7 +18,14 @@ from lightkube.types import PatchType
 
 from .display import ProgressBars
 from .errors import TrainerClientError, no_cluster, refused, unreachable
-from .kinds import AUDIT_TRAINER_LABEL, AUDITLOG, CHECKPOINT, TRAINER, TRAINER_NAME_LABEL
+from .kinds import (
+    AUDIT_TRAINER_LABEL,
+    AUDITLOG,
+    CHECKPOINT,
+    CHECKPOINT_REQUESTED_ANNOTATION,
+    TRAINER,
+    TRAINER_NAME_LABEL,
+)
 from .logs import follow_logs
 from .manifest import function_program, trainer_manifest
 from .progress import Snapshot
@@ -220,6 +228,32 @@ class TrainerClient:
 
     def scale(self, name: str, workers: int) -> Obj:
         return self._patch(name, "scale", {"topology": {"workers": workers}})
+
+    def request_checkpoint(self, name: str) -> str:
+        """Ask every rank of the run to save a checkpoint now, at one step (docs/checkpoints.md);
+        returns the time asked (RFC 3339), which the answer in status.checkpoint.saveRequest follows."""
+        asked = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"metadata": {"annotations": {CHECKPOINT_REQUESTED_ANNOTATION: asked}}}
+        with self._asking(f"request a checkpoint of Trainer {name}"):
+            self._api.patch(TRAINER, name, body, namespace=self.namespace, patch_type=PatchType.MERGE)
+        return asked
+
+    def save_answers(self, name: str, asked: str, timeout: float | None = None) -> Iterator[Obj]:
+        """The run's save request each time it changes, from the first that answers a request asked
+        at ``asked`` until it is Committed or Missed; past ``timeout`` seconds, what to look at."""
+        seen: Obj | None = None
+        for trainer in self.updates(name, timeout):
+            request = dict(((trainer.get("status") or {}).get("checkpoint") or {}).get("saveRequest") or {})
+            if str(request.get("requestedAt", "")) < asked or request == seen:
+                continue
+            seen = request
+            yield request
+            if request.get("phase") != "Requested":
+                return
+        raise TrainerClientError(
+            f"no answer to the checkpoint asked of {name} at {asked} after {timeout:.0f}s; "
+            f"kubectl trainer describe {name} -n {self.namespace} shows its checkpoint status and Events"
+        )
 
     def delete(self, name: str) -> None:
         with self._asking(f"delete Trainer {name}"):

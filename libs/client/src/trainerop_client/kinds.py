@@ -5,10 +5,25 @@ from typing import Any
 
 from lightkube.generic_resource import create_namespaced_resource
 
-from trainerop_sdk.names import API_VERSION, AUDIT_TRAINER_LABEL, GROUP, TRAINER_NAME_LABEL, VERSION
+from trainerop_sdk.names import (
+    API_VERSION,
+    AUDIT_TRAINER_LABEL,
+    CHECKPOINT_REQUESTED_ANNOTATION,
+    GROUP,
+    TRAINER_NAME_LABEL,
+    VERSION,
+)
 
 TRAINER: Any = create_namespaced_resource(GROUP, VERSION, "Trainer", "trainers")
 CHECKPOINT: Any = create_namespaced_resource(GROUP, VERSION, "Checkpoint", "checkpoints")
 AUDITLOG: Any = create_namespaced_resource(GROUP, VERSION, "AuditLog", "auditlogs")
 
-__all__ = ["API_VERSION", "AUDITLOG", "AUDIT_TRAINER_LABEL", "CHECKPOINT", "TRAINER", "TRAINER_NAME_LABEL"]
+__all__ = [
+    "API_VERSION",
+    "AUDITLOG",
+    "AUDIT_TRAINER_LABEL",
+    "CHECKPOINT",
+    "CHECKPOINT_REQUESTED_ANNOTATION",
+    "TRAINER",
+    "TRAINER_NAME_LABEL",
+]

@@ -340,6 +340,12 @@ class Kube:
         """Pods or Services in every namespace that match ``label_selector``."""
         return await self._list(CORE[kind], keep, "*", label_selector)
 
+    async def list_core_in(
+        self, kind: str, namespace: str, label_selector: str, keep: Keep = slim
+    ) -> list[dict[str, Any]]:
+        """Objects of a core kind (Pods, Leases) in one namespace that match ``label_selector``."""
+        return await self._list(CORE[kind], keep, namespace, label_selector)
+
     async def apply(self, kind: str, body: dict[str, Any]) -> None:
         """Server-side apply of one of the operator's objects under this controller's field
         manager, taking over the fields another manager set: the object is this controller's to
@@ -363,8 +369,8 @@ class Kube:
     ) -> dict[str, Any] | None:
         """A JSON merge patch of an object (of its status subresource with ``status``); a
         ``metadata.resourceVersion`` in the patch makes it conditional (409 when the object moved
-        on). None when the object is gone."""
-        res = RESOURCES[kind]
+        on). None when the object is gone. ``kind``: one of the operator's, or a core kind."""
+        res = RESOURCES[kind] if kind in RESOURCES else CORE[kind]
         try:
             result = await self._call(
                 "patch",

@@ -7,12 +7,19 @@ trainer-operator-checkpoint-reporters), so a pod can never report progress for a
 the Lease and records in its annotations the epochs done and the step, the run's total steps
 when given, the pace this process measured (seconds per step and per epoch since its first beat)
 and a few metrics; the trainer controller folds them into ``Trainer.status.progress`` (percent
-done, an estimated completion time, the latest metrics) and detects stalls when they stop.
+done, an estimated completion time, the latest metrics) and detects stalls when they stop. A
+beat's answer carries back a save the operator asks for before a disruption (a reclaimed or
+drained node, a user's `kubectl trainer checkpoint`): ``save_requested(step)`` is true at the step
+every rank of the run is asked to save at.
 
     from trainerop_sdk.heartbeat import Heartbeat
     beat = Heartbeat.in_cluster()
     for epoch in range(ctx.epochs):
         ...
+        for batch in ...:
+            ...
+            if beat.save_requested(global_step):
+                checkpointer.save(state_bytes, step=global_step, epoch=epoch)
         beat.send(epoch=epoch + 1, step=global_step, total_steps=ctx.epochs * steps_per_epoch, metrics={"loss": loss})
 
 Only the standard library is used, so any training image can carry it.
@@ -38,9 +45,11 @@ from .names import (
     METRICS_ANNOTATION,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    SAVE_AT_STEP_ANNOTATION,
     SECONDS_PER_EPOCH_ANNOTATION,
     SECONDS_PER_STEP_ANNOTATION,
     STEP_ANNOTATION,
+    STEPS_PER_BEAT_ANNOTATION,
     TOTAL_STEPS_ANNOTATION,
     TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
@@ -114,6 +123,28 @@ class Pace:
         return per_step, per_epoch
 
 
+@dataclass
+class Exchange:
+    """What this process's beats carry back and forth: the step of its last beat (to report the
+    steps between beats) and the step the operator asked it to save at, as the Lease its last beat
+    renewed says (docs/checkpoints.md: before a disruption every rank saves at one step)."""
+
+    last_step: int | None = None
+    save_at: int | None = None
+
+    def steps_since_last(self, step: int) -> int | None:
+        """Steps since the previous beat (None: the first beat, or no step forward)."""
+        before, self.last_step = self.last_step, step
+        return step - before if before is not None and step > before else None
+
+    def read(self, lease: object) -> None:
+        """The save request on the Lease a beat renewed (the API server's answer to it)."""
+        meta = lease.get("metadata") if isinstance(lease, dict) else None
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        value = annotations.get(SAVE_AT_STEP_ANNOTATION) if isinstance(annotations, dict) else None
+        self.save_at = int(value) if isinstance(value, str) and value.isdigit() else None
+
+
 def metrics_json(metrics: Mapping[str, float]) -> str:
     """The metrics annotation: at most MAX_METRICS names (letters, digits, _ . -) of finite numbers,
     six significant digits each. Anything else is the caller's mistake, said at once."""
@@ -145,6 +176,7 @@ class Heartbeat:
     replica: ReplicaIdentity | None = None  # to create the Lease on the first beat (None: it must exist)
     token_file: str | None = None  # read again when the token is refused (the kubelet rotates it)
     pace: Pace = field(default_factory=Pace, compare=False)  # this process's beats so far
+    exchange: Exchange = field(default_factory=Exchange, compare=False)
 
     @classmethod
     def in_cluster(cls) -> Heartbeat:
@@ -166,7 +198,8 @@ class Heartbeat:
         if total_steps is not None and total_steps < 1:
             raise ValueError(f"total_steps must be at least 1 (got {total_steps}), or None when unknown")
         per_step, per_epoch = self.pace.measure(self.clock(), epoch, step)
-        return {
+        per_beat = self.exchange.steps_since_last(step)
+        return ({STEPS_PER_BEAT_ANNOTATION: str(per_beat)} if per_beat else {}) | {
             EPOCH_ANNOTATION: str(epoch),
             STEP_ANNOTATION: str(step),
             TOTAL_STEPS_ANNOTATION: None if total_steps is None else str(total_steps),
@@ -174,6 +207,12 @@ class Heartbeat:
             SECONDS_PER_EPOCH_ANNOTATION: seconds_text(per_epoch),
             METRICS_ANNOTATION: None if not metrics else metrics_json(metrics),
         }
+
+    def save_requested(self, step: int) -> bool:
+        """Whether the operator asked this rank to save a checkpoint at ``step``: call it every
+        step and save when true (every rank of the run is asked the same step, so the shards form
+        one checkpoint). Read from the last heartbeat's answer, so it costs no request."""
+        return self.exchange.save_at == step
 
     def patch_body(self, annotations: Annotations) -> dict[str, object]:
         return {"metadata": {"annotations": annotations}, "spec": {"renewTime": micro_time(self.clock())}}
@@ -214,7 +253,8 @@ class Heartbeat:
         tokens = [self.token] + ([t] if (t := self._fresh_token()) and t != self.token else [])
         for attempt, token in enumerate(tokens):
             try:
-                self._beat(ApiClient(self.server, token, self.namespace, self.ca_file), annotations, timeout)
+                lease = self._beat(ApiClient(self.server, token, self.namespace, self.ca_file), annotations, timeout)
+                self.exchange.read(lease)
                 return
             except ApiError as err:
                 if err.code == 401 and attempt == len(tokens) - 1:
@@ -230,20 +270,23 @@ class Heartbeat:
         except OSError:
             return None
 
-    def _beat(self, api: ApiClient, annotations: Annotations, timeout: float) -> None:
+    def _beat(self, api: ApiClient, annotations: Annotations, timeout: float) -> dict[str, object]:
         """One attempt per call (the next beat is the retry): training does not wait on an
-        unreachable API server."""
+        unreachable API server. Returns the Lease as renewed."""
         leases = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+
+        def renew() -> dict[str, object]:
+            path = f"{leases}/{self.lease}"
+            return api.request("PATCH", path, self.patch_body(annotations), MERGE, timeout, attempts=1)
+
         try:
-            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(annotations), MERGE, timeout, attempts=1)
-            return
+            return renew()
         except ApiError as err:
             if err.code != 404 or self.replica is None:
                 raise
         try:
-            api.request("POST", leases, self.lease_body(self.replica, annotations), timeout=timeout, attempts=1)
+            return api.request("POST", leases, self.lease_body(self.replica, annotations), timeout=timeout, attempts=1)
         except ApiError as err:
             if err.code != 409:
                 raise
-            # another process of the pod (a local rank) created it first: renew that one
-            api.request("PATCH", f"{leases}/{self.lease}", self.patch_body(annotations), MERGE, timeout, attempts=1)
+            return renew()  # another process of the pod (a local rank) created it first: renew that one

@@ -24,6 +24,13 @@ TOTAL_STEPS_ANNOTATION = f"{GROUP}/total-steps"  # the run's steps, when the tra
 SECONDS_PER_STEP_ANNOTATION = f"{GROUP}/seconds-per-step"  # measured by the SDK since the process's first beat
 SECONDS_PER_EPOCH_ANNOTATION = f"{GROUP}/seconds-per-epoch"
 METRICS_ANNOTATION = f"{GROUP}/metrics"  # JSON object: a few named numbers (loss, throughput)
+STEPS_PER_BEAT_ANNOTATION = f"{GROUP}/steps-per-beat"  # steps between this process's last two beats
+
+# Save before a disruption (docs/checkpoints.md): a user asks with the first on a Trainer (its value
+# the time asked: `kubectl trainer checkpoint NAME`); the checkpoint controller asks each rank with
+# the second on its Lease, which a heartbeat's response carries back: save at exactly that step.
+CHECKPOINT_REQUESTED_ANNOTATION = f"{GROUP}/checkpoint-requested"
+SAVE_AT_STEP_ANNOTATION = f"{GROUP}/save-at-step"
 MAX_METRICS = 8
 METRIC_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$"
 

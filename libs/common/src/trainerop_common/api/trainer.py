@@ -447,6 +447,11 @@ class RenegotiationStatus(K8sModel):
     since: str = Field(json_schema_extra={"format": "date-time"})
     nodes: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 64})
     waiting_for_checkpoint: bool = False
+    deadline: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="While waiting for a checkpoint: when the run moves anyway (the policy's checkpointGraceSeconds).",
+    )
 
 
 class QuotaStatus(K8sModel):
@@ -468,6 +473,22 @@ class QuotaStatus(K8sModel):
     contribution: Contribution | None = None
 
 
+SavePhase = Literal["Requested", "Committed", "Missed"]
+
+
+class SaveRequest(K8sModel):
+    """A save the checkpoint controller asked every rank for, at one step (docs/checkpoints.md)."""
+
+    id: str = Field(max_length=128, description="The trigger it answers: <reason>@<time the trigger began>.")
+    reason: str = Field(description="SpotReclaimed, NodeLost, NodeDrained, Predicted or Requested (a user).")
+    message: str = Field(default="", max_length=1024)
+    step: int | None = Field(default=None, ge=0, description="The step every rank saves at (None: none reports steps).")
+    requested_at: str = Field(json_schema_extra={"format": "date-time"})
+    deadline: str = Field(json_schema_extra={"format": "date-time"}, description="When the run moves without it.")
+    phase: SavePhase = "Requested"
+    checkpoint: str | None = Field(default=None, description="The committed Checkpoint that answered it.")
+
+
 class CheckpointStatus(K8sModel):
     """Written by the checkpoint controller."""
 
@@ -476,6 +497,7 @@ class CheckpointStatus(K8sModel):
     last_commit_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     committed: int = Field(default=0, ge=0, description="Committed checkpoints kept (at most maxRetention).")
     resume_from: str | None = Field(default=None, description="Path training resumes from.")
+    save_request: SaveRequest | None = Field(default=None, description="The latest save asked of the ranks.")
     contribution: Contribution | None = None
 
 
