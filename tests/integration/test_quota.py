@@ -176,6 +176,30 @@ def test_without_a_policy_a_run_starts_only_when_all_of_it_fits(cluster: Cluster
         localdev.restart("quota")
 
 
+def test_a_run_is_never_pinned_to_a_node_whose_taint_its_pods_do_not_tolerate(cluster: Cluster, namespace: str) -> None:
+    """Every kwok node is tainted; a namespace without their default toleration has no node for
+    its runs: the run waits with no pod and says why (it was once pinned to a kwok node, where the
+    scheduler refused it). Given the toleration (the namespace's default, which the API server adds
+    to its pods), the run is placed and its pod scheduled."""
+    defaults = next(iter(cluster_tool.DEFAULT_TOLERATIONS))
+    cluster.kubectl("annotate", "namespace", namespace, f"{defaults}-")
+    cluster.apply(run("shy", gpus=1), namespace)
+    cond = eventually(
+        lambda: (c := quota(cluster, namespace, "shy")[1]).get("reason") == "WaitingForCapacity" and c,
+        what="the run to wait",
+    )
+    assert "no node takes its worker pods (their nodeSelector, or node taints they do not tolerate" in cond["message"]
+    assert pods_of(cluster, namespace, "shy") == []
+    cluster.kubectl(
+        "annotate", "namespace", namespace, *(f"{k}={v}" for k, v in cluster_tool.DEFAULT_TOLERATIONS.items())
+    )
+    (pod,) = eventually(
+        lambda: [p for p in pods_of(cluster, namespace, "shy") if p["spec"].get("nodeName")] or None,
+        what="its pod scheduled once the namespace tolerates the nodes",
+    )
+    assert pod["spec"]["nodeName"].startswith("kwok-gpu-")
+
+
 def test_a_deleted_spot_node_moves_the_run_to_on_demand(cluster: Cluster, namespace: str, policy: Any) -> None:
     prices = {"onDemand": {GPU: "3.00"}, "spot": {GPU: "1.00"}}
     policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, prices=prices)

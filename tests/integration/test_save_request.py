@@ -51,6 +51,17 @@ def running(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> dict[
     )
 
 
+def one_gpu_node_run(name: str, bucket: str, selector: dict[str, str]) -> dict[str, Any]:
+    """One worker of a whole 8-GPU node on the nodes ``selector`` picks, checkpointing to ``bucket``."""
+    return trainer_manifest(
+        name,
+        resources={"limits": {GPU: 8}},
+        topology={"workers": 1, "replicationFactor": 3},
+        checkpoint={"bucket": bucket, "credentialsSecret": "ckpt-creds", "maxRetention": 2},
+        podTemplateOverrides={"worker": {"spec": {"nodeSelector": selector}}},
+    )
+
+
 def cli(cluster: Cluster, namespace: str, *args: str) -> int:
     return kubectl_trainer([*args, "-n", namespace, "--kubeconfig", str(cluster.kubeconfig)])
 
@@ -60,15 +71,7 @@ def test_a_reclaim_notice_saves_at_one_step_then_moves_the_run_which_resumes_fro
 ) -> None:
     policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="SpotFirst")
     domain_free(cluster, "nvl-0")  # kwok-gpu-0 on-demand, kwok-gpu-1 spot
-    checkpoint = {"bucket": bucket, "credentialsSecret": "ckpt-creds", "maxRetention": 2}
-    manifest = trainer_manifest(
-        "saver",
-        resources={"limits": {GPU: 8}},
-        topology={"workers": 1, "replicationFactor": 3},
-        checkpoint=checkpoint,
-        podTemplateOverrides={"worker": {"spec": {"nodeSelector": {f"{G}/nvlink-domain": "nvl-0"}}}},
-    )
-    trainer = running(cluster, namespace, manifest)
+    trainer = running(cluster, namespace, one_gpu_node_run("saver", bucket, {f"{G}/nvlink-domain": "nvl-0"}))
     (pod,) = eventually(lambda: placed_on(cluster, namespace, "saver", "spot", 1), what="the pod on spot")
     node = pod["spec"]["nodeName"]
     beat = beat_as(cluster, namespace, "saver-worker-0")

@@ -1,5 +1,6 @@
 """The quota plan: admission order, capacity types, budgets, renegotiation, cost (pure)."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -10,13 +11,14 @@ from hypothesis import strategies as st
 
 from tests.factories import trainer_body, trainer_spec
 from trainerop_common.api.quota import PlacementScore, QuotaPolicySpec
-from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
+from trainerop_common.api.trainer import QuotaStatus, TrainerSpec, save_request_id
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
 from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
 from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, plan
 from trainerop_quota.model import Ungoverned
-from trainerop_quota.views import trainer_info
+from trainerop_quota.taints import Taint, Tolerates
+from trainerop_quota.views import node_info, trainer_info
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -410,6 +412,23 @@ def test_a_reclaim_notice_waits_for_a_checkpoint_then_moves() -> None:
     timeout = plan(world([waiting], notice, pods, now=NOW + timedelta(seconds=301))).decisions[t.uid]
     assert admitted(timeout) == ("on-demand", 2, "on-demand-1")
     assert "grace period ran out" in timeout.condition.message
+
+    # The checkpoint controller asked the ranks for a save (docs/checkpoints.md): the move waits
+    # for that one, not for any commit, and goes as soon as it is answered either way.
+    asked = save_request_id("SpotReclaimed", QuotaStatus.model_validate(v.quota).renegotiation.since)  # type: ignore[union-attr]
+    requested = replace(committed, save=(asked, "Requested"))
+    held = plan(world([requested], notice, pods, now=later)).decisions[t.uid]
+    assert (held.condition.reason, held.quota) == ("ReclaimPending", v.quota)
+    for phase, detail in (
+        ("Committed", "the checkpoint the ranks were asked for committed"),
+        ("Missed", "the checkpoint the ranks were asked for was missed"),
+    ):
+        answered = plan(world([replace(waiting, save=(asked, phase))], notice, pods, now=later)).decisions[t.uid]
+        assert admitted(answered) == ("on-demand", 2, "on-demand-1")
+        assert detail in answered.condition.message
+    # a request for another trigger (a user's) is not this wait's answer
+    other = replace(waiting, save=("Requested@2026-01-01T00:00:00Z", "Committed"))
+    assert plan(world([other], notice, pods, now=later)).decisions[t.uid].condition.reason == "ReclaimPending"
 
 
 def test_a_reclaim_notice_moves_a_run_without_checkpoints_at_once() -> None:
@@ -860,3 +879,71 @@ def test_a_run_naming_a_profile_is_pending_until_the_profile_answers_for_its_gen
     body["metadata"]["generation"] = 2
     assert trainer_info(body).profile_pending
     assert not trainer_info(trainer_body("b", "team-a")).profile_pending
+
+
+def test_a_run_no_node_takes_waits_with_no_pod_and_says_why() -> None:
+    """Every node tainted: the run is placed nowhere (the scheduler would refuse its pods there),
+    and the message names the fix; the namespace's default toleration opens them."""
+    tainted = [node(f"o{i}", "on-demand", taints=(Taint("dedicated", "infra", "NoSchedule"),)) for i in range(2)]
+    t = trainer("a")
+    v = plan(world([t], tainted)).decisions[t.uid]
+    assert (v.condition.status, v.condition.reason) == ("False", "WaitingForCapacity")
+    assert "on-demand: no node takes its worker pods (their nodeSelector, or node taints" in v.condition.message
+    assert "spot: not enough free nodes" in v.condition.message  # none at all: room is what is short
+    tolerant = replace(t, namespace_tolerations=(Tolerates("dedicated", "Exists"),))
+    v = plan(world([tolerant], tainted)).decisions[t.uid]
+    assert v.condition.status == "True"
+    assert admitted(v) == ("on-demand", 2, "on-demand-0")
+
+
+def test_a_node_proactive_mode_predicts_is_a_reclaim_notice_that_says_so() -> None:
+    """The taint with the value "predicted" (proactive mode's), read from the Node: its runs save,
+    then move, as under any reclaim notice; the reason and message say it was predicted."""
+    body = {
+        "metadata": {
+            "name": "s2",
+            "labels": {"karpenter.sh/capacity-type": "spot"},
+            "annotations": {"trainer.operator.kubeflow.org/prediction": "GPU temperature 84 °C, 89 °C in 5 min"},
+        },
+        "spec": {
+            "taints": [{"key": "trainer.operator.kubeflow.org/reclaim", "value": "predicted", "effect": "NoSchedule"}]
+        },
+        "status": {"allocatable": {GPU: "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    predicted, _ = node_info(body, NOW, 300)
+    assert (predicted.schedulable, predicted.predicted) == (False, True)
+    assert predicted.reclaimed == (
+        "node s2 is predicted to degrade (GPU temperature 84 °C, 89 °C in 5 min; "
+        "trainer.operator.kubeflow.org/reclaim taint)"
+    )
+    ckpt = spec(checkpoint={"bucket": "pvc-backups"})
+    t, pods = _admit_on_spot(trainer("a", ckpt), SPOT2_OD2)
+    v = plan(world([t], [node("s1"), predicted, node("o1", "on-demand"), node("o2", "on-demand")], pods)).decisions[
+        t.uid
+    ]
+    q = QuotaStatus.model_validate(v.quota)
+    assert q.renegotiation is not None
+    assert (v.condition.reason, q.renegotiation.reason) == ("ReclaimPending", "NodePredicted")
+    assert v.events[0][:2] == ("Warning", "NodePredicted")
+
+
+def test_a_reclaimed_run_with_room_on_its_own_capacity_still_saves_first_then_every_pod_moves() -> None:
+    """A spare spot node could take the replica on the reclaimed one, but a rank moved alone would
+    break its gang mid-step: the run waits for the save, then all of it is admitted anew (a new
+    id: the trainer replaces every pod, and they resume from the saved step)."""
+    ckpt = spec(checkpoint={"bucket": "pvc-backups"})
+    nodes = [node("s1"), node("s2"), node("s3"), node("o1", "on-demand")]
+    t, pods = _admit_on_spot(trainer("a", ckpt), nodes)
+    hosts = sorted(p.node for p in pods)
+    notice = [_reclaim(n.name) if n.name == hosts[1] else n for n in nodes]
+    v = plan(world([t], notice, pods)).decisions[t.uid]
+    assert v.condition.reason == "ReclaimPending"
+    assert admitted(v) == ("spot", 2, "spot-0")
+    waiting = feed_back(t, v)
+    since = QuotaStatus.model_validate(v.quota).renegotiation.since  # type: ignore[union-attr]
+    saved = replace(waiting, save=(save_request_id("SpotReclaimed", since), "Committed"))
+    moved = plan(world([saved], notice, pods, now=NOW + timedelta(seconds=20))).decisions[t.uid]
+    assert admitted(moved) == ("spot", 2, "spot-1")
+    placement = QuotaStatus.model_validate(moved.quota).contribution.grant.placement  # type: ignore[union-attr]
+    assert hosts[1] not in placement["worker"]  # type: ignore[index]
+    assert "every pod moved (spot, 2 workers), resuming from the newest checkpoint" in moved.condition.message

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from trainerop_common.api.quota import PackingMode, PlacementScore
 from trainerop_quota.packing import Free, Site, Slot, Want, pack
+from trainerop_quota.taints import Selector, Taint, Tolerates
 
 GPU = "nvidia.com/gpu"
 CLIQUE = "nvidia.com/gpu.clique"
@@ -94,8 +95,20 @@ def test_a_replacement_goes_where_its_run_is() -> None:
 
 def test_selectors_narrow_the_nodes() -> None:
     sites, free = cluster("a:2 b:2")
-    wants = [Want(("worker", i), {GPU: Decimal(8)}, {CLIQUE: "b"}) for i in range(2)]
+    wants = [Want(("worker", i), {GPU: Decimal(8)}, Selector({CLIQUE: "b"})) for i in range(2)]
     assert set(pack(sites, free, wants, LEVELS).where.values()) == {"z1-b-0", "z1-b-1"}
+
+
+def test_a_tainted_node_takes_only_replicas_that_tolerate_its_taint() -> None:
+    sites, free = cluster("a:2 b:2")
+    tainted = {"z1-a-0", "z1-a-1"}
+    sites = [Site(s.name, s.labels, (Taint("dedicated", "infra"),) if s.name in tainted else ()) for s in sites]
+    plain = [Want(("worker", i), {GPU: Decimal(8)}) for i in range(2)]
+    # the fewest domains would be either clique: only b's nodes are open to these replicas
+    assert set(pack(sites, dict(free), plain, LEVELS).where.values()) == {"z1-b-0", "z1-b-1"}
+    tolerant = Selector(tolerations=(Tolerates("dedicated", "Equal", "infra", "NoSchedule"),))
+    wants = [Want(("worker", i), {GPU: Decimal(8)}, tolerant) for i in range(4)]
+    assert set(pack(sites, free, wants, LEVELS).where.values()) == tainted | {"z1-b-0", "z1-b-1"}
 
 
 def test_free_room_is_spent_only_by_a_complete_packing() -> None:

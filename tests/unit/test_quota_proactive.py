@@ -6,7 +6,8 @@ from collections.abc import Sequence
 import pytest
 
 from trainerop_quota.node_readings import reading, scraped
-from trainerop_quota.proactive import DEFAULT_RULES, NodeState, Reading, Signal, assess
+from trainerop_quota.proactive import DEFAULT_RULES, PREDICTED_TAINT, NodeState, Reading, Signal, assess
+from trainerop_quota.proactive_nodes import Watched, change, node_message, observe, taints_after
 
 STEP = 30.0
 
@@ -113,3 +114,60 @@ def test_exporters_text_is_read_as_the_node_s_reading() -> None:
 def test_text_that_is_not_the_exposition_format_is_refused() -> None:
     with pytest.raises(ValueError, match="not the Prometheus exposition format"):
         scraped("DCGM_FI_DEV_GPU_TEMP{gpu=0 71\n")
+
+
+def dcgm(temperature: float) -> dict[str, float]:
+    """What a scrape of one node's DCGM exporter folds into (the hottest GPU)."""
+    return {"DCGM_FI_DEV_GPU_TEMP": temperature}
+
+
+def test_a_node_watched_scrape_by_scrape_is_predicted_then_cleared() -> None:
+    watched, changes = Watched(), []
+    for i, value in enumerate(COOLED):
+        after = observe(watched, i * STEP, dcgm(value))
+        changes.append(change(watched.state, after.state))
+        watched = after
+        assert len(watched.history) <= DEFAULT_RULES.window  # the window, not the whole past
+    assert [(i, c) for i, c in enumerate(changes) if c] == [(6, "predicted"), (15, "cleared")]
+
+
+def test_memory_pressure_is_the_counter_s_rate_between_scrapes() -> None:
+    w = observe(Watched(), 0.0, {"node_pressure_memory_waiting_seconds": 100.0})
+    assert "memoryPressure" not in w.history[-1].values  # one reading of a counter is no rate
+    w = observe(w, 30.0, {"node_pressure_memory_waiting_seconds": 106.0})
+    assert w.history[-1].values["memoryPressure"] == pytest.approx(0.2)
+    w = observe(w, 60.0, {})  # the node exporter did not answer: the last counter is kept
+    assert w.pressure == (106.0, 30.0)
+
+
+OTHER = {"key": "trainer.operator.kubeflow.org/reclaim", "value": "notice", "effect": "NoSchedule"}
+GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("taints", "predicted", "want"),
+    [
+        ([GPU], True, [GPU, PREDICTED_TAINT]),
+        ([GPU, PREDICTED_TAINT], True, None),  # already so: no write
+        ([GPU, PREDICTED_TAINT], False, [GPU]),
+        ([GPU], False, None),
+        ([OTHER], False, None),  # a reclaim notice someone else set is never removed
+        ([OTHER], True, [OTHER, PREDICTED_TAINT]),
+    ],
+)
+def test_only_the_taint_proactive_mode_sets_is_added_or_removed(
+    taints: list[dict[str, str]], predicted: bool, want: list[dict[str, str]] | None
+) -> None:
+    assert taints_after(taints, predicted) == want
+
+
+def test_the_node_event_says_what_predicted_it_and_what_follows() -> None:
+    state = NodeState(predicted=True, reason="GPU temperature 80 °C rising 4 °C/min")
+    assert node_message("n1", state) == (
+        "node n1 is predicted to degrade: GPU temperature 80 °C rising 4 °C/min; tainted "
+        "trainer.operator.kubeflow.org/reclaim=predicted:NoSchedule so nothing new lands on it, and the runs on it "
+        "save a checkpoint and move"
+    )
+    assert node_message("n1", NodeState()) == (
+        "node n1 reads cool again: taint trainer.operator.kubeflow.org/reclaim=predicted removed"
+    )

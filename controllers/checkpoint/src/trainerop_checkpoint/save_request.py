@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from trainerop_common.api.trainer import RenegotiationStatus, SaveRequest
+from trainerop_common.api.trainer import RenegotiationStatus, SaveRequest, save_request_id
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.contracts import (
     CHECKPOINT_REQUESTED_ANNOTATION,
@@ -92,12 +92,14 @@ def trigger_of(
         end = renegotiation.deadline
         deadline = parse_time(end) if end else since + timedelta(seconds=deadline_seconds)
         why = renegotiation.message or renegotiation.reason
-        return Trigger(f"{renegotiation.reason}@{renegotiation.since}", renegotiation.reason, why, deadline)
+        request_id = save_request_id(renegotiation.reason, renegotiation.since)
+        return Trigger(request_id, renegotiation.reason, why, deadline)
     asked = user_asked(annotations, latest)
     if asked is None:
         return None
     what = f"asked at {rfc3339(asked)} ({CHECKPOINT_REQUESTED_ANNOTATION})"
-    return Trigger(f"{REQUESTED}@{rfc3339(asked)}", REQUESTED, what, now + timedelta(seconds=deadline_seconds))
+    deadline = now + timedelta(seconds=deadline_seconds)
+    return Trigger(save_request_id(REQUESTED, rfc3339(asked)), REQUESTED, what, deadline)
 
 
 def is_new(trigger: Trigger | None, latest: SaveRequest | None) -> bool:

@@ -14,7 +14,7 @@ from trainerop_common.topology import worker_bounds
 from .cost import cost_section, describe
 from .ledger import Shape, budget, options, shape
 from .model import CONDITION, Decision, PolicyInfo, TrainerInfo, condition, preference, priority
-from .planner import Planner
+from .planner import Places, Planner
 
 
 def admit(p: Planner, t: TrainerInfo, policy: PolicyInfo) -> None:
@@ -37,9 +37,9 @@ def admit(p: Planner, t: TrainerInfo, policy: PolicyInfo) -> None:
     for option in options(t, policy, kinds):
         # Pods that run from before any admission (a policy came later) keep their place.
         bound = p.bound(t, None, option.kind)
-        if p.try_option(t, policy, option, bound, hints):
+        if p.try_option(t, policy, option, Places(bound, hints)):
             n = t.quota.renegotiations
-            where = p.reserve(t, policy, option, bound, hints)
+            where = p.reserve(t, policy, option, Places(bound, hints))
             s = shape(t, option.workers, option.resources)
             status = p.admitted(t, policy, prio, option, f"{option.kind}-{n}", where, n, None)
             message = p.admitted_message(policy, option, s)
@@ -70,7 +70,9 @@ def why_waiting(p: Planner, t: TrainerInfo, policy: PolicyInfo, kinds: Sequence[
             continue
         too_big = False
         in_budget = p.ledger.within_budget(policy, t.namespace, kind, smallest.reserved)
-        reasons.append(f"{kind}: " + (nodes_short(smallest) if in_budget else "the namespace's budget is in use"))
+        reasons.append(
+            f"{kind}: " + (nodes_short(p, kind, smallest) if in_budget else "the namespace's budget is in use")
+        )
     need = f"{sum(smallest.counts.values())} pods ({describe(smallest.reserved)})"
     if too_big:
         return "ExceedsQuota", (
@@ -81,8 +83,15 @@ def why_waiting(p: Planner, t: TrainerInfo, policy: PolicyInfo, kinds: Sequence[
     return "WaitingForCapacity", f"waiting for capacity for {need} — " + "; ".join(reasons)
 
 
-def nodes_short(s: Shape) -> str:
-    """Why the nodes do not hold the run: its required level, or room."""
+def nodes_short(p: Planner, kind: CapacityType, s: Shape) -> str:
+    """Why the nodes do not hold the run: no node takes some role's pods at all, its required
+    level, or room."""
+    closed = p.ledger.closed_roles(kind, s)
+    if closed:
+        return (
+            f"no node takes its {', '.join(closed)} pods (their nodeSelector, or node taints they do not "
+            "tolerate: add tolerations through a profile or podTemplateOverrides)"
+        )
     if s.packing is not None and s.packing.mode == "Required":
         return f"no single {s.packing.level} holds the run (spec.scheduling.packing)"
     return "not enough free nodes"

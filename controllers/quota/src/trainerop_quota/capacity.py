@@ -18,6 +18,8 @@ from trainerop_common.contracts import TRAINING_CONTAINER
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.topology import Role, role_override
 
+from .taints import Taint
+
 Resources = dict[str, Decimal]
 
 OUR_CAPACITY_LABEL = f"{GROUP}/capacity-type"
@@ -28,6 +30,8 @@ SPOT_LABELS = {
     "eks.amazonaws.com/capacityType": "SPOT",
     OUR_CAPACITY_LABEL: "spot",
 }
+# Our own notice: set by hand, or by proactive mode with the value "predicted" (proactive.py).
+OUR_RECLAIM_TAINT = f"{GROUP}/reclaim"
 # Taints that announce a node's end: the pods on it should save their work and move.
 RECLAIM_TAINTS = (
     "karpenter.sh/disrupted",
@@ -37,7 +41,7 @@ RECLAIM_TAINTS = (
     "aws-node-termination-handler/asg-lifecycle-termination",
     "ToBeDeletedByClusterAutoscaler",
     "node.kubernetes.io/out-of-service",
-    f"{GROUP}/reclaim",
+    OUR_RECLAIM_TAINT,
 )
 SPOT_TOLERATIONS = (
     {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
@@ -81,6 +85,8 @@ class NodeInfo:
     schedulable: bool = True  # Ready, not cordoned, no reclaim taint
     lost: str | None = None  # why its pods are gone (deleted, NotReady past the grace period)
     reclaimed: str | None = None  # why its pods will go (a termination taint)
+    taints: tuple[Taint, ...] = ()  # NoSchedule and NoExecute: only pods that tolerate them go there
+    predicted: bool = False  # reclaimed because proactive mode predicts it will degrade
 
 
 @dataclass(frozen=True)

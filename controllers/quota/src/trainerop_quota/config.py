@@ -54,3 +54,28 @@ class QuotaConfig:
     placement_plugin_tls_dir: str = flag(
         "", "mutual TLS with the plugin: a directory with ca.crt, tls.crt and tls.key; empty: plaintext"
     )
+    enable_proactive_scheduling: bool = flag(
+        False,
+        "proactive mode (experimental): read each node's GPU and memory metrics every --proactive-interval-seconds, "
+        "taint a node predicted to degrade so its runs save a checkpoint and move first (docs/quota.md#proactive-mode)",
+    )
+    proactive_interval_seconds: float = flag(30.0, "how often proactive mode reads the nodes' exporters")
+    proactive_exporter_urls: tuple[str, ...] = flag(
+        ("http://{address}:9400/metrics", "http://{address}:9100/metrics"),
+        "the exporters proactive mode reads for each node, comma-separated URL templates ({address}: the node's "
+        "InternalIP, {node}: its name); default the DCGM exporter's and the node exporter's ports",
+        parse=ordered_csv,
+    )
+    proactive_node_labels: tuple[str, ...] = flag(
+        (),
+        "label=value pairs, comma-separated, that the nodes proactive mode watches carry (empty: every node)",
+        parse=ordered_csv,
+    )
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.proactive_interval_seconds <= 0:
+            out.append("--proactive-interval-seconds must be more than 0")
+        if any("=" not in pair for pair in self.proactive_node_labels):
+            out.append("--proactive-node-labels takes label=value pairs, comma-separated")
+        return out

@@ -11,6 +11,7 @@ restart everything is read back from the Trainers' status (nothing else is kept)
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import kopf
@@ -36,6 +37,8 @@ from .config import QuotaConfig
 from .decide import SECTION, Decision, Observed, Plan, PolicyInfo, TrainerInfo, plan
 from .metrics import PLAN_SECONDS, RENEGOTIATION_SECONDS, export, record_renegotiation
 from .model import Ungoverned, policy_for
+from .proactive_watch import ProactiveWatch
+from .taints import namespace_defaults
 from .views import (
     node_fingerprint,
     node_info,
@@ -86,6 +89,25 @@ def already_said(last: tuple[Body, Decision] | None, body: Body, decision: Decis
     return last is not None and last[0] is body and last[1] == decision
 
 
+def with_namespace_tolerations(trainers: list[TrainerInfo], namespaces: Sequence[Body]) -> list[TrainerInfo]:
+    """The runs with their namespace's default tolerations (taints.py), which their pods will get
+    from the API server's PodTolerationRestriction admission: only runs of namespaces that have
+    some are copied."""
+    defaults = {
+        ns["metadata"]["name"]: found
+        for ns in namespaces
+        if (found := namespace_defaults(ns["metadata"].get("annotations")))
+    }
+    if not defaults:
+        return trainers
+    return [
+        replace(t, namespace_tolerations=defaults[t.namespace])
+        if t.namespace in defaults and t.namespace_tolerations != defaults[t.namespace]
+        else t
+        for t in trainers
+    ]
+
+
 class QuotaController:
     name = "quota"
     section = SECTION
@@ -115,6 +137,8 @@ class QuotaController:
         self._unchanged: dict[str, tuple[Body, Decision]] = {}
         self.plugin = self._plugin(runtime, config)
         self.kueue = Workloads(runtime, self.planning.poke) if config.kueue else None
+        watching = config.enable_proactive_scheduling
+        self.proactive = ProactiveWatch(runtime, config, self.nodes, self.pods) if watching else None
 
     def _plugin(self, runtime: Runtime, config: QuotaConfig) -> "PlacementPlugin | None":
         """The placement plugin's adapter, when one is configured (gRPC is loaded only then)."""
@@ -136,6 +160,9 @@ class QuotaController:
             self.kueue.register(registry)
         runtime.admit(registry, "validate-scheduling", self.admit)
         runtime.every(runtime.config.resync_seconds, self._resync, "planning every resync period")
+        if self.proactive is not None:
+            interval = self.config.proactive_interval_seconds
+            runtime.every(interval, self.proactive.round, "proactive mode: reading the nodes' exporters")
 
     async def admit(self, request: Request) -> Verdict:
         """The validating webhook: judged on the cached policies and namespace labels, and a
@@ -228,8 +255,10 @@ class QuotaController:
         # and --ungoverned AtOnce, the plan reads none of them.
         placing = policies or self.config.ungoverned == "AllOrNothing" or self.kueue is not None
         pods = [p for p in self.pod_infos.over(await self.pods.values()) if p is not None] if placing else []
-        labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in await self.namespaces.values()}
+        namespaces = await self.namespaces.values()
+        labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in namespaces}
         trainers, bodies = await self._trainers(rfc3339(now))
+        trainers = with_namespace_tolerations(trainers, namespaces)
         ungoverned: Ungoverned = "AllOrNothing" if self.config.ungoverned == "AllOrNothing" else "AtOnce"
         observed = Observed(
             now, trainers, policies, labels, nodes, pods, self.config.topology_levels, ungoverned=ungoverned

@@ -83,8 +83,8 @@ def workload_manifest(t: TrainerInfo, queue: str, priorities: Mapping[str, int])
         requests = {k: quantity_text(v) for k, v in sorted(s.requests[role].items()) if k != "pods"}
         container = {"name": TRAINING_CONTAINER[t.spec.framework], "resources": {"requests": requests}}
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-        if s.selectors[role]:
-            pod_spec["nodeSelector"] = dict(s.selectors[role])
+        if s.selectors[role].labels:
+            pod_spec["nodeSelector"] = dict(s.selectors[role].labels)
         if tolerations:
             pod_spec["tolerations"] = tolerations
         pod_set: dict[str, Any] = {"name": pod_set_name(role), "count": count, "template": {"spec": pod_spec}}

@@ -11,10 +11,21 @@ from trainerop_common.api.quota import CapacityType, Packing, PackingMode
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.topology import ROLES, Role, role_counts, role_override, worker_bounds
 
-from .capacity import NodeInfo, Resources, adjusted, fits, node_usage, role_requests, subtract, total
+from .capacity import (
+    SPOT_TOLERATIONS,
+    NodeInfo,
+    Resources,
+    adjusted,
+    fits,
+    node_usage,
+    role_requests,
+    subtract,
+    total,
+)
 from .model import Observed, PolicyInfo, TrainerInfo
 from .packing import ROOM_ORDER, Site, Slot, pack
 from .packing import Want as PackWant
+from .taints import Selector, tolerations_of
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,7 @@ def budget(policy: PolicyInfo, kind: CapacityType) -> Resources:
     return {name: parse_quantity(v) for name, v in (raw or {}).items()}
 
 
-Want = tuple[Slot, Resources, Mapping[str, str], str | None]  # its requests, nodeSelector, node hint
+Want = tuple[Slot, Resources, Selector, str | None]  # its requests, where it may go, node hint
 
 
 class Ledger:
@@ -47,6 +58,27 @@ class Ledger:
             self.free[node.name] = free
         self.debt: dict[CapacityType, Resources] = {}  # admitted pods the simulation could not place
         self.spent: dict[tuple[str, CapacityType], Resources] = {}  # (namespace, type) -> reserved
+        self._open: dict[tuple[object, ...], bool] = {}  # (kind, selector) -> some node takes its pods
+
+    def closed_roles(self, kind: CapacityType, s: "Shape") -> list[Role]:
+        """The roles no schedulable node of ``kind`` takes at all, whatever its room: their node
+        selector, or taints their pods do not tolerate (remembered per selector for the plan);
+        none when there is no such node at all (then room is what is short)."""
+        closed: list[Role] = []
+        if (kind,) not in self._open:
+            self._open[(kind,)] = any(n.kind == kind and n.schedulable for n in self.nodes.values())
+        if not self._open[(kind,)]:
+            return closed
+        for role, selector in s.selectors.items():
+            key = (kind, tuple(sorted(selector.labels.items())), selector.tolerations, selector.extended)
+            if key not in self._open:
+                self._open[key] = any(
+                    n.kind == kind and n.schedulable and selector.allows(n.labels, n.taints)
+                    for n in self.nodes.values()
+                )
+            if not self._open[key]:
+                closed.append(role)
+        return closed
 
     def place(
         self,
@@ -72,12 +104,16 @@ class Ledger:
         rest: list[Want] = []
         for want in wants:
             slot, requests, selector, hint = want
-            if hint in names and self.allows(self.nodes[hint], selector) and fits(free[hint], requests):
+            if (
+                hint in names
+                and selector.allows(self.nodes[hint].labels, self.nodes[hint].taints)
+                and fits(free[hint], requests)
+            ):
                 subtract(free[hint], requests)
                 where[slot] = hint
             else:
                 rest.append(want)
-        sites = [Site(n.name, n.labels) for n in usable]
+        sites = [Site(n.name, n.labels, n.taints) for n in usable]
         level = packing.level if packing else None
         mode: PackingMode = packing.mode if packing else "Preferred"
         packed = pack(sites, free, [PackWant(w[0], w[1], w[2]) for w in rest], self.levels, level, mode, prefer)
@@ -92,10 +128,6 @@ class Ledger:
             self.debt[kind] = debt
         return ok, where
 
-    @staticmethod
-    def allows(node: NodeInfo, selector: Mapping[str, str]) -> bool:
-        return all(node.labels.get(k) == v for k, v in selector.items())
-
     def best_fit(
         self, usable: Sequence[NodeInfo], free: dict[str, Resources], wants: Sequence[Want], where: dict[Slot, str]
     ) -> list[Resources]:
@@ -105,7 +137,7 @@ class Ledger:
         biggest_first = sorted(wants, key=lambda w: w[0])
         biggest_first.sort(key=lambda w: sorted(w[1].items()), reverse=True)  # stable: index order kept
         for slot, requests, selector, _ in biggest_first:
-            candidates = [n for n in usable if self.allows(n, selector) and fits(free[n.name], requests)]
+            candidates = [n for n in usable if selector.allows(n.labels, n.taints) and fits(free[n.name], requests)]
             if not candidates:
                 left.append(requests)
                 continue
@@ -114,12 +146,12 @@ class Ledger:
             where[slot] = best.name
         return left
 
-    def take(self, node: str, kind: CapacityType, requests: Resources, selector: Mapping[str, str]) -> bool:
+    def take(self, node: str, kind: CapacityType, requests: Resources, selector: Selector) -> bool:
         """Reserve room for one pod on ``node`` if it is a usable node of ``kind`` and has it."""
         n = self.nodes.get(node)
         if n is None or n.kind != kind or not n.schedulable or not fits(self.free[node], requests):
             return False
-        if not self.allows(n, selector):
+        if not selector.allows(n.labels, n.taints):
             return False
         subtract(self.free[node], requests)
         return True
@@ -149,7 +181,7 @@ class Shape:
 
     counts: Mapping[Role, int]
     requests: Mapping[Role, Resources]
-    selectors: Mapping[Role, Mapping[str, str]]
+    selectors: Mapping[Role, Selector]
     packing: Packing | None = None  # spec.scheduling.packing
 
     @property
@@ -164,21 +196,32 @@ class Shape:
         return [(s, self.requests[s[0]], self.selectors[s[0]], hints.get(s)) for s in self.slots() if s not in bound]
 
 
+def extended_resources(requests: Resources) -> frozenset[str]:
+    """The extended resources among a pod's requests (a domain-prefixed name: nvidia.com/gpu)."""
+    return frozenset(r for r in requests if "/" in r and not r.startswith("kubernetes.io/"))
+
+
+def role_selector(t: TrainerInfo, role: Role, requests: Resources) -> Selector:
+    """Where the role's pods may go (taints.py): the node labels they select, and the tolerations
+    they will have — the profile's, the role's override's, the namespace's defaults and the spot
+    ones the quota adds on spot capacity."""
+    own = (role_override(t.spec, role) or {}).get("spec") or {}
+    profile = t.profile
+    labels = {**((profile.node_selector if profile else None) or {}), **(own.get("nodeSelector") or {})}
+    contributed = [tol.to_k8s() for tol in (profile.tolerations if profile else None) or ()]
+    tolerations = tolerations_of([*contributed, *(own.get("tolerations") or ()), *SPOT_TOLERATIONS])
+    return Selector(labels, tolerations + t.namespace_tolerations, extended_resources(requests))
+
+
 def shape(t: TrainerInfo, workers: int, resources: ResourceRequirements | None) -> Shape:
     counts = role_counts(t.spec, workers)
 
-    def selector(role: Role) -> dict[str, str]:
-        own = role_override(t.spec, role)
-        return {
-            **((t.profile.node_selector if t.profile else None) or {}),
-            **(((own or {}).get("spec") or {}).get("nodeSelector") or {}),
-        }
-
     roles = [r for r, n in counts.items() if n]
+    requests = {r: role_requests(t.spec, r, t.profile, resources) for r in roles}
     return Shape(
         counts={r: counts[r] for r in roles},
-        requests={r: role_requests(t.spec, r, t.profile, resources) for r in roles},
-        selectors={r: selector(r) for r in roles},
+        requests=requests,
+        selectors={r: role_selector(t, r, requests[r]) for r in roles},
         packing=t.spec.scheduling.packing if t.spec.scheduling else None,
     )
 

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from trainerop_common.api.trainer import QuotaStatus
 from trainerop_common.tracing import record_span
@@ -23,6 +23,16 @@ PLAN_SECONDS = Histogram(
     "quota_plan_seconds",
     "Time one admission plan over every Trainer took.",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+PROACTIVE_PREDICTIONS = Counter(
+    "quota_proactive_predictions_total",
+    "Nodes predicted to degrade (proactive mode), by the signal that was hot (temperature, memoryCopy, power, "
+    "memoryPressure, xid, ecc).",
+    ["signal"],
+)
+PROACTIVE_PREDICTED = Gauge("quota_proactive_predicted_nodes", "Nodes tainted as predicted to degrade now.")
+PROACTIVE_SCRAPE_FAILURES = Counter(
+    "quota_proactive_scrape_failures_total", "Node scrapes (proactive mode) where none of its exporters answered."
 )
 COST_PER_HOUR = Gauge(
     "quota_cost_per_hour",

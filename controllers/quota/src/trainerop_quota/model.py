@@ -19,6 +19,7 @@ from trainerop_common.outcome import Event, StatusSection
 from .capacity import NodeInfo, PodInfo, Resources
 from .hints import Suggestion
 from .kueue_views import FlavorView, WorkloadView
+from .taints import Tolerates
 
 CONDITION = GATE_CONDITIONS["quota"]
 SECTION = StatusSection(("quota",), (CONDITION,))
@@ -62,11 +63,13 @@ class TrainerInfo:
     finished: str | None = None  # completion time of a Succeeded or Failed run
     deleting: bool = False
     last_commit: str | None = None  # status.checkpoint.lastCommitTime
+    save: tuple[str, str] | None = None  # status.checkpoint.saveRequest's (id, phase)
     queue: str | None = None  # the Kueue LocalQueue it asks for (label kueue.x-k8s.io/queue-name)
     kueue_priority_class: str | None = None  # label kueue.x-k8s.io/priority-class
     placement_plugin: PluginChoice | None = None  # its profile's placementPlugin
     profile_pending: bool = False  # it names a profile whose answer for its generation is not written yet
     phase: str = ""  # status.phase
+    namespace_tolerations: tuple[Tolerates, ...] = ()  # its namespace's default tolerations (taints.py)
 
     @property
     def grant(self) -> Grant | None:

@@ -16,6 +16,7 @@ from trainerop_common.api.quota import PackingMode, PlacementScore
 from trainerop_common.topology import Role
 
 from .capacity import Resources, fits, subtract
+from .taints import Selector, Taint
 
 Slot = tuple[Role, int]  # a replica: role and index
 # The all-reduce ring: the leader (rank 0), the workers by index; then the roles outside it.
@@ -26,19 +27,21 @@ ROOM_ORDER = ("nvidia.com/gpu", "cpu", "memory")  # how room is compared: best f
 
 @dataclass(frozen=True)
 class Site:
-    """A node as packing sees it: its name and labels (where it is in the hierarchy)."""
+    """A node as packing sees it: its name and labels (where it is in the hierarchy), and the
+    taints that keep pods off it."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True)
 class Want:
-    """A replica to place: its requests and the node labels it needs."""
+    """A replica to place: its requests, and the nodes it may go to (labels, tolerations)."""
 
     slot: Slot
     requests: Resources
-    selector: Mapping[str, str] = field(default_factory=dict)
+    selector: Selector = field(default_factory=Selector)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def room(sites: Sequence[Site], free: Free) -> tuple[Decimal, ...]:
 
 
 def eligible(site: Site, want: Want) -> bool:
-    return all(site.labels.get(k) == v for k, v in want.selector.items())
+    return want.selector.allows(site.labels, site.taints)
 
 
 def fill(sites: Sequence[Site], free: Free, wants: Sequence[Want]) -> list[str]:

@@ -29,6 +29,17 @@ from .packing import Site, Slot, score
 NEAR_WEIGHT = 1000
 
 
+@dataclass(frozen=True)
+class Places:
+    """Where a run's replicas are placed from: ``bound``, the nodes of its pods that keep their
+    place; ``hints``, places tried first; ``replacing``, its pods a new admission replaces (their
+    room counts as free)."""
+
+    bound: Mapping[Slot, str] = field(default_factory=dict)
+    hints: Mapping[Slot, str] = field(default_factory=dict)
+    replacing: Mapping[Slot, str] = field(default_factory=dict)
+
+
 @dataclass
 class Held:
     """What an admitted run holds during a plan (pass 1), and what pass 2 changes."""
@@ -128,6 +139,10 @@ class Planner:
         slots = set(s.slots())
         return [(node, self.requests.get((t.uid, *slot), {})) for slot, node in bound.items() if slot not in slots]
 
+    def replaced(self, t: TrainerInfo, replacing: Mapping[Slot, str]) -> list[tuple[str, Resources]]:
+        """The room of the run's pods that a new admission replaces."""
+        return [(node, self.requests.get((t.uid, *slot), {})) for slot, node in replacing.items() if node]
+
     def suggestion(self, t: TrainerInfo) -> Suggestion | None:
         """The placement plugin's answer for the run's current generation, if any."""
         s = self.obs.suggestions.get(t.uid)
@@ -142,32 +157,28 @@ class Planner:
                 out[node] = out.get(node, 0) + NEAR_WEIGHT
         return out
 
-    def try_option(
-        self, t: TrainerInfo, policy: PolicyInfo, option: Option, bound: Mapping[Slot, str], hints: Mapping[Slot, str]
-    ) -> bool:
+    def try_option(self, t: TrainerInfo, policy: PolicyInfo, option: Option, places: Places) -> bool:
         s = shape(t, option.workers, option.resources)
         if not self.ledger.within_budget(policy, t.namespace, option.kind, s.reserved):
             return False
-        released, prefer = self.surplus(t, s, bound), self.prefer(t, bound)
-        ok, _ = self.ledger.place(option.kind, s.wants(bound, hints), False, released, s.packing, prefer)
+        ok, _ = self._place(t, option, s, places, commit=False)
         return ok
 
-    def reserve(
-        self,
-        t: TrainerInfo,
-        policy: PolicyInfo,
-        option: Option,
-        bound: Mapping[Slot, str],
-        hints: Mapping[Slot, str],
-    ) -> dict[str, list[str]]:
+    def reserve(self, t: TrainerInfo, policy: PolicyInfo, option: Option, places: Places) -> dict[str, list[str]]:
         """Take the run's resources from the ledger; returns where each replica goes (its node, or
         its earlier place / "" when it does not fit now)."""
         s = shape(t, option.workers, option.resources)
-        released, prefer = self.surplus(t, s, bound), self.prefer(t, bound)
-        _, where = self.ledger.place(option.kind, s.wants(bound, hints), True, released, s.packing, prefer)
+        _, where = self._place(t, option, s, places, commit=True)
         self.count(t, policy, option.kind, s.reserved, +1)
-        nodes = {**hints, **where, **bound}
+        nodes = {**places.hints, **where, **places.bound}
         return {role: [nodes.get((role, i), "") for i in range(n)] for role, n in s.counts.items()}
+
+    def _place(
+        self, t: TrainerInfo, option: Option, s: Shape, places: Places, commit: bool
+    ) -> tuple[bool, dict[Slot, str]]:
+        released = self.surplus(t, s, places.bound) + self.replaced(t, places.replacing)
+        wants = s.wants(places.bound, places.hints)
+        return self.ledger.place(option.kind, wants, commit, released, s.packing, self.prefer(t, places.bound))
 
     def admitted(
         self,
@@ -292,7 +303,7 @@ class Planner:
             reason, message = before.reason, before.message  # the move stays on record until the next change
         events: tuple[tuple[str, str, str], ...] = ()
         if renegotiation is not None and t.quota.renegotiation is None:
-            events = (("Warning", "SpotReclaimed", renegotiation.message),)
+            events = (("Warning", renegotiation.reason, renegotiation.message),)
         return Decision(status, condition("True", reason, message), events, requeue_after=requeue)
 
     @staticmethod

@@ -45,7 +45,7 @@ def replicas(t: TrainerInfo) -> list[pb.Replica]:
             role=r,
             index=i,
             requests=quantities(s.requests[r]),
-            node_selector=dict(s.selectors[r]),
+            node_selector=dict(s.selectors[r].labels),
             volume_claim=replica_claim_name(t.name, r, i) if t.spec.storage is not None else "",
         )
         for r, i in slots

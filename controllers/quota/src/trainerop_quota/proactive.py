@@ -15,7 +15,11 @@ threshold minus its margin, no XID in the window, no new ECC error.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
-from typing import Literal
+from typing import Any, Literal
+
+from trainerop_common.api import GROUP
+
+from .capacity import OUR_RECLAIM_TAINT
 
 Trended = Literal["temperature", "memoryCopy", "power", "memoryPressure"]
 Signal = Literal["temperature", "memoryCopy", "power", "memoryPressure", "xid", "ecc"]
@@ -28,6 +32,10 @@ UNITS: Mapping[Signal, str] = {
     "xid": "",
     "ecc": "errors",
 }
+RECLAIM_KEY = OUR_RECLAIM_TAINT
+PREDICTED = "predicted"  # the taint's value when proactive mode set it
+PREDICTED_TAINT = {"key": RECLAIM_KEY, "value": PREDICTED, "effect": "NoSchedule"}
+PREDICTION_ANNOTATION = f"{GROUP}/prediction"  # on a predicted node: what predicted it
 SMOOTHING = 3  # readings a median is taken over
 MIN_TREND = 4  # medians a slope is fitted to (fewer: the median alone is judged)
 
@@ -81,6 +89,11 @@ class NodeState:
     hot: int = 0  # hot evaluations in a row
     cool: int = 0  # cool evaluations in a row
     heats: tuple[Heat, ...] = field(default_factory=tuple)  # this evaluation's
+
+
+def is_ours(taint: Mapping[str, Any]) -> bool:
+    """The taint proactive mode sets (a reclaim taint someone else set has another value)."""
+    return taint.get("key") == RECLAIM_KEY and taint.get("value") == PREDICTED
 
 
 def _fmt(value: float) -> str:

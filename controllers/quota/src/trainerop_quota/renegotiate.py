@@ -8,14 +8,14 @@ from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
-from trainerop_common.api.trainer import RenegotiationStatus
+from trainerop_common.api.trainer import RenegotiationStatus, save_request_id
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.nodes import gone_reason
 from trainerop_common.topology import worker_bounds
 
 from .ledger import Option, hints_of, options, shape
 from .model import MAX_NODES_NAMED, Decision, PolicyInfo, TrainerInfo, condition, preference, priority
-from .planner import NEAR_WEIGHT, Held, Planner
+from .planner import NEAR_WEIGHT, Held, Places, Planner
 
 
 def hold_current(p: Planner, t: TrainerInfo, policy: PolicyInfo) -> Held:
@@ -50,6 +50,10 @@ def keep(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held) -> Renegoti
     returns why it must be renegotiated (after taking its reservation back), else records it."""
     assert t.grant is not None
     lost, reclaimed = endangered(p, t, held)
+    if reclaimed and not lost and t.spec.checkpoint is not None:
+        # save first, then move all of it, even where its own capacity has room for the replicas
+        # on the reclaimed nodes (docs/design/disruption.md)
+        return reclaim(p, t, policy, held, lost, reclaimed)
     replace_missing(p, held)
     if held.missing and (lost or reclaimed):
         return reclaim(p, t, policy, held, lost, reclaimed)
@@ -60,7 +64,7 @@ def keep(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held) -> Renegoti
     if held.option.workers > hi:  # scaled down: the smaller run always fits where it was
         p.unhold(t, policy, held)
         smaller = replace(held.option, workers=hi)
-        placement = p.reserve(t, policy, smaller, held.bound, held.hints)
+        placement = p.reserve(t, policy, smaller, Places(held.bound, held.hints))
         p.decisions[t.uid] = p.admitted_decision(t, policy, prio, smaller, placement, None, "Admitted")
         return None
     for workers in range(hi, held.option.workers, -1):  # grow (a scale, or elastic room)
@@ -114,12 +118,14 @@ def reclaim(
     grace = policy.spec.reclaim.checkpoint_grace_seconds
     left = (parse_time(since) + timedelta(seconds=grace) - p.obs.now).total_seconds()
     checkpoints = t.spec.checkpoint is not None
-    committed = t.last_commit is not None and t.last_commit >= since
-    if not lost and checkpoints and not committed and left > 0:
+    # a node proactive mode predicts will degrade, or one its provider takes back
+    notice = "NodePredicted" if reclaimed and all(p.nodes[n].predicted for n in reclaimed) else "SpotReclaimed"
+    save = save_state(t, notice, since)
+    if not lost and checkpoints and save == "waiting" and left > 0:
         message = f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves"
         deadline = rfc3339(parse_time(since) + timedelta(seconds=grace))
         waiting = RenegotiationStatus(
-            reason="SpotReclaimed",
+            reason=notice,
             message=message,
             since=since,
             nodes=nodes,
@@ -131,12 +137,30 @@ def reclaim(
     if lost:
         detail = "its pods there are gone"
     elif checkpoints:
-        detail = "a checkpoint committed since" if committed else "the checkpoint grace period ran out"
+        detail = SAVE_DETAIL.get(save, "the checkpoint grace period ran out")
     else:
         detail = "the run has no checkpoints to wait for"
     p.unhold(t, policy, held)
-    reason = "NodeLost" if lost else "SpotReclaimed"
+    reason = "NodeLost" if lost else notice
     return RenegotiationStatus(reason=reason, message=f"{why}; {detail}", since=since, nodes=nodes)
+
+
+SAVE_FIRST = ("SpotReclaimed", "NodePredicted")  # reclaims a run with checkpoints saves before moving
+SAVE_DETAIL = {
+    "Committed": "the checkpoint the ranks were asked for committed",
+    "Missed": "the checkpoint the ranks were asked for was missed",
+    "committed": "a checkpoint committed since",
+}
+
+
+def save_state(t: TrainerInfo, notice: str, since: str) -> str:
+    """Where the save a reclaim (``notice``) since ``since`` waits for stands: the checkpoint controller's
+    request for it (docs/checkpoints.md), Committed or Missed (no wait helps then), else
+    "waiting"; with no request for it (a checkpoint controller that does not ask), "committed"
+    once any checkpoint committed since the notice."""
+    if t.save is not None and t.save[0] == save_request_id(notice, since):
+        return t.save[1] if t.save[1] != "Requested" else "waiting"
+    return "committed" if t.last_commit is not None and t.last_commit >= since else "waiting"
 
 
 def grow(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: int) -> bool:
@@ -167,21 +191,25 @@ def move(p: Planner, t: TrainerInfo, policy: PolicyInfo, why: RenegotiationStatu
     prio = priority(policy, t.spec) or 0
     kinds = (kind, *(k for k in preference(policy, t.spec) if k != kind))
     seconds = (p.obs.now - parse_time(why.since)).total_seconds()
+    # after a save (or its wait) every pod is replaced and resumes from the newest checkpoint: a
+    # new admission, even on the same capacity (a pod left running on a reclaimed node would not)
+    saved_first = why.reason in SAVE_FIRST and t.spec.checkpoint is not None
     for option in options(t, policy, kinds):
-        same = option.kind == kind and option.resources == grant.resources
-        bound = p.bound(t, grant.id) if same else {}
-        hints = hints_of(grant) if same else {}
-        if not p.try_option(t, policy, option, bound, hints):
+        same = option.kind == kind and option.resources == grant.resources and not saved_first
+        replacing = p.bound(t, grant.id) if saved_first and option.kind == kind else {}
+        places = Places(p.bound(t, grant.id), hints_of(grant)) if same else Places(replacing=replacing)
+        if not p.try_option(t, policy, option, places):
             continue
         grant_id = grant.id if same else f"{option.kind}-{t.quota.renegotiations + 1}"
-        where = p.reserve(t, policy, option, bound, hints)
+        where = p.reserve(t, policy, option, places)
         s = shape(t, option.workers, option.resources)
         status = p.admitted(t, policy, prio, option, grant_id, where, t.quota.renegotiations + 1, None)
-        what = (
-            f"shrunk to {option.workers} workers on {kind}"
-            if same
-            else f"moved to {option.kind} with {option.workers} workers"
-        )
+        if same:
+            what = f"shrunk to {option.workers} workers on {kind}"
+        elif saved_first:
+            what = f"every pod moved ({option.kind}, {option.workers} workers), resuming from the newest checkpoint"
+        else:
+            what = f"moved to {option.kind} with {option.workers} workers"
         message = f"{why.message}: {what}; {p.admitted_message(policy, option, s)}"
         p.decisions[t.uid] = Decision(
             status,

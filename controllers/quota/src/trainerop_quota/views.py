@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from trainerop_common.api import Trainer
-from trainerop_common.api.trainer import ProfileStatus, QuotaStatus, TrainerStatus
+from trainerop_common.api.trainer import ProfileStatus, QuotaStatus, SaveRequest, TrainerStatus
 from trainerop_common.conditions import parse
 from trainerop_common.contracts import (
     ADMISSION_ANNOTATION,
@@ -24,6 +24,8 @@ from trainerop_common.quantity import parse_quantity
 from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, pod_requests
 from .kueue import PRIORITY_LABEL, queue_of
 from .model import CONDITION, TrainerInfo
+from .proactive import PREDICTION_ANNOTATION, is_ours
+from .taints import scheduling_taints
 
 
 def node_info(body: Mapping[str, Any], now: datetime, grace: float) -> tuple[NodeInfo, float | None]:
@@ -33,7 +35,9 @@ def node_info(body: Mapping[str, Any], now: datetime, grace: float) -> tuple[Nod
     labels = meta.get("labels") or {}
     node = readiness(body)
     why, wait = lost(node, now, grace)
-    taint = next((t["key"] for t in spec.get("taints") or () if t.get("key") in RECLAIM_TAINTS), None)
+    notice = next((t for t in spec.get("taints") or () if t.get("key") in RECLAIM_TAINTS), None)
+    taint = notice["key"] if notice else None
+    predicted = notice is not None and is_ours(notice)
     info = NodeInfo(
         name=name,
         kind=capacity_type(labels),
@@ -41,9 +45,21 @@ def node_info(body: Mapping[str, Any], now: datetime, grace: float) -> tuple[Nod
         labels=labels,
         schedulable=node.ready == "True" and not spec.get("unschedulable") and taint is None,
         lost=why,
-        reclaimed=f"node {name} is being reclaimed ({taint} taint)" if taint else None,
+        reclaimed=reclaim_reason(name, taint, (meta.get("annotations") or {}) if predicted else None),
+        taints=scheduling_taints(spec.get("taints")),
+        predicted=predicted,
     )
     return info, wait
+
+
+def reclaim_reason(name: str, taint: str | None, prediction: Mapping[str, str] | None) -> str | None:
+    """Why a node's pods will go: a termination taint, or proactive mode's prediction."""
+    if taint is None:
+        return None
+    if prediction is not None:
+        why = prediction.get(PREDICTION_ANNOTATION) or "its readings"
+        return f"node {name} is predicted to degrade ({why}; {taint} taint)"
+    return f"node {name} is being reclaimed ({taint} taint)"
 
 
 def parse_quantity_or_zero(value: Any) -> Decimal:
@@ -151,6 +167,10 @@ def _answered(section: ProfileStatus | None, generation: int) -> bool:
     return section is not None and section.contribution is not None and section.contribution.generation == generation
 
 
+def save_of(request: SaveRequest | None) -> tuple[str, str] | None:
+    return (request.id, request.phase) if request is not None else None
+
+
 def trainer_info(
     body: Mapping[str, Any], quota: QuotaStatus | None = None, conditions: Sequence[Mapping[str, Any]] | None = None
 ) -> TrainerInfo:
@@ -180,6 +200,7 @@ def trainer_info(
         finished=finished,
         deleting=bool(meta.get("deletionTimestamp")),
         last_commit=status.checkpoint.last_commit_time if status.checkpoint else None,
+        save=save_of(status.checkpoint.save_request if status.checkpoint else None),
         queue=queue_of(meta.get("labels")),
         kueue_priority_class=(meta.get("labels") or {}).get(PRIORITY_LABEL) or None,
         placement_plugin=section.placement_plugin if section else None,

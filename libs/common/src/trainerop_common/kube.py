@@ -67,6 +67,7 @@ RESOURCES: dict[str, Resource] = {
 
 
 CORE: dict[str, Any] = {
+    "Node": Node,
     "Pod": Pod,
     "Event": Event,
     "Service": Service,

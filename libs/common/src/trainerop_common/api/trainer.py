@@ -476,11 +476,19 @@ class QuotaStatus(K8sModel):
 SavePhase = Literal["Requested", "Committed", "Missed"]
 
 
+def save_request_id(reason: str, since: str) -> str:
+    """The id of the save request answering a trigger: its reason and when it began. The quota
+    controller finds the answer to its own renegotiation by it."""
+    return f"{reason}@{since}"
+
+
 class SaveRequest(K8sModel):
     """A save the checkpoint controller asked every rank for, at one step (docs/checkpoints.md)."""
 
     id: str = Field(max_length=128, description="The trigger it answers: <reason>@<time the trigger began>.")
-    reason: str = Field(description="SpotReclaimed, NodeLost, NodeDrained, Predicted or Requested (a user).")
+    reason: str = Field(
+        description="What asked: SpotReclaimed, NodePredicted (the quota controller) or Requested (a user)."
+    )
     message: str = Field(default="", max_length=1024)
     step: int | None = Field(default=None, ge=0, description="The step every rank saves at (None: none reports steps).")
     requested_at: str = Field(json_schema_extra={"format": "date-time"})
