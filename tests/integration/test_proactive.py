@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from testbed import localdev
 from tests.harness import REPO, Cluster, eventually
 from tests.integration.test_checkpoints import as_pod
+from tests.integration.test_deploy import with_component
 from tests.integration.test_heartbeats import beat_as
 from tests.integration.test_save_request import one_gpu_node_run, running, save_request
 
@@ -157,3 +159,23 @@ def test_a_node_predicted_hot_is_tainted_its_run_saves_and_moves_and_the_taint_g
         lambda: events_about(cluster, "default", hot).get("NodeCleared"), what="the node's Event"
     )
     assert f"{G}/prediction" not in (cluster.get("node", hot)["metadata"].get("annotations") or {})
+
+
+def test_the_proactive_component_turns_it_on_for_the_quota_controller(cluster: Cluster, tmp_path: Path) -> None:
+    """deploy/components/proactive on the dev overlay: the flag and the right to patch nodes (and
+    nothing more), accepted by the API server."""
+    overlay, objects = with_component(cluster, tmp_path, "dev", "proactive")
+    (deployment,) = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "trainer-operator-quota"
+    ]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TRAINEROP_ENABLE_PROACTIVE_SCHEDULING"] == "true"
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("proactive")]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
+    (binding,) = [
+        o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("proactive")
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "trainer-operator-quota", "namespace": "trainer-operator-system"}
+    ]
+    cluster.kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts", "-k", str(overlay))
