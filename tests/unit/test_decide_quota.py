@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from tests.factories import trainer_body, trainer_spec
 from trainerop_common.api.quota import PlacementScore, QuotaPolicySpec
-from trainerop_common.api.trainer import QuotaStatus, TrainerSpec, save_request_id
+from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
+from trainerop_common.contracts import save_request_id
 from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
 from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, plan
 from trainerop_quota.model import Ungoverned
@@ -947,3 +948,9 @@ def test_a_reclaimed_run_with_room_on_its_own_capacity_still_saves_first_then_ev
     placement = QuotaStatus.model_validate(moved.quota).contribution.grant.placement  # type: ignore[union-attr]
     assert hosts[1] not in placement["worker"]  # type: ignore[index]
     assert "every pod moved (spot, 2 workers), resuming from the newest checkpoint" in moved.condition.message
+    # the next plan, before the trainer has replaced the old pods (one still on the reclaimed
+    # node): they are the old admission's, no new notice for the run
+    after = plan(world([feed_back(saved, moved)], notice, pods, now=NOW + timedelta(seconds=21))).decisions[t.uid]
+    assert after.condition.reason != "ReclaimPending"
+    assert admitted(after) == ("spot", 2, "spot-1")
+    assert after.events == ()

@@ -152,7 +152,7 @@ GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
         ([GPU, PREDICTED_TAINT], False, [GPU]),
         ([GPU], False, None),
         ([OTHER], False, None),  # a reclaim notice someone else set is never removed
-        ([OTHER], True, [OTHER, PREDICTED_TAINT]),
+        ([OTHER], True, None),  # it stands for ours (one taint per key and effect: the API server's rule)
     ],
 )
 def test_only_the_taint_proactive_mode_sets_is_added_or_removed(
@@ -171,3 +171,19 @@ def test_the_node_event_says_what_predicted_it_and_what_follows() -> None:
     assert node_message("n1", NodeState()) == (
         "node n1 reads cool again: taint trainer.operator.kubeflow.org/reclaim=predicted removed"
     )
+
+
+def test_a_predicted_node_whose_gpu_readings_stop_stays_predicted() -> None:
+    """The DCGM exporter dies (often with the GPU) while the node exporter still answers: the
+    temperature that predicted the node is unknown, not cool, so the taint stays."""
+    watched = Watched()
+    for i, value in enumerate(RAMP[:8]):
+        watched = observe(watched, i * STEP, dcgm(value))
+    assert watched.state.predicted
+    assert watched.state.signals == ("temperature",)
+    for i in range(8, 30):
+        watched = observe(watched, i * STEP, {"node_pressure_memory_waiting_seconds": 1.0})
+    assert watched.state.predicted
+    for i in range(30, 45):  # read again, and cool: cleared
+        watched = observe(watched, i * STEP, dcgm(60.0))
+    assert not watched.state.predicted

@@ -68,6 +68,9 @@ def request(**fields: object) -> SaveRequest:
             request(requested_at="2026-12-05T11:58:30Z"),
             ("Requested@2026-12-05T11:59:00Z", "2026-12-05T12:05:00Z"),
         ),
+        # one older than its own deadline asks nothing (the latest request may be gone: storage
+        # that was not ready drops the section)
+        ({f"{G}/checkpoint-requested": "2026-12-05T11:54:59Z"}, None, None, None),
         # a value that is not a time (or has no zone) asks nothing
         ({f"{G}/checkpoint-requested": "now"}, None, None, None),
         ({f"{G}/checkpoint-requested": "2026-12-05T11:59:00"}, None, None, None),
@@ -142,6 +145,7 @@ def test_a_request_goes_from_requested_to_committed_with_one_event_each() -> Non
         None,
     )
     assert done.events == (("Normal", "SaveCommitted", "t-step-164 (step 164) committed for SpotReclaimed"),)
+    assert done.answered  # the request is taken off the ranks' Leases
     # answered: it stays as it is, and says nothing more
     again = plan_save(TRIGGER, done.request, None, Latest("t-step-192", 192), later, 10)
     assert (again.request, again.events) == (done.request, ())
@@ -186,3 +190,11 @@ def test_nothing_asked_and_nothing_asked_before_is_no_request() -> None:
 def test_an_open_request_message_fits_the_status_field() -> None:
     long = Trigger("x@t", "SpotReclaimed", "n" * 2000, NOW + timedelta(minutes=1))
     assert len(open_request(long, [RankReport(1)], NOW, 10).message) == 1024
+
+
+def test_a_trigger_whose_deadline_has_passed_already_is_missed_at_once() -> None:
+    late = Trigger("SpotReclaimed@t", "SpotReclaimed", "notice", NOW - timedelta(seconds=1))
+    plan = plan_save(late, None, [RankReport(100, 10)], None, NOW, 10)
+    assert plan.request is not None
+    assert (plan.request.phase, plan.ask_step, plan.requeue_after) == ("Missed", None, None)
+    assert not plan.answered  # nothing was written on the Leases

@@ -213,22 +213,20 @@ class CheckpointController:
             return Outcome(requeue_after=GRANT_RECHECK_SECONDS)  # no answer yet: the gate waits
         obs, recheck = await self._read(obs, body, env)
         decision = decide(obs)
-        save = await self._save(
-            obs, decision.status.get("checkpoint"), self.rt.writer is not None and self.rt.writer.is_stale(body)
-        )
+        assert self.rt.writer is not None
+        stale = self.rt.writer.is_stale(body)
+        save = await self._save(obs, decision.status.get("checkpoint"), stale)
         if save.request is not None:
             decision.status["checkpoint"]["saveRequest"] = save.request.to_k8s()
         now = rfc3339(self.rt.clock.now())
         for checkpoint, wanted in decision.checkpoints.items():
             if await self.checkpoint_writer.write(raw[checkpoint], wanted, (), now):
                 self._count(raw[checkpoint], wanted)
-        assert self.rt.writer is not None
         # Old data goes once the new resume point is written (pods created meanwhile must never be
         # told to resume from deleted data), and not at all on a body older than this controller's
         # own last write (its resume point may not be the one pods read): the next event has it.
-        collect = (
-            None if self.rt.writer.is_stale(body) else lambda: self._collect(obs, body, decision.collect, raw, env)
-        )
+        # The ranks are asked once the request is written, with the step it says.
+        collect = None if stale else lambda: self._after_write(obs, body, decision.collect, raw, env, save)
         warning = (("Warning", decision.problem.reason, decision.problem.message),) if decision.problem else ()
         return Outcome(
             status=decision.status,
@@ -241,21 +239,37 @@ class CheckpointController:
 
     async def _save(self, obs: Observed, section: dict[str, Any] | None, stale: bool) -> SavePlan:
         """The save request (save_request.py) of a Trainer that checkpoints to ready storage (else
-        none: nothing could be saved); an open one written on the ranks' Leases."""
-        if section is None:
-            return SavePlan(None)
+        none: nothing could be saved). On a body older than this controller's own last write
+        nothing is decided (its request may be one already replaced, and asking the ranks again
+        could give them another step)."""
+        if section is None or stale:
+            return SavePlan(obs.save_request if section is not None else None)
         latest = Latest(section["latest"], section["latestStep"]) if section.get("latest") else None
         trigger = trigger_of(
             obs.annotations, obs.renegotiation, obs.save_request, obs.now, self.config.save_deadline_seconds
         )
         fresh = is_new(trigger, obs.save_request)
         reports = await self.ranks.reports(obs.namespace, obs.trainer_uid) if fresh else None
-        plan = plan_save(trigger, obs.save_request, reports, latest, obs.now, self.config.save_margin_steps)
-        if plan.ask_step is not None:
-            await self.ranks.ask(obs.namespace, obs.trainer_uid, plan.ask_step)
-        if plan.events and plan.request is not None and not stale:
-            SAVE_REQUESTS.labels(plan.request.reason, plan.request.phase).inc()
-        return plan
+        return plan_save(trigger, obs.save_request, reports, latest, obs.now, self.config.save_margin_steps)
+
+    async def _after_write(
+        self,
+        obs: Observed,
+        body: Body,
+        items: tuple[Collect, ...],
+        raw: Mapping[str, Any],
+        env: Mapping[str, str],
+        save: SavePlan,
+    ) -> float | None:
+        """After the status is written: the ranks asked (or the answered request taken off their
+        Leases), the request's new phase counted, then the collection."""
+        if save.ask_step is not None:
+            await self.ranks.ask(obs.namespace, obs.trainer_uid, save.ask_step)
+        elif save.answered:
+            await self.ranks.clear(obs.namespace, obs.trainer_uid)
+        if save.events and save.request is not None:
+            SAVE_REQUESTS.labels(save.request.reason, save.request.phase).inc()
+        return await self._collect(obs, body, items, raw, env)
 
     async def _collect(
         self, obs: Observed, body: Body, items: tuple[Collect, ...], raw: Mapping[str, Any], env: Mapping[str, str]

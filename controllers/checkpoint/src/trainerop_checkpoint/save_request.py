@@ -14,18 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from trainerop_common.api.trainer import RenegotiationStatus, SaveRequest, save_request_id
+from trainerop_common.api.trainer import RenegotiationStatus, SaveRequest
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.contracts import (
     CHECKPOINT_REQUESTED_ANNOTATION,
     STEP_ANNOTATION,
     STEPS_PER_BEAT_ANNOTATION,
+    USER_REQUEST,
+    save_request_id,
 )
 from trainerop_common.outcome import Event
 
 BEATS_AHEAD = 2  # heartbeats' worth of steps between the furthest rank and the step asked
 ASK_AGAIN_SECONDS = 5.0  # while a request is open: Leases of new ranks asked, the deadline watched
-REQUESTED = "Requested"  # the reason of a user's request
+REQUESTED = USER_REQUEST
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,21 @@ def rank_report(annotations: Mapping[str, str]) -> RankReport | None:
     return None if step is None else RankReport(step, whole(annotations.get(STEPS_PER_BEAT_ANNOTATION)))
 
 
-def user_asked(annotations: Mapping[str, str], latest: SaveRequest | None) -> datetime | None:
+def user_asked(
+    annotations: Mapping[str, str], latest: SaveRequest | None, now: datetime, deadline_seconds: float
+) -> datetime | None:
     """The time of a user's request not answered yet: the annotation's RFC 3339 time, when later
-    than the latest request (a value that is not a time asks nothing)."""
+    than the latest request and not past its own deadline (an old annotation asks nothing again,
+    even where the latest request is gone: storage that was not ready drops the section); a value
+    that is not a time asks nothing."""
     value = annotations.get(CHECKPOINT_REQUESTED_ANNOTATION)
     try:
         asked = parse_time(value) if value else None
     except ValueError:
         return None
-    if asked is None or asked.tzinfo is None or (latest is not None and asked <= parse_time(latest.requested_at)):
+    if asked is None or asked.tzinfo is None or asked + timedelta(seconds=deadline_seconds) <= now:
+        return None
+    if latest is not None and asked <= parse_time(latest.requested_at):
         return None
     return asked
 
@@ -94,7 +102,7 @@ def trigger_of(
         why = renegotiation.message or renegotiation.reason
         request_id = save_request_id(renegotiation.reason, renegotiation.since)
         return Trigger(request_id, renegotiation.reason, why, deadline)
-    asked = user_asked(annotations, latest)
+    asked = user_asked(annotations, latest, now, deadline_seconds)
     if asked is None:
         return None
     what = f"asked at {rfc3339(asked)} ({CHECKPOINT_REQUESTED_ANNOTATION})"
@@ -172,12 +180,13 @@ def announced(before: SaveRequest | None, after: SaveRequest, latest: Latest | N
 @dataclass(frozen=True)
 class SavePlan:
     """Where the latest request stands now, its Event, the step the ranks' Leases must say (an
-    open request's) and when to look again."""
+    open request's), whether the Leases' request goes (answered now) and when to look again."""
 
     request: SaveRequest | None
     events: tuple[Event, ...] = ()
     ask_step: int | None = None
     requeue_after: float | None = None
+    answered: bool = False
 
 
 def plan_save(
@@ -191,13 +200,14 @@ def plan_save(
     """The save request after this look: a new one for a new trigger (``reports`` read for it),
     else the latest one advanced."""
     if trigger is not None and is_new(trigger, latest_request):
-        request = open_request(trigger, reports or (), now, margin_steps)
+        request = advance(open_request(trigger, reports or (), now, margin_steps), latest, now)
     elif latest_request is not None:
         request = advance(latest_request, latest, now)
     else:
         return SavePlan(None)
     events = announced(latest_request, request, latest)
     if request.phase != "Requested":
-        return SavePlan(request, events)
+        answered = latest_request is not None and latest_request.phase == "Requested" and request.step is not None
+        return SavePlan(request, events, answered=answered)
     left = (parse_time(request.deadline) - now).total_seconds()
     return SavePlan(request, events, request.step, max(0.0, min(ASK_AGAIN_SECONDS, left)))

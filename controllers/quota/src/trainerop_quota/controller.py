@@ -138,7 +138,7 @@ class QuotaController:
         self.plugin = self._plugin(runtime, config)
         self.kueue = Workloads(runtime, self.planning.poke) if config.kueue else None
         watching = config.enable_proactive_scheduling
-        self.proactive = ProactiveWatch(runtime, config, self.nodes, self.pods) if watching else None
+        self.proactive = ProactiveWatch(runtime, config, self.nodes) if watching else None
 
     def _plugin(self, runtime: Runtime, config: QuotaConfig) -> "PlacementPlugin | None":
         """The placement plugin's adapter, when one is configured (gRPC is loaded only then)."""

@@ -123,10 +123,12 @@ class Planner:
         )
 
     def endangered(self, t: TrainerInfo) -> tuple[list[str], list[str]]:
-        """Nodes under the run's live pods that are lost, and that are being reclaimed."""
+        """Nodes under the run's live pods that are lost, and that are being reclaimed (pods of an
+        earlier admission, which the trainer is replacing, do not count)."""
         lost, reclaimed = set(), set()
+        current = t.grant.id if t.grant else None
         for pod in self.pods.get(t.uid, ()):
-            if pod.deleting or pod.succeeded:
+            if pod.deleting or pod.succeeded or pod.admission not in (current, None):
                 continue
             if pod.node in self.lost:
                 lost.add(pod.node)

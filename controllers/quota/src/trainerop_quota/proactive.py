@@ -89,6 +89,7 @@ class NodeState:
     hot: int = 0  # hot evaluations in a row
     cool: int = 0  # cool evaluations in a row
     heats: tuple[Heat, ...] = field(default_factory=tuple)  # this evaluation's
+    signals: tuple[Signal, ...] = ()  # those that predicted it: cool only once they are read again
 
 
 def is_ours(taint: Mapping[str, Any]) -> bool:
@@ -159,11 +160,17 @@ def assess(history: Sequence[Reading], state: NodeState, rules: Rules = DEFAULT_
             heats += [heat] if heat is not None else []
             all_cool = all_cool and cool
     xid_seen = any(r.values.get("xid") for r in window)
-    cool = not heats and all_cool and not xid_seen
+    # a signal that predicted the node and is no longer read (its exporter died, often with the
+    # GPU) is unknown, not cool
+    still_read = all(s in window[-1].values for s in state.signals)
+    cool = not heats and all_cool and not xid_seen and still_read
     hot = state.hot + 1 if heats else 0
     after = replace(state, hot=hot, cool=state.cool + 1 if cool else 0, heats=tuple(heats))
     if not state.predicted and heats and (hot >= rules.confirm or any(h.final for h in heats)):
-        return replace(after, predicted=True, since=window[-1].at, reason="; ".join(h.detail for h in heats))
+        signals = tuple(h.signal for h in heats)
+        return replace(
+            after, predicted=True, since=window[-1].at, reason="; ".join(h.detail for h in heats), signals=signals
+        )
     if state.predicted and after.cool >= rules.clear:
-        return replace(after, predicted=False, since=None, reason="")
+        return replace(after, predicted=False, since=None, reason="", signals=())
     return after

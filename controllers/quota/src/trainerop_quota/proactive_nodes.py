@@ -50,13 +50,18 @@ def change(before: NodeState, after: NodeState) -> Change | None:
 
 def taints_after(taints: Sequence[Mapping[str, Any]], predicted: bool) -> list[dict[str, Any]] | None:
     """The node's spec.taints with the prediction's taint added or removed; None: already so. A
-    reclaim taint someone else set (another value) is left as it is."""
+    reclaim taint someone else set (another value) is left as it is, and stands for ours (the
+    API server keeps one taint per key and effect)."""
     present = any(is_ours(t) for t in taints)
-    if present == predicted:
+    if present == predicted or (predicted and any(same_slot(t) for t in taints)):
         return None
     if predicted:
         return [dict(t) for t in taints] + [dict(PREDICTED_TAINT)]
     return [dict(t) for t in taints if not is_ours(t)]
+
+
+def same_slot(taint: Mapping[str, Any]) -> bool:
+    return taint.get("key") == RECLAIM_KEY and taint.get("effect") == PREDICTED_TAINT["effect"]
 
 
 def node_message(node: str, state: NodeState) -> str:

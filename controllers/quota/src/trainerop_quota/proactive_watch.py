@@ -9,14 +9,13 @@ it is cleared only by cool readings."""
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 from lightkube import ApiError
 
 from trainerop_common.cache import ObjectCache
-from trainerop_common.contracts import TRAINER_UID_LABEL
 from trainerop_common.parallel import settled
 from trainerop_common.runtime import Body, Runtime
 
@@ -24,7 +23,7 @@ from .config import QuotaConfig
 from .metrics import PROACTIVE_PREDICTED, PROACTIVE_PREDICTIONS, PROACTIVE_SCRAPE_FAILURES
 from .node_readings import scraped
 from .proactive import PREDICTION_ANNOTATION, NodeState, is_ours
-from .proactive_nodes import Watched, change, node_message, observe, taints_after
+from .proactive_nodes import Watched, node_message, observe, taints_after
 
 log = logging.getLogger("trainerop.quota.proactive")
 SCRAPE_TIMEOUT_SECONDS = 5.0
@@ -51,8 +50,8 @@ def restored(node: Body) -> Watched:
 
 
 class ProactiveWatch:
-    def __init__(self, runtime: Runtime, config: QuotaConfig, nodes: ObjectCache, pods: ObjectCache) -> None:
-        self.rt, self.nodes, self.pods = runtime, nodes, pods
+    def __init__(self, runtime: Runtime, config: QuotaConfig, nodes: ObjectCache) -> None:
+        self.rt, self.nodes = runtime, nodes
         self.templates = config.proactive_exporter_urls
         self.selector = dict(pair.split("=", 1) for pair in config.proactive_node_labels)
         self.watched: dict[str, Watched] = {}
@@ -72,9 +71,8 @@ class ProactiveWatch:
                 continue
             before = self.watched.get(name) or restored(node)
             self.watched[name] = after = observe(before, at, found)
-            await self.taint(node, after.state)
-            if change(before.state, after.state) is not None:
-                await self.announce(node, after.state)
+            if await self.taint(node, after.state):
+                self.announce(node, after.state)
         present = {n["metadata"]["name"] for n in nodes}
         self.watched = {k: v for k, v in self.watched.items() if k in present}
         PROACTIVE_PREDICTED.set(sum(w.state.predicted for w in self.watched.values()))
@@ -95,35 +93,26 @@ class ProactiveWatch:
             response.raise_for_status()
             return await response.text()
 
-    async def taint(self, node: Body, state: NodeState) -> None:
+    async def taint(self, node: Body, state: NodeState) -> bool:
         """The node's taint as its state says (a conditional patch on what was read: a conflict,
-        or any failure, is tried again next round, which compares again)."""
+        or any failure, is tried again next round, which compares again); whether it changed."""
         name = node["metadata"]["name"]
         taints = taints_after((node.get("spec") or {}).get("taints") or [], state.predicted)
         if taints is None:
-            return
+            return False
         meta: dict[str, Any] = {"resourceVersion": node["metadata"].get("resourceVersion")}
         meta["annotations"] = {PREDICTION_ANNOTATION: state.reason[:1024] if state.predicted else None}
         try:
             await self.rt.kube.merge_patch("Node", None, name, {"metadata": meta, "spec": {"taints": taints}})
         except ApiError as err:
             log.warning("node %s: taint not changed (%s); tried again next round", name, err)
+            return False
+        return True
 
-    async def announce(self, node: Body, state: NodeState) -> None:
-        """Events on the node and on each run with a pod there; the prediction's signals counted."""
+    def announce(self, node: Body, state: NodeState) -> None:
+        """The Event on the node (each run on it hears from the plan's reclaim, with the same
+        prediction); the prediction's signals counted."""
         kind, reason = ("Warning", "NodePredicted") if state.predicted else ("Normal", "NodeCleared")
-        message = node_message(node["metadata"]["name"], state)
-        self.rt.event(node, kind, reason, message)
-        for trainer in await self._trainers_on(node["metadata"]["name"]):
-            self.rt.event(trainer, kind, reason, message)
+        self.rt.event(node, kind, reason, node_message(node["metadata"]["name"], state))
         for heat in state.heats if state.predicted else ():
             PROACTIVE_PREDICTIONS.labels(heat.signal).inc()
-
-    async def _trainers_on(self, node: str) -> Sequence[Body]:
-        """The Trainers with a pod on ``node``."""
-        uids = {
-            (p["metadata"].get("labels") or {}).get(TRAINER_UID_LABEL)
-            for p in await self.pods.values()
-            if (p.get("spec") or {}).get("nodeName") == node
-        }
-        return [t for t in self.rt.trainers.values() if t["metadata"].get("uid") in uids]

@@ -8,8 +8,9 @@ from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
-from trainerop_common.api.trainer import RenegotiationStatus, save_request_id
+from trainerop_common.api.trainer import RenegotiationStatus
 from trainerop_common.clock import parse_time, rfc3339
+from trainerop_common.contracts import save_request_id
 from trainerop_common.nodes import gone_reason
 from trainerop_common.topology import worker_bounds
 
@@ -119,7 +120,9 @@ def reclaim(
     left = (parse_time(since) + timedelta(seconds=grace) - p.obs.now).total_seconds()
     checkpoints = t.spec.checkpoint is not None
     # a node proactive mode predicts will degrade, or one its provider takes back
-    notice = "NodePredicted" if reclaimed and all(p.nodes[n].predicted for n in reclaimed) else "SpotReclaimed"
+    # (kept while its save is awaited: the save request answering it is named after it)
+    predicted = reclaimed and all(p.nodes[n].predicted for n in reclaimed)
+    notice = before.reason if before is not None else "NodePredicted" if predicted else "SpotReclaimed"
     save = save_state(t, notice, since)
     if not lost and checkpoints and save == "waiting" and left > 0:
         message = f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves"

@@ -157,6 +157,11 @@ def trainer_fingerprint(body: Mapping[str, Any]) -> str:
             (status.get("profile") or {}).get("contribution"),
             (status.get("profile") or {}).get("placementPlugin"),
             (status.get("checkpoint") or {}).get("lastCommitTime"),
+            {
+                k: v
+                for k, v in ((status.get("checkpoint") or {}).get("saveRequest") or {}).items()
+                if k in ("id", "phase")
+            },
         ],
         sort_keys=True,
     )

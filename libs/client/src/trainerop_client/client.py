@@ -25,6 +25,8 @@ from .kinds import (
     CHECKPOINT_REQUESTED_ANNOTATION,
     TRAINER,
     TRAINER_NAME_LABEL,
+    USER_REQUEST,
+    save_request_id,
 )
 from .logs import follow_logs
 from .manifest import function_program, trainer_manifest
@@ -239,12 +241,16 @@ class TrainerClient:
         return asked
 
     def save_answers(self, name: str, asked: str, timeout: float | None = None) -> Iterator[Obj]:
-        """The run's save request each time it changes, from the first that answers a request asked
-        at ``asked`` until it is Committed or Missed; past ``timeout`` seconds, what to look at."""
+        """The run's save request each time it changes, from the first that answers the request
+        asked at ``asked`` (its own, by id; or a move's save asked since, which answers it too)
+        until it is Committed or Missed; past ``timeout`` seconds, what to look at."""
         seen: Obj | None = None
+        own = save_request_id(USER_REQUEST, asked)
         for trainer in self.updates(name, timeout):
             request = dict(((trainer.get("status") or {}).get("checkpoint") or {}).get("saveRequest") or {})
-            if str(request.get("requestedAt", "")) < asked or request == seen:
+            ours = request.get("id") == own
+            a_move = request.get("reason") != USER_REQUEST and str(request.get("requestedAt", "")) >= asked
+            if not (ours or a_move) or request == seen:
                 continue
             seen = request
             yield request

@@ -11,7 +11,9 @@ from trainerop_sdk.names import (
     CHECKPOINT_REQUESTED_ANNOTATION,
     GROUP,
     TRAINER_NAME_LABEL,
+    USER_REQUEST,
     VERSION,
+    save_request_id,
 )
 
 TRAINER: Any = create_namespaced_resource(GROUP, VERSION, "Trainer", "trainers")
@@ -26,4 +28,6 @@ __all__ = [
     "CHECKPOINT_REQUESTED_ANNOTATION",
     "TRAINER",
     "TRAINER_NAME_LABEL",
+    "USER_REQUEST",
+    "save_request_id",
 ]

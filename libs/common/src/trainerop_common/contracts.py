@@ -25,6 +25,8 @@ from trainerop_sdk.names import (
     TOTAL_STEPS_ANNOTATION,
     TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
+    USER_REQUEST,
+    save_request_id,
 )
 
 from .api import GROUP
@@ -65,10 +67,12 @@ __all__ = [
     "TRAINER_NAME_LABEL",
     "TRAINER_UID_LABEL",
     "TRAINING_CONTAINER",
+    "USER_REQUEST",
     "FrameworkContract",
     "asks",
     "awaiting_grant",
     "replica_index",
+    "save_request_id",
     "set_by_operator",
 ]
 

@@ -31,6 +31,15 @@ STEPS_PER_BEAT_ANNOTATION = f"{GROUP}/steps-per-beat"  # steps between this proc
 # the second on its Lease, which a heartbeat's response carries back: save at exactly that step.
 CHECKPOINT_REQUESTED_ANNOTATION = f"{GROUP}/checkpoint-requested"
 SAVE_AT_STEP_ANNOTATION = f"{GROUP}/save-at-step"
+USER_REQUEST = "Requested"  # the reason of a save a user asked for
+
+
+def save_request_id(reason: str, since: str) -> str:
+    """The id of the save request (status.checkpoint.saveRequest) answering a trigger: its reason
+    and when it began (a user's: the annotation's time), by which the asker finds the answer."""
+    return f"{reason}@{since}"
+
+
 MAX_METRICS = 8
 METRIC_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$"
 

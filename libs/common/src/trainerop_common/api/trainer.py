@@ -476,12 +476,6 @@ class QuotaStatus(K8sModel):
 SavePhase = Literal["Requested", "Committed", "Missed"]
 
 
-def save_request_id(reason: str, since: str) -> str:
-    """The id of the save request answering a trigger: its reason and when it began. The quota
-    controller finds the answer to its own renegotiation by it."""
-    return f"{reason}@{since}"
-
-
 class SaveRequest(K8sModel):
     """A save the checkpoint controller asked every rank for, at one step (docs/checkpoints.md)."""
 
