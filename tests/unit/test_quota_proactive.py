@@ -37,6 +37,8 @@ HOVERING = [*RAMP[:10], *[83.0, 84.0, 82.0, 84.0] * 4]
 FLAPPING = [50.0, 95.0] * 10  # a sensor that reads either
 ONE_SPIKE = [50.0] * 8 + [99.0] + [50.0] * 8
 XID = [0.0] * 6 + [79.0, 0.0, 79.0, 79.0] + [0.0] * 4
+LOAD_STEP = [70.0] * 8 + [82.0, 81.0, 83.0, 82.0, 81.5, 82.5] * 2  # a job starts: a new level, not a runaway
+FLAP_NEAR = [67.0] * 6 + [92.5, 67.5, 93.4, 68.7, 67.9, 68.0] + [68.0] * 6  # a sensor flaps twice
 ECC = [0.0] * 5 + [1.0] * 5
 
 TRACES: list[tuple[str, list[Reading], int | None, int | None]] = [
@@ -50,6 +52,13 @@ TRACES: list[tuple[str, list[Reading], int | None, int | None]] = [
     ("an XID burst: three in the window, at once", trace("xid", XID, temperature=60.0), 9, None),
     ("a double-bit ECC error: at once", trace("ecc", ECC, temperature=60.0), 5, None),
     ("steady and cool: nothing", trace("temperature", [70.0] * 20), None, None),
+    (
+        "a step to a new level under the line: no line fits it, nothing projected",
+        trace("temperature", LOAD_STEP),
+        None,
+        None,
+    ),
+    ("a sensor that flaps twice: its trend is not projected", trace("temperature", FLAP_NEAR), None, None),
 ]
 
 

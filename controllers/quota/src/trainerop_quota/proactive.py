@@ -4,8 +4,9 @@ checkpoint and move before it does.
 
 Signals are judged three ways. Trended ones (temperature, memory copy utilisation, power, memory
 pressure) take the median of the last three readings, so one spike moves nothing, and the
-least-squares slope of those medians over the window to predict the value one lead time ahead:
-hot when the median now or that prediction reaches the threshold. XID errors are counted (hot at
+least-squares slope of the longest recent run of those medians that a line fits well (R² of 0.98:
+a steady climb, not a step to a new level or a flapping sensor) to predict the value one lead
+time ahead: hot when the median now or that prediction reaches the threshold. XID errors are counted (hot at
 a burst in the window), double-bit ECC errors are final (any increase of the counter). A node is
 predicted after ``confirm`` hot evaluations in a row, at once for a counted or final signal, and
 clears only after ``clear`` evaluations in a row with every signal cool: trended ones below the
@@ -38,6 +39,7 @@ PREDICTED_TAINT = {"key": RECLAIM_KEY, "value": PREDICTED, "effect": "NoSchedule
 PREDICTION_ANNOTATION = f"{GROUP}/prediction"  # on a predicted node: what predicted it
 SMOOTHING = 3  # readings a median is taken over
 MIN_TREND = 4  # medians a slope is fitted to (fewer: the median alone is judged)
+MIN_FIT = 0.98  # R² a run of medians must reach to be projected (bench/proactive.py: a step or a flap does not)
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,30 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}".removesuffix(".0")
 
 
-def _slope(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of value over time (units per second)."""
+def _slope(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares slope of value over time (units per second), and how well a line fits the
+    points (R², 0 to 1: a steady climb fits, a step to a new level or a flapping sensor does not)."""
     n = len(points)
     mt = sum(t for t, _ in points) / n
     mv = sum(v for _, v in points) / n
     spread = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (v - mv) for t, v in points) / spread if spread else 0.0
+    if not spread:
+        return 0.0, 0.0
+    slope = sum((t - mt) * (v - mv) for t, v in points) / spread
+    total = sum((v - mv) ** 2 for _, v in points)
+    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points)
+    return slope, (1 - residual / total) if total else 0.0
+
+
+def _steady_slope(medians: Sequence[tuple[float, float]]) -> float:
+    """The slope of the longest recent run of medians (at least MIN_TREND) that a line fits
+    (R² ≥ MIN_FIT): a steady climb, even one that began within the window; 0 when none does (a
+    step to a new level, a flapping sensor, noise on a flat line)."""
+    for k in range(len(medians), MIN_TREND - 1, -1):
+        slope, fit = _slope(medians[-k:])
+        if fit >= MIN_FIT:
+            return slope
+    return 0.0
 
 
 def _medians(history: Sequence[Reading], signal: Signal) -> list[tuple[float, float]]:
@@ -123,7 +142,7 @@ def trend(history: Sequence[Reading], signal: Trended, limit: Limit, lead: float
     if not medians:
         return None, True
     now = medians[-1][1]
-    slope = _slope(medians) if len(medians) >= MIN_TREND else 0.0
+    slope = _steady_slope(medians)
     ahead = now + max(slope, 0.0) * lead
     cool = now < limit.threshold - limit.margin and ahead < limit.threshold
     if max(now, ahead) < limit.threshold:
