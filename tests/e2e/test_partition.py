@@ -1,9 +1,11 @@
 """A node that stops answering while its containers go on (issue 20): the kubelet of the real node
 killed, so the node turns NotReady with the rank's container still running under containerd, as
 in a network partition. The trainer must not replace the pod under the same name while it may
-still run: it deletes it and waits for the node (docs/failure-modes.md). When the kubelet comes
-back it stops the old container, confirms the deletion, and only then does the replacement start:
-at no moment do two containers of the rank run."""
+still run: it deletes it and waits for the node (docs/failure-modes.md). Here no other node takes
+the run's pods (the kwok nodes' taint), so the quota controller also withdraws its admission and
+queues it until the node is back. When the kubelet comes back it stops the old container, confirms
+the deletion, and only then does the replacement start: at no moment do two containers of the
+rank run."""
 
 import contextlib
 import json
@@ -87,8 +89,11 @@ def test_a_rank_on_a_node_that_stops_answering_never_runs_twice(
         def held() -> dict[str, Any] | None:
             pod = pod_of(cluster, namespace, rank)
             trainer = cluster.get("trainer", "partitioned", namespace)
+            # the trainer holds the replacement for the node; or the quota, which places the run
+            # (all-or-nothing) and finds no other node its pods tolerate, queues the run again
             waiting = condition(trainer, "Restarting").get("reason") == "WaitingForLostNode"
-            return pod if pod and pod["metadata"].get("deletionTimestamp") and waiting else None
+            queued = condition(trainer, "QuotaAdmitted").get("reason") == "CapacityLost"
+            return pod if pod and pod["metadata"].get("deletionTimestamp") and (waiting or queued) else None
 
         # The node turns NotReady (the controller-manager), then lost (--node-lost-seconds): the
         # pod is deleted, not forced, and its replacement waits.

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ import yaml
 from testbed import localdev
 from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, KubectlError, dry_run_pod, eventually
-from trainerop_trainer.pods import runner_manifests
+from trainerop_trainer.guard import guard_manifest
+from trainerop_trainer.pods import Owner, runner_manifests
 
 SNAPSHOTS = Path(__file__).parent / "rbac"
 SYSTEM = localdev.NAMESPACE
@@ -291,6 +293,24 @@ def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pod
         "spec": {"ports": [{"port": 80}], "externalIPs": ["1.2.3.4"]},
     }
     assert "headless Services without external IPs" in as_trainer_controller(cluster, namespace, service)
+
+
+def test_the_trainer_controllers_identity_guards_only_its_own_trainers_pods_from_drains(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A drain guard (trainerop_trainer.guard) over any other pods would hold up the drains of
+    the cluster: only the pods of the Trainer that controls it."""
+    owner = Owner("t", namespace, "u-1", 1)
+    assert as_trainer_controller(cluster, namespace, guard_manifest(owner, 3)) == ""
+    others = guard_manifest(owner, 3)
+    others["spec"]["selector"] = {"matchLabels": {"app": "database"}}
+    unowned = guard_manifest(owner, 3)
+    unowned["metadata"].pop("ownerReferences")
+    another = guard_manifest(replace(owner, uid="u-2"), 3)
+    another["metadata"]["ownerReferences"] = guard_manifest(owner, 3)["metadata"]["ownerReferences"]
+    for budget in (others, another):
+        assert "guards only the pods of the Trainer" in as_trainer_controller(cluster, namespace, budget)
+    assert "only poddisruptionbudgets a Trainer controls" in as_trainer_controller(cluster, namespace, unowned)
 
 
 def grant(role: str, account: str, kind: str = "ClusterRole") -> dict[str, Any]:

@@ -6,6 +6,7 @@ run, whose new pod resumes from it. A user asks with `kubectl trainer checkpoint
 not committed by its deadline is reported missed."""
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -109,8 +110,62 @@ def test_a_reclaim_notice_saves_at_one_step_then_moves_the_run_which_resumes_fro
         cluster.kubectl("taint", "node", node, f"{G}/reclaim-")
 
 
-def trainer_quota(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    return dict(cluster.get("trainer", "saver", namespace)["status"]["quota"])
+def trainer_quota(cluster: Cluster, namespace: str, name: str = "saver") -> dict[str, Any]:
+    return dict(cluster.get("trainer", name, namespace)["status"]["quota"])
+
+
+def test_a_drain_waits_for_the_save_then_the_run_moves_and_the_drain_completes(
+    cluster: Cluster, namespace: str, policy: Any, bucket: str
+) -> None:
+    """kubectl drain cordons the node, then evicts its pods: the run's drain guard (a
+    PodDisruptionBudget the trainer keeps) refuses the eviction of its rank, which saves at the
+    step asked; the quota controller moves the run, the trainer deletes the old pod, and the
+    drain, which kept retrying, completes (docs/design/disruption.md, decision 5)."""
+    policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="SpotFirst")
+    domain_free(cluster, "nvl-0")
+    trainer = running(cluster, namespace, one_gpu_node_run("drained", bucket, {f"{G}/nvlink-domain": "nvl-0"}))
+    (pod,) = eventually(lambda: placed_on(cluster, namespace, "drained", "spot", 1), what="the pod on spot")
+    node = pod["spec"]["nodeName"]
+    guard = eventually(lambda: cluster.get("pdb", "drained", namespace)["spec"], what="the drain guard")
+    assert guard["minAvailable"] == 1
+    beat = beat_as(cluster, namespace, "drained-worker-0")
+    beat.send(1, step=10)
+    beat.send(1, step=20)
+    drain = subprocess.Popen(
+        [
+            *(str(cluster.kubectl_bin), f"--kubeconfig={cluster.kubeconfig}", "drain", node),
+            *("--delete-emptydir-data", "--pod-selector", "trainer-name=drained", "--timeout=240s"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        request = eventually(lambda: save_request(cluster, namespace, "drained", "Requested"), what="a save request")
+        assert request["reason"] == "NodeDrained"
+        assert f"node {node} is cordoned (drained)" in request["message"]
+        assert trainer_quota(cluster, namespace, "drained")["renegotiation"]["reason"] == "NodeDrained"
+        eventually(lambda: lease_says(cluster, namespace, "drained-worker-0") == "40", what="the rank's Lease asked")
+        still = cluster.get("pod", "drained-worker-0", namespace)
+        assert still["metadata"]["uid"] == pod["metadata"]["uid"]
+        assert not still["metadata"].get("deletionTimestamp")
+        assert drain.poll() is None  # the drain retries its eviction meanwhile
+        beat.send(1, step=30)
+        assert beat.save_requested(40)
+        as_pod(cluster, namespace, trainer).save(b"state at step 40", step=40, epoch=1)
+
+        eventually(lambda: save_request(cluster, namespace, "drained", "Committed"), what="the save committed")
+        moved = eventually(lambda: placed_on(cluster, namespace, "drained", "on-demand", 1), what="the run moved")
+        env = {e["name"]: e.get("value") for e in moved[0]["spec"]["containers"][0]["env"]}
+        assert env["RESUME_FROM"] == checkpoint_path(f"{bucket}/{namespace}/drained", 40)
+        output, _ = drain.communicate(timeout=120)
+        assert drain.returncode == 0, output
+        assert "violate the pod's disruption budget" in output  # refused until the run had saved
+        assert f"node/{node} drained" in output
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+        cluster.kubectl("uncordon", node)
 
 
 def small_run(name: str, bucket: str) -> dict[str, Any]:
@@ -180,6 +235,8 @@ def test_a_save_not_committed_by_its_deadline_is_missed_and_says_where_the_run_m
     assert asked["step"] == 15  # no beat measured yet: --save-margin-steps
     missed = eventually(lambda: save_request(cluster, namespace, "beta", "Missed"), what="the deadline to pass")
     assert missed["id"] == asked["id"]
-    said = reasons(cluster, namespace)
-    assert "no checkpoint at step 15 committed by" in said["SaveMissed"]
-    assert said["SaveMissed"].endswith("for Requested: the run moves from the start (nothing committed yet)")
+    # two SaveMissed Events (the first request's too), in no promised order
+    items = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+    (said,) = [e["message"] for e in items if e["reason"] == "SaveMissed" and "at step 15" in e["message"]]
+    assert said.startswith("no checkpoint at step 15 committed by")
+    assert said.endswith("for Requested: the run moves from the start (nothing committed yet)")

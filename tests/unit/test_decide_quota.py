@@ -404,6 +404,14 @@ def test_a_reclaim_notice_waits_for_a_checkpoint_then_moves() -> None:
     assert still.condition == v.condition
     assert still.events == ()
 
+    # An interval's checkpoint committed just after the notice, before the checkpoint controller
+    # could ask the ranks (ASK_SECONDS, 30): the wait goes on (one in the notice's second never counts)
+    soon = NOW + timedelta(seconds=10)
+    for commit in (NOW, soon):
+        early = replace(waiting, last_commit=rfc3339(commit))
+        held_on = plan(world([early], notice, pods, now=soon)).decisions[t.uid]
+        assert (held_on.condition.reason, held_on.quota) == ("ReclaimPending", v.quota)
+        assert held_on.requeue_after == (20 if commit == soon else 290)
     committed = TrainerInfo(**{**waiting.__dict__, "last_commit": rfc3339(later)})
     moved = plan(world([committed], notice, pods, now=later)).decisions[t.uid]
     assert admitted(moved) == ("on-demand", 2, "on-demand-1")
@@ -926,6 +934,45 @@ def test_a_node_proactive_mode_predicts_is_a_reclaim_notice_that_says_so() -> No
     assert q.renegotiation is not None
     assert (v.condition.reason, q.renegotiation.reason) == ("ReclaimPending", "NodePredicted")
     assert v.events[0][:2] == ("Warning", "NodePredicted")
+
+
+def test_a_cordoned_node_is_a_notice_for_runs_with_checkpoints_only() -> None:
+    """A drain cordons the node, then evicts its pods: a run with checkpoints (whose pods the
+    trainer guards from the evictions) saves, then moves whole; a run without any stays, and the
+    drain's evictions end its pods there (docs/design/disruption.md, decision 5)."""
+    body = {
+        "metadata": {"name": "s2", "labels": {"karpenter.sh/capacity-type": "spot"}},
+        "spec": {
+            "unschedulable": True,
+            "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+        },
+        "status": {"allocatable": {GPU: "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    cordoned, _ = node_info(body, NOW, 300)
+    assert (cordoned.schedulable, cordoned.reclaimed, cordoned.drained) == (
+        False,
+        None,
+        "node s2 is cordoned (drained)",
+    )
+    notice = [node("s1"), cordoned, node("o1", "on-demand"), node("o2", "on-demand")]
+    ckpt = spec(checkpoint={"bucket": "pvc-backups"})
+    t, pods = _admit_on_spot(trainer("a", ckpt), SPOT2_OD2)
+    v = plan(world([t], notice, pods)).decisions[t.uid]
+    q = QuotaStatus.model_validate(v.quota)
+    assert q.renegotiation is not None
+    assert (v.condition.reason, q.renegotiation.reason) == ("ReclaimPending", "NodeDrained")
+    assert q.renegotiation.waiting_for_checkpoint
+    assert "node s2 is cordoned (drained); waiting up to 300s" in q.renegotiation.message
+    assert admitted(v) == ("spot", 2, "spot-0")
+    saved = replace(feed_back(t, v), save=(save_request_id("NodeDrained", q.renegotiation.since), "Committed"))
+    moved = plan(world([saved], notice, pods, now=NOW + timedelta(seconds=20))).decisions[t.uid]
+    assert admitted(moved) == ("on-demand", 2, "on-demand-1")
+    assert "the checkpoint the ranks were asked for committed" in moved.condition.message
+
+    plain, plain_pods = _admit_on_spot(trainer("b"), SPOT2_OD2)
+    kept = plan(world([plain], notice, plain_pods)).decisions[plain.uid]
+    assert (kept.condition.reason, admitted(kept)) == ("Admitted", ("spot", 2, "spot-0"))
+    assert QuotaStatus.model_validate(kept.quota).renegotiation is None
 
 
 def test_a_reclaimed_run_with_room_on_its_own_capacity_still_saves_first_then_every_pod_moves() -> None:

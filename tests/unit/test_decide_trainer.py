@@ -22,6 +22,7 @@ from trainerop_trainer.decide import (
     held_counts,
     once_created,
 )
+from trainerop_trainer.guard import GuardChange, GuardView
 from trainerop_trainer.pods import Owner
 from trainerop_trainer.policy import recovering
 from trainerop_trainer.views import progress_only, setback
@@ -915,6 +916,89 @@ def test_a_smaller_grant_scales_down_and_says_why() -> None:
     d = observe(s, running(s), contributions=quota("spot-0", workers=3))
     assert d.delete_pods == ("t-worker-3",)
     assert ("Normal", "ScaledDown", "the quota admits 3 of 4 workers: deleting t-worker-3") in d.events
+    assert d.restarted == ()
+
+
+CHECKPOINTS = {"checkpoint": {"bucket": "s3://b", "credentialsSecret": "c"}}
+LOWERED = datetime(2026, 1, 1, 0, 9, 55, tzinfo=UTC)  # 5 s before NOW
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "grant", "guard", "want"),
+    [
+        (True, "spot-0", None, ("create", 5, None)),  # 4 workers and a parameter server: all five guarded
+        (True, "spot-0", GuardView(5), None),  # as it should be
+        (True, quota("spot-0", workers=3), GuardView(5), ("resize", 4, None)),  # the quota admits 3 workers
+        (True, "spot-0", GuardView(-1), ("resize", 5, None)),  # someone made it a percentage
+        (True, "spot-0", GuardView(0, LOWERED), ("resize", 5, None)),  # the move is over: guarded again
+        (True, None, None, None),  # no grant: nobody moves the run after a save, a drain evicts it
+        (False, "spot-0", None, None),  # no checkpoints: nothing to save first
+        (False, "spot-0", GuardView(5), ("resize", 0, None)),  # no longer: it lets every eviction through
+    ],
+)
+def test_the_drain_guard_covers_runs_that_save_before_they_move(
+    checkpoints: bool, grant: Any, guard: GuardView | None, want: tuple[str, int, str | None] | None
+) -> None:
+    s = spec(**CHECKPOINTS) if checkpoints else spec()
+    contributions = quota(grant) if isinstance(grant, str) else grant
+    d = decide(replace(observed(s, running(s), contributions=contributions), guard=guard))
+    change = d.guard
+    if want is None:
+        assert change is None
+    elif want[0] == "resize":
+        assert change is not None
+        assert (change.manifest, change.resize, change.lowered_at) == (None, want[1], want[2])
+    else:
+        assert change is not None
+        assert change.manifest is not None
+        assert change.manifest["kind"] == "PodDisruptionBudget"
+        assert change.manifest["spec"] == {
+            "minAvailable": want[1],
+            "selector": {"matchLabels": {"trainer-name": "t", "trainer.operator.kubeflow.org/trainer-uid": "uid"}},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        }
+        assert change.manifest["metadata"]["ownerReferences"][0]["uid"] == "uid"
+
+
+def test_the_drain_guard_selects_exactly_the_runs_pods() -> None:
+    s = spec(**CHECKPOINTS)
+    d = observe(s, contributions=quota("spot-0"))
+    assert d.guard is not None
+    assert d.guard.manifest is not None
+    selector = d.guard.manifest["spec"]["selector"]["matchLabels"]
+    for made in d.create_pods:
+        labels = made["metadata"]["labels"]
+        assert {k: labels.get(k) for k in selector} == selector
+
+
+@pytest.mark.parametrize(
+    ("guard", "cordoned", "deleted_now", "lowered", "requeue"),
+    [
+        # the move begins: the guard is lowered; the pod on the drained node is the drain's for 10 s
+        (GuardView(5), {"n1"}, STILL_RUNNING, STAMP, 10.0),
+        (GuardView(0, LOWERED), {"n1"}, STILL_RUNNING, None, 5.0),  # 5 s into that wait
+        (GuardView(0, datetime(2026, 1, 1, 0, 9, 50, tzinfo=UTC)), {"n1"}, EVERY_POD, None, None),  # no drain came
+        (GuardView(5), set(), EVERY_POD, STAMP, None),  # no node cordoned: every old pod goes at once
+        (None, {"n1"}, EVERY_POD, None, None),  # no guard held the drain: it evicted what it could
+    ],
+)
+def test_a_moving_runs_old_pods_on_a_drained_node_are_left_to_the_drain_a_while(
+    guard: GuardView | None,
+    cordoned: set[str],
+    deleted_now: tuple[str, ...],
+    lowered: str | None,
+    requeue: float | None,
+) -> None:
+    """kubectl drain retries the eviction by the pod's name: the old pod is left for it to evict
+    (which ends its loop), not deleted and replaced under the same name for it to evict again."""
+    s = spec(**CHECKPOINTS)
+    old = [replace(p, admission="spot-0") for p in ON_N1]
+    obs = observed(s, old, contributions=quota("on-demand-1"))
+    d = decide(replace(obs, guard=guard, cordoned=frozenset(cordoned)))
+    assert d.delete_pods == deleted_now
+    if guard is not None and guard.size != 0:
+        assert d.guard == GuardChange(resize=0, lowered_at=lowered)
+    assert d.requeue_after == requeue
     assert d.restarted == ()
 
 

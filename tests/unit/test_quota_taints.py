@@ -47,6 +47,10 @@ def test_only_taints_that_keep_pods_off_count() -> None:
         {"key": "a", "value": "1", "effect": "NoSchedule"},
         {"key": "b", "effect": "PreferNoSchedule"},  # a preference: the scheduler may still place pods
         {"key": "c", "effect": "NoExecute"},
+        # the node's own state, judged by the quota's readiness rule: a run placed there keeps its place
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
     ]
     assert scheduling_taints(taints) == (Taint("a", "1", "NoSchedule"), Taint("c", "", "NoExecute"))
     assert scheduling_taints(None) == ()

@@ -20,6 +20,7 @@ from trainerop_common.kube import Deletion
 from trainerop_common.runtime import Runtime
 from trainerop_trainer.actions import Actions
 from trainerop_trainer.decide import Decision
+from trainerop_trainer.guard import GuardChange, guard_manifest
 from trainerop_trainer.pods import (
     Owner,
     PodSettings,
@@ -46,7 +47,8 @@ class Kube:
         self.deleted: list[str] = []
         self.existing = existing  # names a create finds taken (409)
         self.failing = failing  # names whose create the API server fails (500)
-        self.others: dict[str, dict[str, Any]] = {}  # Services get_core finds
+        self.others: dict[str, dict[str, Any]] = {}  # kind/name -> objects get_core finds
+        self.patched: list[tuple[str, dict[str, Any]]] = []  # (kind/name, merge patch)
         self.stored: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name) -> what was applied
         self.events: list[tuple[str, str, str]] = []  # the Events the controller posted
         self.removing: tuple[str, ...] = ()  # names the API server removes on their delete (Failed pods)
@@ -64,7 +66,11 @@ class Kube:
         return True
 
     async def get_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.stored.get((kind, namespace, name)) or (self.others.get(name) if kind == "Service" else None)
+        return self.stored.get((kind, namespace, name)) or self.others.get(f"{kind}/{name}")
+
+    async def merge_patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patched.append((f"{kind}/{name}", patch))
+        return patch
 
     async def delete_core(
         self, kind: str, namespace: str, name: str, force: bool = False, uid: str | None = None
@@ -256,12 +262,33 @@ async def test_a_service_of_the_trainers_name_that_is_not_its_own_is_reported(
     owners: list[dict[str, str]], refused: bool
 ) -> None:
     act, kube, _ = actions(existing=("t",))
-    kube.others["t"] = {"metadata": {"name": "t", "ownerReferences": owners}}
+    kube.others["Service/t"] = {"metadata": {"name": "t", "ownerReferences": owners}}
     service = service_manifest(OWNER, SPEC)
     carried = await act.carry_out(BODY, OWNER, Decision(status={}, conditions=(), create_services=(service,)), ())
     assert carried.refused is refused
     warnings = [e for e in kube.events if e[0] == "Warning"]
     assert [reason for _, reason, _ in warnings] == (["CreateRefused"] if refused else [])
+
+
+async def test_the_drain_guard_is_created_resized_and_a_users_of_its_name_reported() -> None:
+    act, kube, _ = actions(existing=("t",))
+    kube.others["PodDisruptionBudget/t"] = {"metadata": {"name": "t"}}  # a user's
+    create = Decision(status={}, conditions=(), guard=GuardChange(manifest=guard_manifest(OWNER, 2)))
+    assert (await act.carry_out(BODY, OWNER, create, ())).refused
+    (warning,) = [e for e in kube.events if e[0] == "Warning"]
+    assert warning[2].startswith("PodDisruptionBudget t exists and does not belong to this Trainer, whose drain guard")
+    lowered = Decision(status={}, conditions=(), guard=GuardChange(resize=0, lowered_at="2026-01-01T00:00:00Z"))
+    raised = Decision(status={}, conditions=(), guard=GuardChange(resize=3))
+    for decision in (lowered, raised):
+        assert not (await act.carry_out(BODY, OWNER, decision, ())).refused
+    at = "trainer.operator.kubeflow.org/guard-lowered-at"
+    assert kube.patched == [
+        (
+            "PodDisruptionBudget/t",
+            {"metadata": {"annotations": {at: "2026-01-01T00:00:00Z"}}, "spec": {"minAvailable": 0}},
+        ),
+        ("PodDisruptionBudget/t", {"metadata": {"annotations": {at: None}}, "spec": {"minAvailable": 3}}),
+    ]
 
 
 async def test_a_namespace_being_deleted_is_left_alone_until_a_create_there_is_tried_again() -> None:

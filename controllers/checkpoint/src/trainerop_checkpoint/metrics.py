@@ -26,7 +26,7 @@ STORAGE_PODS = Counter(
 )
 SAVE_REQUESTS = Counter(
     "checkpoint_save_requests_total",
-    "Saves asked of a run's ranks before a disruption, by trigger (SpotReclaimed, NodeLost, Requested...) and "
-    "where they went (Requested, Committed, Missed).",
+    "Saves asked of a run's ranks before a disruption, by trigger (SpotReclaimed, NodePredicted, NodeDrained, "
+    "Requested) and where they went (Requested, Committed, Missed).",
     ["reason", "phase"],
 )

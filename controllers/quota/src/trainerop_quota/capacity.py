@@ -87,6 +87,7 @@ class NodeInfo:
     reclaimed: str | None = None  # why its pods will go (a termination taint)
     taints: tuple[Taint, ...] = ()  # NoSchedule and NoExecute: only pods that tolerate them go there
     predicted: bool = False  # reclaimed because proactive mode predicts it will degrade
+    drained: str | None = None  # why a run with checkpoints on it moves: cordoned (a drain)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,9 @@ class Planner:
         self.requests: dict[tuple[str, str, int], Resources] = {}  # (uid, role, index) -> its pod's requests
         self.lost = {n.name: n.lost for n in obs.nodes if n.lost}
         self.reclaimed = {n.name: n.reclaimed for n in obs.nodes if n.reclaimed and not n.lost}
+        # a cordon moves only runs with checkpoints, whose pods the trainer guards from the drain's
+        # evictions until they saved (docs/design/disruption.md, decision 5)
+        self.drained = {n.name: n.drained for n in obs.nodes if n.drained and n.name not in self.reclaimed}
         for pod in obs.pods:
             if pod.node and pod.node not in self.nodes:
                 self.lost[pod.node] = gone_reason(pod.node)
@@ -123,8 +126,9 @@ class Planner:
         )
 
     def endangered(self, t: TrainerInfo) -> tuple[list[str], list[str]]:
-        """Nodes under the run's live pods that are lost, and that are being reclaimed (pods of an
-        earlier admission, which the trainer is replacing, do not count)."""
+        """Nodes under the run's live pods that are lost, and that are being reclaimed — or
+        drained, under a run with checkpoints (pods of an earlier admission, which the trainer is
+        replacing, do not count)."""
         lost, reclaimed = set(), set()
         current = t.grant.id if t.grant else None
         for pod in self.pods.get(t.uid, ()):
@@ -132,9 +136,13 @@ class Planner:
                 continue
             if pod.node in self.lost:
                 lost.add(pod.node)
-            elif pod.node in self.reclaimed:
+            elif pod.node in self.reclaimed or (pod.node in self.drained and t.spec.checkpoint is not None):
                 reclaimed.add(pod.node)
         return sorted(lost), sorted(reclaimed)
+
+    def leaving(self, node: str) -> str:
+        """Why the run's pods on a reclaimed or drained node go."""
+        return self.reclaimed.get(node) or self.drained[node]
 
     def surplus(self, t: TrainerInfo, s: Shape, bound: Mapping[Slot, str]) -> list[tuple[str, Resources]]:
         """Pods of the run on nodes that the option has no replica for (the trainer removes them)."""

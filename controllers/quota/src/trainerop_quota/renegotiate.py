@@ -5,7 +5,7 @@ node — at once when its pods are gone, after a checkpoint commits (or the poli
 when they still run: shrink within the elastic bounds, else move, else revoke."""
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from trainerop_common.api.trainer import RenegotiationStatus
@@ -115,15 +115,12 @@ def reclaim(
     before = t.quota.renegotiation
     since = before.since if before is not None else p.now
     nodes = sorted(set(lost) | set(reclaimed))[:MAX_NODES_NAMED]
-    why = "; ".join([p.lost.get(n) or gone_reason(n) for n in lost] + [p.reclaimed[n] for n in reclaimed])
+    why = "; ".join([p.lost.get(n) or gone_reason(n) for n in lost] + [p.leaving(n) for n in reclaimed])
     grace = policy.spec.reclaim.checkpoint_grace_seconds
     left = (parse_time(since) + timedelta(seconds=grace) - p.obs.now).total_seconds()
     checkpoints = t.spec.checkpoint is not None
-    # a node proactive mode predicts will degrade, or one its provider takes back
-    # (kept while its save is awaited: the save request answering it is named after it)
-    predicted = reclaimed and all(p.nodes[n].predicted for n in reclaimed)
-    notice = before.reason if before is not None else "NodePredicted" if predicted else "SpotReclaimed"
-    save = save_state(t, notice, since)
+    notice = before.reason if before is not None else notice_of(p, reclaimed)
+    save = save_state(t, notice, since, p.obs.now)
     if not lost and checkpoints and save == "waiting" and left > 0:
         message = f"{why}; waiting up to {grace}s for a checkpoint to commit before the run moves"
         deadline = rfc3339(parse_time(since) + timedelta(seconds=grace))
@@ -135,7 +132,10 @@ def reclaim(
             waiting_for_checkpoint=True,
             deadline=deadline,
         )
-        p.record(t, policy, priority(policy, t.spec) or 0, held, waiting, "ReclaimPending", requeue=left)
+        # (a checkpoint already committed since counts once the checkpoint controller had its time to ask)
+        asking = ASK_SECONDS - (p.obs.now - parse_time(since)).total_seconds()
+        again = min(left, asking) if t.last_commit is not None and t.last_commit > since and asking > 0 else left
+        p.record(t, policy, priority(policy, t.spec) or 0, held, waiting, "ReclaimPending", requeue=again)
         return None
     if lost:
         detail = "its pods there are gone"
@@ -148,7 +148,20 @@ def reclaim(
     return RenegotiationStatus(reason=reason, message=f"{why}; {detail}", since=since, nodes=nodes)
 
 
-SAVE_FIRST = ("SpotReclaimed", "NodePredicted")  # reclaims a run with checkpoints saves before moving
+SAVE_FIRST = ("SpotReclaimed", "NodePredicted", "NodeDrained")  # a run with checkpoints saves, then moves
+
+
+def notice_of(p: Planner, reclaimed: list[str]) -> str:
+    """The reason of a reclaim (kept while its save is awaited: the save request answering it is
+    named after it): nodes proactive mode predicts will degrade, nodes being drained, else nodes
+    their provider takes back."""
+    if reclaimed and all(p.nodes[n].predicted for n in reclaimed):
+        return "NodePredicted"
+    if reclaimed and all(n in p.drained for n in reclaimed):
+        return "NodeDrained"
+    return "SpotReclaimed"
+
+
 SAVE_DETAIL = {
     "Committed": "the checkpoint the ranks were asked for committed",
     "Missed": "the checkpoint the ranks were asked for was missed",
@@ -156,14 +169,21 @@ SAVE_DETAIL = {
 }
 
 
-def save_state(t: TrainerInfo, notice: str, since: str) -> str:
+ASK_SECONDS = 30.0  # the checkpoint controller's time to ask the ranks for the save a reclaim waits for
+
+
+def save_state(t: TrainerInfo, notice: str, since: str, now: datetime) -> str:
     """Where the save a reclaim (``notice``) since ``since`` waits for stands: the checkpoint controller's
     request for it (docs/checkpoints.md), Committed or Missed (no wait helps then), else
-    "waiting"; with no request for it (a checkpoint controller that does not ask), "committed"
-    once any checkpoint committed since the notice."""
+    "waiting"; with no request for it ``ASK_SECONDS`` after the notice (a checkpoint controller
+    that does not ask), "committed" once any checkpoint committed after the notice. (Not at once:
+    an interval's checkpoint that commits just after the notice would move the run before the
+    ranks are asked, from a step before the one they would save.)"""
     if t.save is not None and t.save[0] == save_request_id(notice, since):
         return t.save[1] if t.save[1] != "Requested" else "waiting"
-    return "committed" if t.last_commit is not None and t.last_commit >= since else "waiting"
+    asked_by = parse_time(since) + timedelta(seconds=ASK_SECONDS)
+    committed = t.last_commit is not None and t.last_commit > since
+    return "committed" if committed and now >= asked_by else "waiting"
 
 
 def grow(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: int) -> bool:

@@ -16,6 +16,10 @@ from typing import Any
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule keeps no pod off
 DEFAULT_TOLERATIONS_ANNOTATION = "scheduler.alpha.kubernetes.io/defaultTolerations"
+# The taints Kubernetes sets from a node's own state (not-ready, unreachable, unschedulable, the
+# pressures): they come and go with it, and the quota's readiness rule (lost nodes, schedulable)
+# already judges that state, so a run placed on a node that is briefly NotReady keeps its place.
+NODE_STATE_TAINT_PREFIX = "node.kubernetes.io/"
 
 
 @dataclass(frozen=True)
@@ -56,11 +60,11 @@ def tolerations_of(items: Iterable[Mapping[str, Any]]) -> tuple[Tolerates, ...]:
 
 
 def scheduling_taints(taints: Iterable[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
-    """A node's taints that keep pods off (spec.taints)."""
+    """A node's taints that keep pods off (spec.taints), but for those of the node's own state."""
     return tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"]))
         for t in taints or ()
-        if t.get("effect") in SCHEDULING_EFFECTS
+        if t.get("effect") in SCHEDULING_EFFECTS and not str(t.get("key") or "").startswith(NODE_STATE_TAINT_PREFIX)
     )
 
 

@@ -48,6 +48,7 @@ def node_info(body: Mapping[str, Any], now: datetime, grace: float) -> tuple[Nod
         reclaimed=reclaim_reason(name, taint, (meta.get("annotations") or {}) if predicted else None),
         taints=scheduling_taints(spec.get("taints")),
         predicted=predicted,
+        drained=f"node {name} is cordoned (drained)" if spec.get("unschedulable") and why is None else None,
     )
     return info, wait
 

@@ -19,6 +19,7 @@ from trainerop_common.parallel import bounded, first_error, settled
 from trainerop_common.runtime import Body, Runtime
 
 from .decide import Decision
+from .guard import LOWERED_ANNOTATION, GuardChange
 from .pods import Owner
 from .views import PodView
 
@@ -45,6 +46,8 @@ class Expected:
 
 
 log = logging.getLogger("trainerop.trainer")
+SERVICE_NEED = "whose pods' DNS names need a Service of that name"
+GUARD_NEED = "whose drain guard (a drain waits for the run to save) needs a PodDisruptionBudget of that name"
 RESTARTS = Counter("trainer_worker_restarts_total", "Pods replaced after a retryable failure.", ["role"])
 
 
@@ -101,7 +104,8 @@ class Actions:
         await self._once((RUNNER, owner.namespace), decision.runner)
         made = await bounded(
             [*(self._create(body, obj) for obj in decision.create_claims)]
-            + [self._create_service(body, owner, obj) for obj in decision.create_services]
+            + [self._create_named(body, owner, obj, SERVICE_NEED) for obj in decision.create_services]
+            + ([self._guard(body, owner, decision.guard)] if decision.guard else [])
         )
         pods_made = await self._create_pods(body, owner, decision.create_pods)
         force = set(decision.force_delete)
@@ -146,23 +150,30 @@ class Actions:
             self._applied.pop((RUNNER, owner.namespace), None)
         return made
 
-    async def _create_service(self, body: Body, owner: Owner, service: dict[str, Any]) -> bool | None:
-        """The Trainer's headless Service; one of that name that is not this Trainer's (a user's)
-        would leave its pods' names unresolved: refused, with an Event that says what to do."""
-        made = await self._create(body, service)
+    async def _create_named(self, body: Body, owner: Owner, obj: dict[str, Any], need: str) -> bool | None:
+        """An object named like the Trainer (its headless Service, its drain guard); one of that
+        name that is not this Trainer's (a user's) is refused, with an Event that says what it is
+        ``need``ed for and what to do."""
+        made = await self._create(body, obj)
         if made is not False or self.namespace_going(owner.namespace):
             return made
-        name = service["metadata"]["name"]
-        existing = await self.rt.kube.get_core("Service", owner.namespace, name)
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        existing = await self.rt.kube.get_core(kind, owner.namespace, name)
         refs = ((existing or {}).get("metadata") or {}).get("ownerReferences") or ()
         if existing is None or any(ref.get("uid") == owner.uid for ref in refs):
             return False  # ours, not delivered by the watch yet (or gone meanwhile)
-        message = (
-            f"Service {name} exists and does not belong to this Trainer, whose pods' DNS names need a"
-            " Service of that name: rename or delete that Service"
-        )
+        message = f"{kind} {name} exists and does not belong to this Trainer, {need}: rename or delete that {kind}"
         self.rt.event(body, "Warning", "CreateRefused", message)
         return None
+
+    async def _guard(self, body: Body, owner: Owner, change: GuardChange) -> bool | None:
+        """The drain guard (guard.py) created, or its size set."""
+        if change.manifest is not None:
+            return await self._create_named(body, owner, change.manifest, GUARD_NEED)
+        lowered = {"annotations": {LOWERED_ANNOTATION: change.lowered_at}}  # None: the annotation goes
+        patch = {"metadata": lowered, "spec": {"minAvailable": change.resize}}
+        await self.rt.kube.merge_patch("PodDisruptionBudget", owner.namespace, owner.name, patch)
+        return True
 
     async def _grant(self, namespace: str) -> None:
         """The gates' controllers may read the Secrets of this namespace's Trainers. A refusal

@@ -27,6 +27,7 @@ from . import admission
 from .actions import Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide, held_counts, once_created
+from .guard import guard_essentials, guard_view
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings, secret_grants
 from .policy import recovering
 from .spawn import SpawnRecorder
@@ -67,6 +68,9 @@ class TrainerController:
 
         self.pods = children("Pod", "", "pods", keep=pod_essentials)
         self.services = children("Service", "", "services", TRAINER_UID_LABEL)  # one per Trainer: no role
+        self.guards = children(
+            "PodDisruptionBudget", "policy", "poddisruptionbudgets", TRAINER_UID_LABEL, keep=guard_essentials
+        )
         self.claims = children("PersistentVolumeClaim", "", "persistentvolumeclaims")
         self.leases = children("Lease", "coordination.k8s.io", "leases")
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
@@ -80,6 +84,7 @@ class TrainerController:
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.pods.register(registry, self._pod_changed)
         self.services.register(registry, self._child_changed)
+        self.guards.register(registry, self._guard_changed)
         self.nodes.register(registry, self._node_changed)
         self.leases.register(registry, self._child_changed)
         self.claims.register(registry, self._child_changed)
@@ -141,6 +146,12 @@ class TrainerController:
         if trainer and (key[0], trainer) in self.rt.trainers:
             self.rt.requeue([(key[0], trainer)], within)
 
+    def _guard_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        """A drain guard deleted is made again; its status (which the disruption controller
+        rewrites as the pods come and go) is not read."""
+        if deleted:
+            self._child_changed(key, body, deleted)
+
     def _cached_uid(self, key: Key) -> str | None:
         """The UID of the pod the cache holds under ``key``, None without one."""
         pod = self.pods.items.get(key)
@@ -168,8 +179,8 @@ class TrainerController:
         pods = [replace(v, deleting=True) if v.uid in self.actions.deleted else v for v in pods]
         now = self.rt.clock.now()
         on = {v.node for v in pods if v.node}  # only these nodes' readiness matters to the run
-        nodes = [readiness(n) for n in [await self.nodes.get("", name) for name in on] if n is not None]
-        loss = lost_nodes(nodes, on, now, self.config.node_lost_seconds)
+        found = [n for n in [await self.nodes.get("", name) for name in on] if n is not None]
+        loss = lost_nodes([readiness(n) for n in found], on, now, self.config.node_lost_seconds)
         observed = Observed(
             owner=owner,
             spec=trainer.spec,
@@ -182,6 +193,8 @@ class TrainerController:
             force_unreachable=self.config.force_delete_unreachable,
             leases={v.name: v for v in map(lease_view, await self._children(self.leases, owner))},
             claims=frozenset(c["metadata"]["name"] for c in await self._children(self.claims, owner)),
+            guard=guard_view(await self._children(self.guards, owner), owner.name),
+            cordoned=frozenset(n["metadata"]["name"] for n in found if (n.get("spec") or {}).get("unschedulable")),
             age=age_seconds(body, now),
             gates_grace=self.config.gates_grace_seconds,
             pods=pods,

@@ -21,6 +21,7 @@ from trainerop_common.outcome import Event, soonest
 from trainerop_common.topology import restart_policy
 
 from .glance import summarized
+from .guard import drain_wait
 from .overrides import override_problems
 from .policy import (
     backoff_limit,
@@ -35,7 +36,7 @@ from .policy import (
 )
 from .report import kept
 from .run import CONDITIONS, SECTION, Decision, Observed, Run, assess, next_due
-from .running import running
+from .running import guarded, running
 from .topology import Replica
 from .views import LeaseView, PodView, RestartBackoff, pod_view
 
@@ -65,7 +66,7 @@ def held_counts(
     wrote this Trainer less than ``every`` seconds ago (policy.counts_hold); it is looked at
     again when the hold ends. A decision that creates or deletes anything is never held."""
     d = decision
-    acts = d.create_pods or d.delete_pods or d.create_services or d.delete_services or d.create_claims
+    acts = d.create_pods or d.delete_pods or d.create_services or d.delete_services or d.create_claims or d.guard
     if acts or d.delete_leases or d.delete_trainer or d.events or d.on_change or not d.write_status:
         return decision
     mine = [c for c in obs.conditions if c.type in CONDITIONS]
@@ -78,20 +79,24 @@ def held_counts(
 
 def decide(obs: Observed) -> Decision:
     """The decision, with pods of an earlier quota admission deleted first (never counted as
-    failures) while the run is neither finished nor suspended."""
+    failures) while the run is neither finished nor suspended — but those on a cordoned node of
+    a guarded run, left to the drain's eviction for a while (guard.py)."""
     active = obs.status.phase not in ("Succeeded", "Failed") and not obs.spec.run_policy.suspend
     old, why = outdated([p for p in obs.pods if not p.deleting], obs.contributions) if active else ([], "")
     if not old:
         return summarized(obs, _decide(obs))
     gone = {p.name for p in old}
+    wait = drain_wait(obs.guard, obs.now) if guarded(obs) else 0.0
+    left = {p.name for p in old if p.node in obs.cordoned} if wait > 0 else set()
     obs = replace(obs, pods=[replace(p, deleting=True) if p.name in gone else p for p in obs.pods])
     decision = _decide(obs)
     return summarized(
         obs,
         replace(
             decision,
-            delete_pods=tuple(sorted(set(decision.delete_pods) | gone)),
+            delete_pods=tuple(sorted((set(decision.delete_pods) | gone) - left)),
             events=(("Normal", "QuotaReadmission", why), *decision.events),
+            requeue_after=soonest(decision.requeue_after, wait if left else None),
         ),
     )
 

@@ -58,6 +58,19 @@ class Owner:
             "blockOwnerDeletion": True,
         }
 
+    def selector(self) -> dict[str, str]:
+        """The labels every pod of the Trainer carries (and only its pods)."""
+        return {TRAINER_NAME_LABEL: self.name, TRAINER_UID_LABEL: self.uid}
+
+    def named_metadata(self) -> dict[str, Any]:
+        """The metadata of an object of the Trainer named like it (its Service, its drain guard)."""
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": self.selector(),
+            "ownerReferences": [self.reference()],
+        }
+
 
 @dataclass(frozen=True)
 class PodSettings:
@@ -457,20 +470,14 @@ def service_manifest(owner: Owner, spec: TrainerSpec) -> dict[str, Any]:
     it gives every replica a stable DNS name, <trainer>-<role>-<index>.<trainer>.<namespace>.svc
     (:meth:`Replica.address`), ready or not (a rendezvous waits for it before the pods are ready)."""
     contract = CONTRACTS[spec.framework]
-    selector = {TRAINER_NAME_LABEL: owner.name, TRAINER_UID_LABEL: owner.uid}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": owner.name,
-            "namespace": owner.namespace,
-            "labels": dict(selector),
-            "ownerReferences": [owner.reference()],
-        },
+        "metadata": owner.named_metadata(),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": selector,
+            "selector": owner.selector(),
             "ports": [{"name": contract.port_name, "port": port(spec), "targetPort": port(spec)}],
         },
     }

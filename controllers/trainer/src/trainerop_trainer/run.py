@@ -15,6 +15,7 @@ from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event, StatusSection
 from trainerop_common.topology import effective
 
+from .guard import GuardChange, GuardView
 from .pods import Owner, PodSettings
 from .policy import effective_run_policy, grant_of
 from .report import progress, status_section
@@ -44,6 +45,8 @@ class Observed:
     force_unreachable: bool = False
     leases: Mapping[str, LeaseView] = field(default_factory=dict)  # by pod name
     claims: Set[str] = frozenset()  # names of the replicas' PersistentVolumeClaims
+    guard: GuardView | None = None  # the drain guard (guard.py; None: there is none)
+    cordoned: Set[str] = frozenset()  # of the nodes under the run's pods, those cordoned (a drain)
     age: float | None = None  # seconds since the Trainer was created (None: unknown)
     gates_grace: float = 0.0  # --gates-grace-seconds
 
@@ -65,6 +68,7 @@ class Decision:
     create_claims: tuple[dict[str, Any], ...] = ()
     delete_leases: tuple[str, ...] = ()
     runner: tuple[dict[str, Any], ...] = ()  # the pods' identity in the namespace, for pods to create
+    guard: GuardChange | None = None  # the drain guard to create or resize (guard.py)
     write_status: bool = True  # False: no status write yet (policy.unanswered_grace, policy.counts_hold)
 
 

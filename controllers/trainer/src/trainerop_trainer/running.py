@@ -11,9 +11,10 @@ from trainerop_common.api.trainer import Phase
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event
 
+from .guard import guard_change
 from .pods import claim_manifest, claim_name, pin, pod_manifest, role_contributions, runner_manifests, service_manifest
-from .policy import describe_failure, grant_of, placed_node
-from .run import Decision, Run, last_sign, next_due
+from .policy import describe_failure, grant_of, outdated, placed_node
+from .run import Decision, Observed, Run, last_sign, next_due
 from .topology import Replica, replicas
 from .views import PodView, RoleHistory
 
@@ -182,6 +183,12 @@ def scaled_down(run: Run, surplus: Sequence[str]) -> list[Event]:
     return [("Normal", "ScaledDown", f"{why}: deleting " + ", ".join(sorted(surplus)))]
 
 
+def guarded(obs: Observed) -> bool:
+    """Whether a drain waits for the run to save first (guard.py): it checkpoints, and the quota
+    places it (and moves it after the save)."""
+    return obs.spec.checkpoint is not None and grant_of(obs.contributions) is not None
+
+
 def running(run: Run, waiting: Sequence[str]) -> Decision:
     owner = run.obs.owner
     r = restarts(run)
@@ -208,6 +215,8 @@ def running(run: Run, waiting: Sequence[str]) -> Decision:
     start = run.now if all_running and run.start is None else run.start
     names = [x.name(owner.name) for x in plan.desired]
     stall = run.spec.run_policy.stall_timeout_seconds
+    moving = bool(outdated(run.obs.pods, run.obs.contributions)[0])  # pods of an earlier admission left
+    found = (run.obs.guard, run.obs.now)
     return Decision(
         status=run.status(phase, remaining, start, None, r.history),
         conditions=tuple(conditions(run, r, plan, waiting, phase, on)),
@@ -221,6 +230,7 @@ def running(run: Run, waiting: Sequence[str]) -> Decision:
         ),
         runner=tuple(runner_manifests(owner.namespace)) if plan.create else (),
         create_services=() if waiting or owner.name in run.obs.services else (service_manifest(owner, run.spec),),
+        guard=None if waiting else guard_change(owner, guarded(run.obs), moving, len(plan.desired), *found),
         delete_pods=tuple(sorted(r.names | set(surplus))),
         # A Service per replica is what earlier versions made: kept while its replica exists (its pods
         # resolve the old names), gone with a scale-down.

@@ -38,6 +38,7 @@ from lightkube.resources.core_v1 import (
     Service,
     ServiceAccount,
 )
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
 
@@ -77,6 +78,7 @@ CORE: dict[str, Any] = {
     "Role": Role,
     "RoleBinding": RoleBinding,
     "Secret": Secret,
+    "PodDisruptionBudget": PodDisruptionBudget,
 }
 WEBHOOK_CONFIGURATIONS: dict[str, Any] = {
     "ValidatingWebhookConfiguration": ValidatingWebhookConfiguration,

@@ -481,7 +481,8 @@ class SaveRequest(K8sModel):
 
     id: str = Field(max_length=128, description="The trigger it answers: <reason>@<time the trigger began>.")
     reason: str = Field(
-        description="What asked: SpotReclaimed, NodePredicted (the quota controller) or Requested (a user)."
+        description="What asked: SpotReclaimed, NodePredicted, NodeDrained (the quota controller) or Requested"
+        " (a user)."
     )
     message: str = Field(default="", max_length=1024)
     step: int | None = Field(default=None, ge=0, description="The step every rank saves at (None: none reports steps).")
