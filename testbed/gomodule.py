@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,38 @@ def module_dir(go_command: str, module: str, version: str, cwd: Path | None = No
             f"go mod download {module}@{version} failed: {info.get('Error') or result.stderr.strip()}"
         )
     return Path(info["Dir"])
+
+
+def installed(what: str, rebuild: str, package_at: str, target: Path, binary: str, ldflags: str = "-s -w") -> Path:
+    """``binary`` of ``package_at`` (``module/cmd/x@version``), installed with `go install` once
+    into ``target`` (a cache folder of its own); ``what`` and ``rebuild`` go into the messages."""
+    built = target / binary
+    if built.exists():
+        return built
+    go_command = go(what, rebuild)
+    cluster.say(f"building {what} from its Go module (once; several minutes)")
+    started = time.monotonic()
+    partial = target / f".partial-{os.getpid()}"  # go install writes here; moved when complete
+    partial.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [go_command, "install", "-trimpath", "-ldflags", ldflags, package_at],
+        env=go_env() | {"GOBIN": str(partial)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.strip().splitlines()[-30:])
+        raise cluster.ClusterError(
+            f"building {what} failed (go install {package_at}, exit {result.returncode}):\n"
+            f"{tail}\nCheck that the Go module proxy is reachable (GOPROXY), then run `{rebuild}` again."
+        )
+    (partial / binary).rename(built)
+    with contextlib.suppress(OSError):
+        partial.rmdir()
+    elapsed = int(time.monotonic() - started)
+    cluster.say(f"built {built} in {elapsed // 60}m{elapsed % 60:02d}s")
+    return built
 
 
 def main(

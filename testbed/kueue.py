@@ -19,11 +19,7 @@ a metrics certificate from the fixed path /etc/kueue/metrics/certs even with met
 from __future__ import annotations
 
 import base64
-import contextlib
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,36 +46,11 @@ def go() -> str:
 
 def binary() -> Path:
     """The Kueue manager, installed once into the cache (several minutes on 2 cores the first time)."""
-    target = cluster.CACHE_ROOT / f"kueue-{VERSION}"
-    built = target / BINARY
-    if built.exists():
-        return built
-    go_command = go()
-    cluster.say(f"building Kueue {VERSION} from its Go module (once; several minutes)")
-    started = time.monotonic()
-    partial = target / f".partial-{os.getpid()}"  # go install writes here; moved when complete
-    partial.mkdir(parents=True, exist_ok=True)
     ldflags = f"-s -w -X {MODULE}/pkg/version.GitVersion={VERSION}"
-    result = subprocess.run(
-        [go_command, "install", "-trimpath", "-ldflags", ldflags, f"{MODULE}/cmd/kueue@{VERSION}"],
-        env=gomodule.go_env() | {"GOBIN": str(partial)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    target = cluster.CACHE_ROOT / f"kueue-{VERSION}"
+    return gomodule.installed(
+        f"Kueue {VERSION}", "python -m testbed.kueue build", f"{MODULE}/cmd/kueue@{VERSION}", target, BINARY, ldflags
     )
-    if result.returncode != 0:
-        tail = "\n".join(result.stdout.strip().splitlines()[-30:])
-        raise cluster.ClusterError(
-            f"building Kueue {VERSION} failed (go install {MODULE}/cmd/kueue@{VERSION}, exit {result.returncode}):\n"
-            f"{tail}\nCheck that the Go module proxy is reachable (GOPROXY), then run "
-            "`python -m testbed.kueue build` again."
-        )
-    (partial / BINARY).rename(built)
-    with contextlib.suppress(OSError):
-        partial.rmdir()
-    elapsed = int(time.monotonic() - started)
-    cluster.say(f"built {built} in {elapsed // 60}m{elapsed % 60:02d}s")
-    return built
 
 
 def module_dir() -> Path:

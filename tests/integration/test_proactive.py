@@ -2,8 +2,10 @@
 a local exporter that speaks the DCGM exporter's exposition format (the GPUs are what is missing
 here, not the protocol) and plays recorded traces: a thermal ramp on the node under a run makes the
 quota controller taint it and say why; the run saves at the step the checkpoint controller asks,
-then moves off; once the node reads cool again the taint goes."""
+then moves off; once the node reads cool again the taint goes. The same readings also come through
+a real Prometheus server's query API (--proactive-prometheus-url)."""
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -13,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from testbed import localdev
+from testbed import cluster as cluster_tool
+from testbed import localdev, prometheus
 from tests.harness import REPO, Cluster, eventually
 from tests.integration.test_checkpoints import as_pod
 from tests.integration.test_deploy import with_component
@@ -78,16 +81,15 @@ class Exporter:
             self.traces[node] = list(trace)
 
 
-@pytest.fixture
-def exporter(cluster: Cluster) -> Iterator[Exporter]:
-    """The exporter, and the quota controller in proactive mode reading it every second."""
-    served = Exporter()
+@contextlib.contextmanager
+def proactive_quota(cluster: Cluster, served: Exporter, source: dict[str, str]) -> Iterator[Exporter]:
+    """The quota controller in proactive mode, reading every second from ``source`` (its env)."""
     cluster.kubectl("apply", "-f", str(RBAC))
     env = {
         "TRAINEROP_ENABLE_PROACTIVE_SCHEDULING": "true",
         "TRAINEROP_PROACTIVE_INTERVAL_SECONDS": "1",
-        "TRAINEROP_PROACTIVE_EXPORTER_URLS": f"http://127.0.0.1:{served.port}/metrics/{{node}}",
         "TRAINEROP_PROACTIVE_NODE_LABELS": f"{CLIQUE}={WATCHED}",
+        **source,
     }
     localdev.restart("quota", env)
     try:
@@ -99,6 +101,30 @@ def exporter(cluster: Cluster) -> Iterator[Exporter]:
             if taint_of(cluster, node) is not None:
                 cluster.kubectl("taint", "node", node, f"{G}/reclaim=predicted:NoSchedule-")
         served.server.shutdown()
+
+
+@pytest.fixture
+def exporter(cluster: Cluster) -> Iterator[Exporter]:
+    """The exporter, and the quota controller in proactive mode reading it every second."""
+    served = Exporter()
+    urls = f"http://127.0.0.1:{served.port}/metrics/{{node}}"
+    with proactive_quota(cluster, served, {"TRAINEROP_PROACTIVE_EXPORTER_URLS": urls}):
+        yield served
+
+
+@pytest.fixture
+def through_prometheus(cluster: Cluster) -> Iterator[Exporter]:
+    """The exporter scraped every second by a real Prometheus server (each node's target labelled
+    `node`, as a ServiceMonitor's relabelling does), and the quota controller in proactive mode
+    reading that server's query API every second."""
+    served = Exporter()
+    targets = [(f"127.0.0.1:{served.port}", f"/metrics/{node}", {"node": node}) for node in served.traces]
+    url = prometheus.start(cluster_tool.RUN_DIR, targets)
+    try:
+        with proactive_quota(cluster, served, {"TRAINEROP_PROACTIVE_PROMETHEUS_URL": url}):
+            yield served
+    finally:
+        prometheus.stop(cluster_tool.RUN_DIR)
 
 
 def node_of(cluster: Cluster, namespace: str, pod: str) -> str:
@@ -159,6 +185,19 @@ def test_a_node_predicted_hot_is_tainted_its_run_saves_and_moves_and_the_taint_g
         lambda: events_about(cluster, "default", hot).get("NodeCleared"), what="the node's Event"
     )
     assert f"{G}/prediction" not in (cluster.get("node", hot)["metadata"].get("annotations") or {})
+
+
+def test_a_prometheus_servers_query_api_is_read_instead_of_each_nodes_exporters(
+    cluster: Cluster, through_prometheus: Exporter
+) -> None:
+    hot = "kwok-gpu-13"
+    through_prometheus.play(hot, [60.0 + 4 * i for i in range(12)] + [104.0])  # a thermal ramp, 4 °C a scrape
+    taint = eventually(lambda: taint_of(cluster, hot), timeout=90, what="the node to be tainted")
+    assert (taint["value"], taint["effect"]) == ("predicted", "NoSchedule")
+    assert cluster.get("node", hot)["metadata"]["annotations"][f"{G}/prediction"].startswith("temperature")
+    assert all(taint_of(cluster, f"kwok-gpu-{i}") is None for i in (12, 14, 15))  # they read 60 °C
+    through_prometheus.play(hot, [60.0])
+    eventually(lambda: taint_of(cluster, hot) is None, timeout=90, what="the taint to go")
 
 
 def test_the_proactive_component_turns_it_on_for_the_quota_controller(cluster: Cluster, tmp_path: Path) -> None:

@@ -2,9 +2,12 @@
 played one evaluation at a time as the controller would."""
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
+from trainerop_quota.config import QuotaConfig
+from trainerop_quota.node_queries import by_node, queries, vector
 from trainerop_quota.node_readings import reading, scraped
 from trainerop_quota.proactive import DEFAULT_RULES, PREDICTED_TAINT, NodeState, Reading, Signal, assess
 from trainerop_quota.proactive_nodes import Watched, change, node_message, observe, taints_after
@@ -125,6 +128,43 @@ def test_text_that_is_not_the_exposition_format_is_refused() -> None:
         scraped("DCGM_FI_DEV_GPU_TEMP{gpu=0 71\n")
 
 
+def answer(*items: tuple[dict[str, str], str]) -> dict[str, Any]:
+    """A Prometheus server's instant vector answer (/api/v1/query)."""
+    result = [{"metric": metric, "value": [1764921600.5, value]} for metric, value in items]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def test_a_prometheus_server_is_asked_for_each_metric_folded_per_node_as_a_scrape_is() -> None:
+    asked = queries("node")
+    assert asked["DCGM_FI_DEV_GPU_TEMP"] == "max by (node) (DCGM_FI_DEV_GPU_TEMP)"
+    assert asked["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == "sum by (node) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)"
+    assert asked["node_pressure_memory_waiting_seconds"] == "sum by (node) (node_pressure_memory_waiting_seconds_total)"
+    assert set(asked) == set(scraped(EXPOSITION)) | {"DCGM_FI_DEV_POWER_USAGE"}  # every metric a scrape reads
+    temperatures = answer(({"node": "gpu-node-1"}, "78"), ({"node": "gpu-node-2"}, "61"), ({}, "99"))
+    xids = answer(({"node": "gpu-node-1"}, "79"))
+    found = by_node(
+        {"DCGM_FI_DEV_GPU_TEMP": vector(temperatures, "node"), "DCGM_FI_DEV_XID_ERRORS": vector(xids, "node")}
+    )
+    assert found == {  # a series without the node's label names no node
+        "gpu-node-1": {"DCGM_FI_DEV_GPU_TEMP": 78.0, "DCGM_FI_DEV_XID_ERRORS": 79.0},
+        "gpu-node-2": {"DCGM_FI_DEV_GPU_TEMP": 61.0},
+    }
+    assert reading(60.0, found["gpu-node-1"], None) == Reading(60.0, {"temperature": 78.0, "xid": 79.0})
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        {"status": "error", "errorType": "bad_data", "error": "parse error"},
+        {"status": "success", "data": {"resultType": "matrix", "result": []}},
+        {"status": "success"},
+    ],
+)
+def test_an_answer_that_is_not_an_instant_vector_is_refused(refused: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="not a successful instant vector answer"):
+        vector(refused, "node")
+
+
 def dcgm(temperature: float) -> dict[str, float]:
     """What a scrape of one node's DCGM exporter folds into (the hottest GPU)."""
     return {"DCGM_FI_DEV_GPU_TEMP": temperature}
@@ -196,3 +236,24 @@ def test_a_predicted_node_whose_gpu_readings_stop_stays_predicted() -> None:
     for i in range(30, 45):  # read again, and cool: cleared
         watched = observe(watched, i * STEP, dcgm(60.0))
     assert not watched.state.predicted
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({}, None),
+        ({"proactive_prometheus_url": "http://prometheus-k8s.monitoring.svc:9090"}, None),
+        ({"proactive_prometheus_url": "prometheus-k8s:9090"}, "--proactive-prometheus-url must be an http://"),
+        ({"proactive_node_labels": ("pool",)}, "--proactive-node-labels takes label=value pairs"),
+        ({"proactive_interval_seconds": 0.0}, "--proactive-interval-seconds must be more than 0"),
+    ],
+)
+def test_proactive_flags_that_cannot_work_are_refused_with_what_to_write(
+    settings: dict[str, Any], problem: str | None
+) -> None:
+    problems = QuotaConfig(**settings).problems()
+    if problem is None:
+        assert problems == []
+    else:
+        (said,) = problems
+        assert said.startswith(problem)

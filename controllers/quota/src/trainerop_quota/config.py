@@ -66,6 +66,14 @@ class QuotaConfig:
         "InternalIP, {node}: its name); default the DCGM exporter's and the node exporter's ports",
         parse=ordered_csv,
     )
+    proactive_prometheus_url: str = flag(
+        "",
+        "a Prometheus server whose query API proactive mode reads instead of each node's exporters (e.g. "
+        "http://prometheus-k8s.monitoring.svc:9090); empty: the exporters of --proactive-exporter-urls",
+    )
+    proactive_prometheus_node_label: str = flag(
+        "node", "the label that names the node in that server's series of the exporters' metrics"
+    )
     proactive_node_labels: tuple[str, ...] = flag(
         (),
         "label=value pairs, comma-separated, that the nodes proactive mode watches carry (empty: every node)",
@@ -76,6 +84,9 @@ class QuotaConfig:
         out = []
         if self.proactive_interval_seconds <= 0:
             out.append("--proactive-interval-seconds must be more than 0")
+        url = self.proactive_prometheus_url
+        if url and not url.startswith(("http://", "https://")):
+            out.append("--proactive-prometheus-url must be an http:// or https:// URL")
         if any("=" not in pair for pair in self.proactive_node_labels):
             out.append("--proactive-node-labels takes label=value pairs, comma-separated")
         return out

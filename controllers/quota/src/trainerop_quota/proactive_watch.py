@@ -1,6 +1,7 @@
 """Proactive mode's I/O (docs/quota.md "Proactive mode", --enable-proactive-scheduling): every
 --proactive-interval-seconds each watched node's exporters are read (the Prometheus exposition
-format: NVIDIA's DCGM exporter, the node exporter), the node is judged (proactive_nodes), and a
+format: NVIDIA's DCGM exporter, the node exporter; or the same metrics from a Prometheus server's
+query API, --proactive-prometheus-url), the node is judged (proactive_nodes), and a
 node predicted to degrade is tainted, with Events on it and on each run with a pod there; the
 plan then treats it as reclaimed (the runs save a checkpoint, then move). Once it reads cool
 again the taint goes. After a restart a node that carries the taint is taken as predicted, so
@@ -9,7 +10,7 @@ it is cleared only by cool readings."""
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -21,12 +22,14 @@ from trainerop_common.runtime import Body, Runtime
 
 from .config import QuotaConfig
 from .metrics import PROACTIVE_PREDICTED, PROACTIVE_PREDICTIONS, PROACTIVE_SCRAPE_FAILURES
+from .node_queries import by_node, queries, vector
 from .node_readings import scraped
 from .proactive import PREDICTION_ANNOTATION, NodeState, is_ours
 from .proactive_nodes import Watched, node_message, observe, taints_after
 
 log = logging.getLogger("trainerop.quota.proactive")
 SCRAPE_TIMEOUT_SECONDS = 5.0
+Samples = dict[str, float] | None | Exception  # a node's samples; None or an error: none read
 
 
 def address_of(node: Body) -> str:
@@ -53,6 +56,9 @@ class ProactiveWatch:
     def __init__(self, runtime: Runtime, config: QuotaConfig, nodes: ObjectCache) -> None:
         self.rt, self.nodes = runtime, nodes
         self.templates = config.proactive_exporter_urls
+        self.prometheus = config.proactive_prometheus_url.rstrip("/")
+        self.node_label = config.proactive_prometheus_node_label
+        self.source = f"Prometheus at {self.prometheus}" if self.prometheus else "its exporters"
         self.selector = dict(pair.split("=", 1) for pair in config.proactive_node_labels)
         self.watched: dict[str, Watched] = {}
 
@@ -61,13 +67,13 @@ class ProactiveWatch:
         nodes = [n for n in await self.nodes.values() if selected(n, self.selector)]
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_SECONDS)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            samples = await settled(self.scrape(session, n) for n in nodes)
+            samples = await self.read(session, nodes)
         at = time.time()
         for node, found in zip(nodes, samples, strict=True):
             name = node["metadata"]["name"]
             if isinstance(found, Exception) or found is None:
                 PROACTIVE_SCRAPE_FAILURES.inc()
-                log.warning("node %s: its exporters could not be read: %s", name, found)
+                log.warning("node %s: no readings from %s: %s", name, self.source, found or "none of its series")
                 continue
             before = self.watched.get(name) or restored(node)
             self.watched[name] = after = observe(before, at, found)
@@ -76,6 +82,29 @@ class ProactiveWatch:
         present = {n["metadata"]["name"] for n in nodes}
         self.watched = {k: v for k, v in self.watched.items() if k in present}
         PROACTIVE_PREDICTED.set(sum(w.state.predicted for w in self.watched.values()))
+
+    async def read(self, session: aiohttp.ClientSession, nodes: Sequence[Body]) -> Sequence[Samples]:
+        """Each node's samples: from the Prometheus server (one query per metric for all nodes),
+        else from each node's exporters."""
+        if not self.prometheus:
+            return await settled(self.scrape(session, n) for n in nodes)
+        try:
+            found = await self.query(session)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            return [err for _ in nodes]
+        return [found.get(n["metadata"]["name"]) for n in nodes]
+
+    async def query(self, session: aiohttp.ClientSession) -> dict[str, dict[str, float]]:
+        """Every node's samples from the Prometheus server's query API (node_queries)."""
+        asked = queries(self.node_label)
+        answers = await asyncio.gather(*(self._answer(session, promql) for promql in asked.values()))
+        return by_node({family: vector(a, self.node_label) for family, a in zip(asked, answers, strict=True)})
+
+    async def _answer(self, session: aiohttp.ClientSession, promql: str) -> Any:
+        async with session.get(f"{self.prometheus}/api/v1/query", params={"query": promql}) as response:
+            if response.status >= 500:
+                response.raise_for_status()
+            return await response.json(content_type=None)  # a refused query's JSON says why
 
     async def scrape(self, session: aiohttp.ClientSession, node: Body) -> dict[str, float] | None:
         """The node's exporters' samples, merged (None: none of its exporters answered)."""
