@@ -920,15 +920,22 @@ def test_a_smaller_grant_scales_down_and_says_why() -> None:
 
 
 CHECKPOINTS = {"checkpoint": {"bucket": "s3://b", "credentialsSecret": "c"}}
+PLACED: dict[str, Any] = {"placement": {"worker": ["n1", "n2", "n3", "n4"], "ps": ["n1"]}}  # the quota placed it
 LOWERED = datetime(2026, 1, 1, 0, 9, 55, tzinfo=UTC)  # 5 s before NOW
 
 
 @pytest.mark.parametrize(
     ("checkpoints", "grant", "guard", "want"),
     [
-        (True, "spot-0", None, ("create", 5, None)),  # 4 workers and a parameter server: all five guarded
+        (True, "spot-0", None, ("create", 5, None)),
+        (
+            True,
+            quota("kueue-abc123"),
+            None,
+            None,
+        ),  # Kueue's grant places nothing: no cordon moves it  # 4 workers and a parameter server: all five guarded
         (True, "spot-0", GuardView(5), None),  # as it should be
-        (True, quota("spot-0", workers=3), GuardView(5), ("resize", 4, None)),  # the quota admits 3 workers
+        (True, quota("spot-0", workers=3, **PLACED), GuardView(5), ("resize", 4, None)),  # the quota admits 3 workers
         (True, "spot-0", GuardView(-1), ("resize", 5, None)),  # someone made it a percentage
         (True, "spot-0", GuardView(0, LOWERED), ("resize", 5, None)),  # the move is over: guarded again
         (True, None, None, None),  # no grant: nobody moves the run after a save, a drain evicts it
@@ -940,7 +947,7 @@ def test_the_drain_guard_covers_runs_that_save_before_they_move(
     checkpoints: bool, grant: Any, guard: GuardView | None, want: tuple[str, int, str | None] | None
 ) -> None:
     s = spec(**CHECKPOINTS) if checkpoints else spec()
-    contributions = quota(grant) if isinstance(grant, str) else grant
+    contributions = quota(grant, **PLACED) if isinstance(grant, str) else grant
     d = decide(replace(observed(s, running(s), contributions=contributions), guard=guard))
     change = d.guard
     if want is None:
@@ -962,7 +969,7 @@ def test_the_drain_guard_covers_runs_that_save_before_they_move(
 
 def test_the_drain_guard_selects_exactly_the_runs_pods() -> None:
     s = spec(**CHECKPOINTS)
-    d = observe(s, contributions=quota("spot-0"))
+    d = observe(s, contributions=quota("spot-0", **PLACED))
     assert d.guard is not None
     assert d.guard.manifest is not None
     selector = d.guard.manifest["spec"]["selector"]["matchLabels"]
@@ -993,13 +1000,33 @@ def test_a_moving_runs_old_pods_on_a_drained_node_are_left_to_the_drain_a_while(
     (which ends its loop), not deleted and replaced under the same name for it to evict again."""
     s = spec(**CHECKPOINTS)
     old = [replace(p, admission="spot-0") for p in ON_N1]
-    obs = observed(s, old, contributions=quota("on-demand-1"))
-    d = decide(replace(obs, guard=guard, cordoned=frozenset(cordoned)))
-    assert d.delete_pods == deleted_now
-    if guard is not None and guard.size != 0:
-        assert d.guard == GuardChange(resize=0, lowered_at=lowered)
-    assert d.requeue_after == requeue
-    assert d.restarted == ()
+    for gates in (OPEN, [cond("ProfileResolved", "False"), cond("QuotaAdmitted", "True")]):  # held at a gate too
+        obs = observed(s, old, contributions=quota("on-demand-1", **PLACED), conditions=gates)
+        d = decide(replace(obs, guard=guard, cordoned=frozenset(cordoned)))
+        assert d.delete_pods == deleted_now
+        if guard is not None and guard.size != 0:
+            assert d.guard == GuardChange(resize=0, lowered_at=lowered)
+        assert d.requeue_after == requeue
+        assert d.restarted == ()
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_finished_run_lets_its_pods_go(phase: str) -> None:
+    """Pods a clean policy keeps after the end (cleanPodPolicy: None) guard nothing to save for."""
+    s = spec(**CHECKPOINTS, runPolicy={"cleanPodPolicy": "None"})
+    obs = observed(s, FOUR_AND_PS, contributions=quota("spot-0", **PLACED), status={"phase": phase})
+    assert decide(replace(obs, guard=GuardView(5))).guard == GuardChange(resize=0)
+    assert decide(replace(obs, guard=GuardView(0))).guard is None
+
+
+def test_a_replacement_pod_placed_anew_leaves_the_guard_up() -> None:
+    """A pending pod re-placed (misplaced, same admission) is no move: the running ranks stay guarded."""
+    s = spec(**CHECKPOINTS)
+    pending = replace(pod("worker", 0, "Pending"), pinned="n9")
+    obs = observed(s, [pending, *FOUR_AND_PS[1:]], contributions=quota("spot-0", **PLACED))
+    d = decide(replace(obs, guard=GuardView(5)))
+    assert "t-worker-0" in d.delete_pods
+    assert d.guard is None
 
 
 def test_pods_of_an_earlier_admission_are_replaced_not_counted_as_failures() -> None:

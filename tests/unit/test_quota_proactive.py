@@ -138,18 +138,23 @@ def test_a_prometheus_server_is_asked_for_each_metric_folded_per_node_as_a_scrap
     asked = queries("node")
     assert asked["DCGM_FI_DEV_GPU_TEMP"] == "max by (node) (DCGM_FI_DEV_GPU_TEMP)"
     assert asked["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == "sum by (node) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)"
-    assert asked["node_pressure_memory_waiting_seconds"] == "sum by (node) (node_pressure_memory_waiting_seconds_total)"
-    assert set(asked) == set(scraped(EXPOSITION)) | {"DCGM_FI_DEV_POWER_USAGE"}  # every metric a scrape reads
+    # the pressure counter as its rate: the server knows when each sample was scraped
+    rate = "node_pressure_memory_waiting_seconds:rate"
+    assert asked[rate] == "sum by (node) (rate(node_pressure_memory_waiting_seconds_total[2m]))"
+    scraped_families = set(scraped(EXPOSITION)) - {"node_pressure_memory_waiting_seconds"}
+    assert set(asked) == scraped_families | {"DCGM_FI_DEV_POWER_USAGE", rate}  # every metric a scrape reads
     temperatures = answer(({"node": "gpu-node-1"}, "78"), ({"node": "gpu-node-2"}, "61"), ({}, "99"))
+    temperatures["data"]["result"] += [{"metric": {"node": "gpu-node-3"}, "value": [1.0, "NaN"]}, "junk"]
     xids = answer(({"node": "gpu-node-1"}, "79"))
-    found = by_node(
-        {"DCGM_FI_DEV_GPU_TEMP": vector(temperatures, "node"), "DCGM_FI_DEV_XID_ERRORS": vector(xids, "node")}
-    )
-    assert found == {  # a series without the node's label names no node
-        "gpu-node-1": {"DCGM_FI_DEV_GPU_TEMP": 78.0, "DCGM_FI_DEV_XID_ERRORS": 79.0},
+    stalls = answer(({"node": "gpu-node-1"}, "0.25"))
+    answers = {"DCGM_FI_DEV_GPU_TEMP": temperatures, "DCGM_FI_DEV_XID_ERRORS": xids, rate: stalls}
+    found = by_node({family: vector(answered, "node") for family, answered in answers.items()})
+    assert found == {  # a series without the node's label, a NaN or an item that is not one names nothing
+        "gpu-node-1": {"DCGM_FI_DEV_GPU_TEMP": 78.0, "DCGM_FI_DEV_XID_ERRORS": 79.0, rate: 0.25},
         "gpu-node-2": {"DCGM_FI_DEV_GPU_TEMP": 61.0},
     }
-    assert reading(60.0, found["gpu-node-1"], None) == Reading(60.0, {"temperature": 78.0, "xid": 79.0})
+    expected = Reading(60.0, {"temperature": 78.0, "xid": 79.0, "memoryPressure": 0.25})
+    assert reading(60.0, found["gpu-node-1"], None) == expected
 
 
 @pytest.mark.parametrize(
@@ -158,9 +163,11 @@ def test_a_prometheus_server_is_asked_for_each_metric_folded_per_node_as_a_scrap
         {"status": "error", "errorType": "bad_data", "error": "parse error"},
         {"status": "success", "data": {"resultType": "matrix", "result": []}},
         {"status": "success"},
+        {"status": "success", "data": {"resultType": "vector", "result": None}},
+        ["not", "an", "answer"],
     ],
 )
-def test_an_answer_that_is_not_an_instant_vector_is_refused(refused: dict[str, Any]) -> None:
+def test_an_answer_that_is_not_an_instant_vector_is_refused(refused: Any) -> None:
     with pytest.raises(ValueError, match="not a successful instant vector answer"):
         vector(refused, "node")
 
@@ -246,6 +253,7 @@ def test_a_predicted_node_whose_gpu_readings_stop_stays_predicted() -> None:
         ({"proactive_prometheus_url": "prometheus-k8s:9090"}, "--proactive-prometheus-url must be an http://"),
         ({"proactive_node_labels": ("pool",)}, "--proactive-node-labels takes label=value pairs"),
         ({"proactive_interval_seconds": 0.0}, "--proactive-interval-seconds must be more than 0"),
+        ({"proactive_prometheus_node_label": "kubernetes.io/hostname"}, "--proactive-prometheus-node-label must be"),
     ],
 )
 def test_proactive_flags_that_cannot_work_are_refused_with_what_to_write(

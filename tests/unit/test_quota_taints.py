@@ -51,8 +51,13 @@ def test_only_taints_that_keep_pods_off_count() -> None:
         {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
         {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"},  # nothing else judges it
     ]
-    assert scheduling_taints(taints) == (Taint("a", "1", "NoSchedule"), Taint("c", "", "NoExecute"))
+    assert scheduling_taints(taints) == (
+        Taint("a", "1", "NoSchedule"),
+        Taint("c", "", "NoExecute"),
+        Taint("node.kubernetes.io/memory-pressure", "", "NoSchedule"),
+    )
     assert scheduling_taints(None) == ()
 
 

@@ -1,5 +1,6 @@
 """The quota controller's own flags (docs/controllers.md, docs/quota.md)."""
 
+import re
 from dataclasses import dataclass
 
 from trainerop_common.config import flag, ordered_csv
@@ -87,6 +88,8 @@ class QuotaConfig:
         url = self.proactive_prometheus_url
         if url and not url.startswith(("http://", "https://")):
             out.append("--proactive-prometheus-url must be an http:// or https:// URL")
+        if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", self.proactive_prometheus_node_label):
+            out.append("--proactive-prometheus-node-label must be a Prometheus label name (letters, digits, _)")
         if any("=" not in pair for pair in self.proactive_node_labels):
             out.append("--proactive-node-labels takes label=value pairs, comma-separated")
         return out

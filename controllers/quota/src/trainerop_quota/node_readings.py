@@ -23,6 +23,7 @@ SAMPLES: Mapping[str, tuple[Signal, Fold]] = {
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc", "sum"),
 }
 PRESSURE = "node_pressure_memory_waiting_seconds"  # a counter (served with the suffix _total)
+PRESSURE_RATE = f"{PRESSURE}:rate"  # that counter's rate, as a Prometheus server computes it (node_queries)
 FOLDS: Mapping[str, Fold] = {name: fold for name, (_, fold) in SAMPLES.items()} | {PRESSURE: "sum"}
 
 
@@ -48,9 +49,11 @@ def _folded(text: str) -> dict[str, float]:
 def reading(at: float, samples: Mapping[str, float], previous: tuple[float, float] | None) -> Reading:
     """The predictor's reading at ``at`` (seconds); ``previous``: the pressure counter and the
     time it was read before, to turn it into a share of time (left out on the first scrape or
-    after the counter was reset)."""
+    after the counter was reset); a rate read as such (``PRESSURE_RATE``) is taken as it is."""
     values: dict[Signal, float] = {signal: samples[name] for name, (signal, _) in SAMPLES.items() if name in samples}
-    if PRESSURE in samples and previous is not None:
+    if PRESSURE_RATE in samples:
+        values["memoryPressure"] = samples[PRESSURE_RATE]
+    elif PRESSURE in samples and previous is not None:
         counter, then = previous
         if at > then and samples[PRESSURE] >= counter:
             values["memoryPressure"] = (samples[PRESSURE] - counter) / (at - then)

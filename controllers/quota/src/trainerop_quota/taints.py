@@ -16,10 +16,13 @@ from typing import Any
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule keeps no pod off
 DEFAULT_TOLERATIONS_ANNOTATION = "scheduler.alpha.kubernetes.io/defaultTolerations"
-# The taints Kubernetes sets from a node's own state (not-ready, unreachable, unschedulable, the
-# pressures): they come and go with it, and the quota's readiness rule (lost nodes, schedulable)
-# already judges that state, so a run placed on a node that is briefly NotReady keeps its place.
-NODE_STATE_TAINT_PREFIX = "node.kubernetes.io/"
+# The taints Kubernetes sets from a node's readiness and cordon: they come and go with it, and the
+# quota's readiness rule (lost nodes, schedulable) already judges that state, so a run placed on a
+# node that is briefly NotReady keeps its place. (The pressures' taints count: the scheduler keeps
+# new pods off such a node, and nothing else here judges them.)
+NODE_STATE_TAINTS = frozenset(
+    {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable", "node.kubernetes.io/unschedulable"}
+)
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,11 @@ def tolerations_of(items: Iterable[Mapping[str, Any]]) -> tuple[Tolerates, ...]:
 
 
 def scheduling_taints(taints: Iterable[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
-    """A node's taints that keep pods off (spec.taints), but for those of the node's own state."""
+    """A node's taints that keep pods off (spec.taints), but for those of its readiness and cordon."""
     return tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"]))
         for t in taints or ()
-        if t.get("effect") in SCHEDULING_EFFECTS and not str(t.get("key") or "").startswith(NODE_STATE_TAINT_PREFIX)
+        if t.get("effect") in SCHEDULING_EFFECTS and t.get("key") not in NODE_STATE_TAINTS
     )
 
 

@@ -21,12 +21,13 @@ from trainerop_common.outcome import Event, soonest
 from trainerop_common.topology import restart_policy
 
 from .glance import summarized
-from .guard import drain_wait
+from .guard import GuardChange, drain_wait, guard_change
 from .overrides import override_problems
 from .policy import (
     backoff_limit,
     counts_hold,
     describe_failure,
+    earlier_admission,
     effective_run_policy,
     gate_wait,
     outdated,
@@ -84,9 +85,11 @@ def decide(obs: Observed) -> Decision:
     active = obs.status.phase not in ("Succeeded", "Failed") and not obs.spec.run_policy.suspend
     old, why = outdated([p for p in obs.pods if not p.deleting], obs.contributions) if active else ([], "")
     if not old:
-        return summarized(obs, _decide(obs))
+        decision = _decide(obs)
+        return summarized(obs, decision if active else replace(decision, guard=unguarded(obs)))
     gone = {p.name for p in old}
-    wait = drain_wait(obs.guard, obs.now) if guarded(obs) else 0.0
+    moving = guarded(obs) and bool(earlier_admission(old, obs.contributions))  # not a pod merely re-placed
+    wait = drain_wait(obs.guard, obs.now) if moving else 0.0
     left = {p.name for p in old if p.node in obs.cordoned} if wait > 0 else set()
     obs = replace(obs, pods=[replace(p, deleting=True) if p.name in gone else p for p in obs.pods])
     decision = _decide(obs)
@@ -97,8 +100,15 @@ def decide(obs: Observed) -> Decision:
             delete_pods=tuple(sorted((set(decision.delete_pods) | gone) - left)),
             events=(("Normal", "QuotaReadmission", why), *decision.events),
             requeue_after=soonest(decision.requeue_after, wait if left else None),
+            # lowered while the run moves, whatever stage decided: the drain may take the pods left to it
+            guard=guard_change(obs.owner, True, True, 0, obs.guard, obs.now) if moving else decision.guard,
         ),
     )
+
+
+def unguarded(obs: Observed) -> GuardChange | None:
+    """A finished or suspended run's guard: 0 (pods a clean policy keeps guard nothing to save for)."""
+    return guard_change(obs.owner, False, False, 0, obs.guard, obs.now)
 
 
 def _decide(obs: Observed) -> Decision:

@@ -93,6 +93,13 @@ def placed_node(grant: Grant | None, role: str, index: int) -> str:
     return nodes[index] if index < len(nodes) else ""
 
 
+def earlier_admission(pods: Sequence[PodView], contributions: Mapping[str, Contribution]) -> list[PodView]:
+    """Unfinished pods created under another quota admission than the current one."""
+    grant = grant_of(contributions)
+    current = grant.id if grant else None
+    return [p for p in pods if not p.finished and p.admission and p.admission != current]
+
+
 def outdated(pods: Sequence[PodView], contributions: Mapping[str, Contribution]) -> tuple[list[PodView], str]:
     """Unfinished pods created under an earlier quota admission, or waiting unscheduled on a node
     the admission no longer places them on; and why they go."""
@@ -102,8 +109,8 @@ def outdated(pods: Sequence[PodView], contributions: Mapping[str, Contribution])
         want = placed_node(grant, p.role, p.index)
         return not p.node and p.phase == "Pending" and bool(p.pinned) and bool(want) and want != p.pinned
 
-    current = grant.id if grant else None
-    old = [p for p in pods if not p.finished and ((p.admission and p.admission != current) or misplaced(p))]
+    earlier = earlier_admission(pods, contributions)
+    old = [p for p in pods if p in earlier or (not p.finished and misplaced(p))]
     if not old:
         return [], ""
     names = ", ".join(sorted(p.name for p in old))

@@ -13,7 +13,7 @@ from trainerop_common.outcome import Event
 
 from .guard import guard_change
 from .pods import claim_manifest, claim_name, pin, pod_manifest, role_contributions, runner_manifests, service_manifest
-from .policy import describe_failure, grant_of, outdated, placed_node
+from .policy import describe_failure, earlier_admission, grant_of, placed_node
 from .run import Decision, Observed, Run, last_sign, next_due
 from .topology import Replica, replicas
 from .views import PodView, RoleHistory
@@ -185,8 +185,10 @@ def scaled_down(run: Run, surplus: Sequence[str]) -> list[Event]:
 
 def guarded(obs: Observed) -> bool:
     """Whether a drain waits for the run to save first (guard.py): it checkpoints, and the quota
-    places it (and moves it after the save)."""
-    return obs.spec.checkpoint is not None and grant_of(obs.contributions) is not None
+    places it on nodes (its grant's placement), so it moves it after the save. (Kueue's grants, and
+    one kept after the run's QuotaPolicy went, place nothing: no cordon moves those runs.)"""
+    grant = grant_of(obs.contributions)
+    return obs.spec.checkpoint is not None and grant is not None and bool(grant.placement)
 
 
 def running(run: Run, waiting: Sequence[str]) -> Decision:
@@ -215,7 +217,7 @@ def running(run: Run, waiting: Sequence[str]) -> Decision:
     start = run.now if all_running and run.start is None else run.start
     names = [x.name(owner.name) for x in plan.desired]
     stall = run.spec.run_policy.stall_timeout_seconds
-    moving = bool(outdated(run.obs.pods, run.obs.contributions)[0])  # pods of an earlier admission left
+    moving = bool(earlier_admission(run.obs.pods, run.obs.contributions))  # its old pods still there
     found = (run.obs.guard, run.obs.now)
     return Decision(
         status=run.status(phase, remaining, start, None, r.history),
