@@ -35,6 +35,12 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
 
 
+def controller_env(objects: list[dict[str, Any]], controller: str) -> dict[str, str | None]:
+    """The environment of ``trainer-operator-<controller>``'s container, as built."""
+    deployment = by_kind(objects, "Deployment")[f"trainer-operator-{controller}"]
+    return {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
 def gate_env(deployment: dict[str, Any]) -> set[str]:
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     return {e["name"] for e in env if e["name"].startswith("TRAINEROP_GATE_") and e["value"] == "true"}

@@ -14,7 +14,7 @@ from testbed import cluster as cluster_tool
 from testbed import kueue, localdev
 from tests.harness import REPO, Cluster, condition, eventually
 from tests.integration.test_client import finishing_after
-from tests.integration.test_deploy import with_component
+from tests.integration.test_deploy import controller_env, with_component
 from tests.integration.test_quota import GPU, pods_of, quota, run
 from trainerop_common.contracts import REPLICA_TYPE_LABEL
 
@@ -304,11 +304,7 @@ def test_a_run_packed_in_one_clique_is_placed_there_by_kueue_s_topology_aware_sc
 def test_the_kueue_component_turns_it_on_for_the_quota_controller(cluster: Cluster, tmp_path: Path) -> None:
     """deploy/components/kueue on the dev overlay: the flag and the RBAC, accepted by the API server."""
     overlay, objects = with_component(cluster, tmp_path, "dev", "kueue")
-    (deployment,) = [
-        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "trainer-operator-quota"
-    ]
-    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["TRAINEROP_KUEUE"] == "true"
+    assert controller_env(objects, "quota")["TRAINEROP_KUEUE"] == "true"
     (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("kueue")]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "trainer-operator-quota", "namespace": "trainer-operator-system"}

@@ -19,7 +19,7 @@ from testbed import cluster as cluster_tool
 from testbed import localdev, prometheus
 from tests.harness import REPO, Cluster, eventually
 from tests.integration.test_checkpoints import as_pod
-from tests.integration.test_deploy import with_component
+from tests.integration.test_deploy import controller_env, with_component
 from tests.integration.test_heartbeats import beat_as
 from tests.integration.test_save_request import one_gpu_node_run, running, save_request
 
@@ -204,11 +204,7 @@ def test_the_proactive_component_turns_it_on_for_the_quota_controller(cluster: C
     """deploy/components/proactive on the dev overlay: the flag and the right to patch nodes (and
     nothing more), accepted by the API server."""
     overlay, objects = with_component(cluster, tmp_path, "dev", "proactive")
-    (deployment,) = [
-        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "trainer-operator-quota"
-    ]
-    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["TRAINEROP_ENABLE_PROACTIVE_SCHEDULING"] == "true"
+    assert controller_env(objects, "quota")["TRAINEROP_ENABLE_PROACTIVE_SCHEDULING"] == "true"
     (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("proactive")]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
     (binding,) = [

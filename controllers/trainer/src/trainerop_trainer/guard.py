@@ -2,10 +2,11 @@
 that a drain's evictions of its ranks are refused and the drain retries until the run has saved
 and moved (docs/design/disruption.md, decision 5).
 
-Only a run that can save first has one: it checkpoints, and the quota controller places it (its
-grant in status.quota), which reads a cordoned node under it as a notice (`NodeDrained`), has
-the checkpoint controller ask the ranks to save, and then moves it under a new admission. A run
-without that would only be held up: the drain evicts its pods, and they are replaced.
+Only a run that can save first has one: it checkpoints, and the quota controller places it on
+nodes (its grant's placement in status.quota; Kueue's grants place nothing). The quota reads a
+cordoned node under it as a notice (`NodeDrained`), has the checkpoint controller ask the ranks
+to save, and then moves it under a new admission. A run without that would only be held up: the
+drain evicts its pods, and they are replaced.
 
 Once the run moves, the guard is lowered to 0 and the old pods on a cordoned node are left to the
 drain for ``DRAIN_WAIT_SECONDS``: `kubectl drain` retries its eviction every 5 s by the pod's
