@@ -330,3 +330,69 @@ def machine() -> dict[str, Any]:
 
 def dump(obj: Mapping[str, Any]) -> str:
     return json.dumps(obj, indent=1, sort_keys=False)
+
+
+# Where the API server's CPU goes, by the handlers a training operator's requests reach (cumulative
+# share of the samples, so nested entries overlap: the list is read line by line, not summed).
+APISERVER_PARTS = (
+    ("custom resources' status writes (the Trainers')", "customresource.(*StatusREST).Update"),
+    ("creates of built-in kinds (pods, Services, Events)", "handlers.CreateResource.createHandler"),
+    ("creates of custom resources (Trainers, AuditLogs)", "(*crdHandler).serveResource.CreateResource"),
+    ("pods' status writes (kwok)", "core/pod/storage.(*StatusREST).Update"),
+    ("admission policies (CEL), every policy matching the request", "policy/validating.(*Plugin).Validate"),
+    ("admission webhooks: calls", "webhook/validating.(*validatingDispatcher).Dispatch.func1"),
+    ("admission webhooks: match conditions", "webhook/matchconditions.(*matcher).Match"),
+    ("watches: events encoded and sent", "handlers.(*WatchServer).HandleHTTP"),
+    ("etcd's events decoded", "etcd3.(*watchChan).serialProcessEvents"),
+    ("lists of built-in kinds", "handlers.ListResource.func1"),
+    ("lists of custom resources", "(*crdHandler).serveResource.ListResource"),
+    ("gets of custom resources", "(*crdHandler).serveResource.GetResource"),
+    ("garbage collection, in the background", "runtime.gcBgMarkWorker"),
+    ("garbage collection, assisting allocations", "runtime.gcAssistAlloc"),
+)
+
+
+class ApiServerProfile:
+    """The API server's own CPU profile (its /debug/pprof, cluster-admin only) for ``seconds`` from
+    now, read by ``go tool pprof`` against the kube-apiserver binary that ran."""
+
+    def __init__(self, c: Cluster, out: Path, seconds: int) -> None:
+        self.out, self.seconds, self.error = out, seconds, ""
+        path = f"/debug/pprof/profile?seconds={seconds}"
+        self.thread = threading.Thread(target=self._fetch, args=(c, path), daemon=True)
+        self.thread.start()
+
+    def _fetch(self, c: Cluster, path: str) -> None:
+        command = [str(c.kubectl_bin), "--kubeconfig", str(c.kubeconfig), "get", "--raw", path]
+        with self.out.open("wb") as sink:
+            done = subprocess.run(command, stdout=sink, stderr=subprocess.PIPE, timeout=self.seconds + 60)
+        self.error = done.stderr.decode(errors="replace").strip()[-300:] if done.returncode else ""
+
+    def summary(self) -> dict[str, Any]:
+        """Each of :data:`APISERVER_PARTS` with its share of the CPU sampled, after the profile is in."""
+        self.thread.join(self.seconds + 90)
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        if self.error or not self.out.exists() or not Path(go).exists():
+            return {"error": self.error or "no profile, or no go command to read it (install Go: docs/development.md)"}
+        binary = cluster_tool.bin_dir() / "kube-apiserver"
+        command = [go, "tool", "pprof", "-top", "-cum", "-nodecount=5000", str(binary), str(self.out)]
+        top = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+        return apiserver_parts(top, self.seconds)
+
+
+def apiserver_parts(top: str, seconds: int) -> dict[str, Any]:
+    """``go tool pprof -top -cum`` output folded into :data:`APISERVER_PARTS`: for each, the largest
+    entry whose name holds the part's function (Go names a function's closures after it)."""
+    total, shares = 0.0, dict[str, float]()
+    for line in top.splitlines():
+        if line.startswith("Duration:") and "Total samples = " in line:
+            total = float(line.split("Total samples = ")[1].split("s")[0])
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or not fields[4].endswith("%"):
+            continue
+        name = fields[5]
+        for what, function in APISERVER_PARTS:
+            if function in name:
+                shares[what] = max(shares.get(what, 0.0), float(fields[4].rstrip("%")))
+    parts = [{"part": what, "percent": shares[what]} for what, _ in APISERVER_PARTS if what in shares]
+    return {"seconds": seconds, "cpu_seconds_sampled": total, "parts": parts}

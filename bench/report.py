@@ -188,7 +188,23 @@ def markdown(r: dict[str, Any]) -> str:
             ]
             for a, b in zip(prof["own_time"], prof["inclusive"], strict=False):
                 lines.append(_row(a["function"], a["percent"], b["function"], b["percent"]))
+        lines += apiserver_lines(n, t.get("apiserver_profile"))
     return "\n".join(lines) + "\n"
+
+
+def apiserver_lines(n: str, prof: dict[str, Any] | None) -> list[str]:
+    """The API server's CPU profile during the ramp, by the handlers our requests reach."""
+    if not prof or "parts" not in prof:
+        return [] if not prof else ["", f"The API server's profile (N = {n}) could not be read: {prof.get('error')}"]
+    lines = [
+        "",
+        f"## Where the API server's CPU goes (its pprof, the ramp's first {prof['seconds']} s, N = {n}, "
+        f"{prof['cpu_seconds_sampled']} CPU-s sampled; shares include what each calls, so they overlap)",
+        "",
+        _row("part", "% of the CPU sampled"),
+        _row("---", "---"),
+    ]
+    return lines + [_row(p["part"], p["percent"]) for p in prof["parts"]]
 
 
 def webhook_lines(w: dict[str, Any] | None) -> list[str]:

@@ -34,7 +34,7 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
 from bench import kubeflow, leak, recovery, repeats, webhooks
-from bench.measure import CREATORS, Obj, Profile, machine, resident_mib, rss_mib
+from bench.measure import CREATORS, ApiServerProfile, Obj, Profile, machine, resident_mib, rss_mib
 from bench.plot import plot
 from bench.report import markdown
 from bench.setup import gone, operator_running, scratch_namespace
@@ -85,11 +85,15 @@ def throughput(
     the N Trainers."""
     print(f"== throughput: {n} Trainers x {workers} workers", file=sys.stderr, flush=True)
     profile: list[Profile] = []
+    apiserver: list[ApiServerProfile] = []
 
     def start_profile() -> None:
         pid = cluster_tool.running_pid(localdev.state_dir(), "controller-trainer")
         if profile_to is not None and pid:
             profile.append(Profile(pid, profile_to))
+        if profile_to is not None:  # the ramp's first minute at most (the creates and the first pods)
+            out = profile_to.with_name(profile_to.name.replace("-profile-", "-apiserver-")).with_suffix(".pprof")
+            apiserver.append(ApiServerProfile(c, out, seconds=min(60, max(5, n // 10))))
 
     with scratch(c, f"bench-probe{n}") as probe_ns:
         probe = recovery.Replacements(client, probe_ns)
@@ -105,6 +109,7 @@ def throughput(
             )
             operator["replacements_during_ramp"] = during_ramp
             hot = profile[0].summary() if profile else None
+            apiserver_hot = apiserver[0].summary() if apiserver else None
             if details:  # restarted among this run's N Trainers and their pods: what they hold once caught up
                 localdev.stop()
                 localdev.start(extra_env=CONTROLLER_ENV)
@@ -118,6 +123,8 @@ def throughput(
     out = {"operator": operator, "ceiling": top}
     if hot is not None:
         out["trainer_controller_profile"] = hot
+    if apiserver_hot is not None:
+        out["apiserver_profile"] = apiserver_hot
     return out
 
 

@@ -6,6 +6,8 @@ import asyncio.sslproto
 import ctypes
 import datetime as dt
 import ssl
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -112,3 +114,20 @@ async def test_a_tls_connection_holds_a_small_read_buffer(tmp_path: Path, monkey
     held, received = await tls_connections(tmp_path, 10)
     assert all(r == PAYLOAD for r in received)
     assert held < 20 * 128 * 1024  # 20 ends: at 256 KiB each they would hold 5 MiB
+
+
+def test_no_controller_loads_cryptography_unless_it_issues_its_own_certificate() -> None:
+    """The webhooks' certificate comes from cert-manager by default: the ``cryptography`` package
+    (10 MiB resident in every process that loads it) is imported only by --webhook-tls self-signed."""
+    controllers = ("trainer", "profile", "checkpoint", "quota", "audit", "kubeflow")
+    imports = [f"import trainerop_{c}.controller" for c in controllers]
+    script = "\n".join([*imports, "import sys", "print('cryptography' in sys.modules)"])
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert loaded.split() == ["False"]
+    with_tls = subprocess.run(
+        [sys.executable, "-c", "import sys, trainerop_common.webhook_tls; print('cryptography' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert with_tls.split() == ["True"]

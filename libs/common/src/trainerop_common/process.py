@@ -20,8 +20,7 @@ from .kube import Kube
 from .metrics import UP
 from .names import component
 from .runtime import Controller, Runtime, StartupError
-from .webhook_tls import CHECK_SECONDS
-from .webhooks import ReviewServer, missing_files, reviews_remember_nothing, self_signed
+from .webhooks import ReviewServer, missing_files, reviews_remember_nothing
 
 log = logging.getLogger("trainerop.process")
 # On stop, reconciles and Events in flight get this long to finish (a pod's termination grace is
@@ -34,6 +33,8 @@ Make = Callable[[Runtime, F], Controller]
 async def _webhook_tls(runtime: Runtime) -> None:
     """--webhook-tls self-signed: issue the certificate before serving, keep it (and the CA in the
     webhook configurations) current while running."""
+    from .webhook_tls import CHECK_SECONDS, self_signed  # here: cryptography only where it is used
+
     config = runtime.config
     tls = self_signed(config, runtime.kube, runtime.clock)
     try:

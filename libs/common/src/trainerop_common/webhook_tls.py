@@ -13,6 +13,9 @@ before it expires; the CA lasts ten years.
 
 The certificate logic is pure (``make_ca``, ``issue``, ``due_for_renewal``); ``SelfSignedTLS``
 does the I/O.
+
+Only a controller run with --webhook-tls self-signed imports this module (``process``): the
+``cryptography`` package it needs holds 10 MiB of every process that loads it.
 """
 
 import datetime as dt
@@ -29,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .clock import Clock
+from .config import ControllerConfig
 from .kube import Kube
 from .names import component
 
@@ -252,3 +256,21 @@ class SelfSignedTLS:
         await self.inject()
         if due_for_renewal(self._cert_file.read_bytes(), self._clock.now()):
             self._issue()
+
+
+def self_signed(config: ControllerConfig, kube: Kube, clock: Clock) -> SelfSignedTLS:
+    """--webhook-tls self-signed: this controller's certificate from its own CA, and that CA in its
+    own webhook configurations (named trainer-operator-<controller>, of either kind)."""
+    webhook = config.webhook
+    name = component(config.controller)
+    service = webhook.webhook_service or f"{name}-webhook"
+    return SelfSignedTLS(
+        kube,
+        clock,
+        webhook.operator_namespace,
+        ca_secret_name(config.controller),
+        serving_names(service, webhook.operator_namespace, webhook.webhook_address),
+        Path(webhook.webhook_cert_file),
+        Path(webhook.webhook_key_file),
+        [("ValidatingWebhookConfiguration", name), ("MutatingWebhookConfiguration", name)],
+    )

@@ -1,7 +1,8 @@
 """Admission webhooks served through kopf's webhook server (docs/admission.md): the controllers'
 checks of Trainers, webhooks that only observe (the audit trail of users' requests), and the
 server's TLS (files mounted from cert-manager's Secret, or issued by each controller itself from a
-CA of its own)."""
+CA of its own: :mod:`.webhook_tls`, imported only by a controller run with --webhook-tls
+self-signed)."""
 
 import asyncio
 import contextlib
@@ -19,13 +20,8 @@ from kopf._core.reactor import inventory
 
 from . import admission
 from .api import GROUP, VERSION
-from .clock import Clock
-from .config import ControllerConfig
-from .kube import Kube
 from .loops import HOME, LoopThread, on_loop
 from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS, UNAUTHENTICATED
-from .names import component
-from .webhook_tls import SelfSignedTLS, ca_secret_name, serving_names
 
 log = logging.getLogger("trainerop.webhooks")
 MAX_REVIEW_BYTES = 16 * 1024 * 1024  # an update's review holds the object twice
@@ -69,24 +65,6 @@ def register_admission(
 def missing_files(*paths: str) -> list[str]:
     """Those of ``paths`` that are not files (checked once, before serving)."""
     return [path for path in paths if not Path(path).is_file()]
-
-
-def self_signed(config: ControllerConfig, kube: Kube, clock: Clock) -> SelfSignedTLS:
-    """--webhook-tls self-signed: this controller's certificate from its own CA, and that CA in its
-    own webhook configurations (named trainer-operator-<controller>, of either kind)."""
-    webhook = config.webhook
-    name = component(config.controller)
-    service = webhook.webhook_service or f"{name}-webhook"
-    return SelfSignedTLS(
-        kube,
-        clock,
-        webhook.operator_namespace,
-        ca_secret_name(config.controller),
-        serving_names(service, webhook.operator_namespace, webhook.webhook_address),
-        Path(webhook.webhook_cert_file),
-        Path(webhook.webhook_key_file),
-        [("ValidatingWebhookConfiguration", name), ("MutatingWebhookConfiguration", name)],
-    )
 
 
 def register_observer(
