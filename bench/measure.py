@@ -377,7 +377,19 @@ class ApiServerProfile:
         binary = cluster_tool.bin_dir() / "kube-apiserver"
         command = [go, "tool", "pprof", "-top", "-cum", "-nodecount=5000", str(binary), str(self.out)]
         top = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
-        return apiserver_parts(top, self.seconds)
+        try:
+            return apiserver_parts(top, self.seconds)
+        except (ValueError, KeyError) as err:  # a figure of the run is not worth the run
+            return {"error": f"go tool pprof's output not understood ({err!r}): {top[:300]}"}
+
+
+PPROF_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "mins": 60.0, "hrs": 3600.0}
+
+
+def pprof_seconds(text: str) -> float:
+    """A duration as pprof prints it ("64.88s", "550ms", "1.2mins"), in seconds."""
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return round(float(number) * PPROF_UNITS[text[len(number) :]], 3)
 
 
 def apiserver_parts(top: str, seconds: int) -> dict[str, Any]:
@@ -386,7 +398,7 @@ def apiserver_parts(top: str, seconds: int) -> dict[str, Any]:
     total, shares = 0.0, dict[str, float]()
     for line in top.splitlines():
         if line.startswith("Duration:") and "Total samples = " in line:
-            total = float(line.split("Total samples = ")[1].split("s")[0])
+            total = pprof_seconds(line.split("Total samples = ")[1].split()[0])
         fields = line.split(maxsplit=5)
         if len(fields) < 6 or not fields[4].endswith("%"):
             continue

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from bench.measure import apiserver_parts
+import pytest
+
+from bench.measure import apiserver_parts, pprof_seconds
 
 CRD, HANDLERS = "k8s.io/apiextensions-apiserver/pkg", "k8s.io/apiserver/pkg/endpoints/handlers"
 ENTRIES = [  # cum, cum%, function
@@ -41,3 +43,16 @@ def test_each_part_is_its_largest_entry_and_unlisted_parts_are_left_out() -> Non
 
 def test_an_empty_profile_names_no_part() -> None:
     assert apiserver_parts("", 5) == {"seconds": 5, "cpu_seconds_sampled": 0.0, "parts": []}
+
+
+@pytest.mark.parametrize(
+    ("printed", "seconds"),
+    [("64.88s", 64.88), ("550ms", 0.55), ("1.2mins", 72.0), ("250us", 0.0), ("2hrs", 7200.0)],
+)
+def test_pprof_durations_are_read_in_their_unit(printed: str, seconds: float) -> None:
+    assert pprof_seconds(printed) == seconds
+
+
+def test_a_short_profile_totals_in_milliseconds() -> None:
+    top = TOP.replace("Total samples = 64.88s (107.76%)", "Total samples = 550ms ( 9.16%)")
+    assert apiserver_parts(top, 5)["cpu_seconds_sampled"] == 0.55
