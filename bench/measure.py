@@ -364,9 +364,14 @@ class ApiServerProfile:
 
     def _fetch(self, c: Cluster, path: str) -> None:
         command = [str(c.kubectl_bin), "--kubeconfig", str(c.kubeconfig), "get", "--raw", path]
-        with self.out.open("wb") as sink:
-            done = subprocess.run(command, stdout=sink, stderr=subprocess.PIPE, timeout=self.seconds + 60)
-        self.error = done.stderr.decode(errors="replace").strip()[-300:] if done.returncode else ""
+        try:
+            with self.out.open("wb") as sink:
+                done = subprocess.run(command, stdout=sink, stderr=subprocess.PIPE, timeout=self.seconds + 60)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            self.error = f"the profile was not read: {err}"
+            return
+        said = done.stderr.decode(errors="replace").strip()[-300:]
+        self.error = (said or f"kubectl get --raw exited {done.returncode}") if done.returncode else ""
 
     def summary(self) -> dict[str, Any]:
         """Each of :data:`APISERVER_PARTS` with its share of the CPU sampled, after the profile is in."""
