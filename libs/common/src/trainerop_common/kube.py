@@ -89,7 +89,7 @@ WEBHOOK_CONFIGURATIONS: dict[str, Any] = {
 # Objects per page of a list (kubectl's --chunk-size is 500). A page is held whole while it is read
 # and projected, and what a controller's heap grows to for it stays resident: restarted among 1000
 # Trainers (4000 pods), the trainer held 151.5 MiB at 500 and 126.5 MiB at 100, the quota
-# controller 135.9 and 117.8 (docs/design/performance.md, "What a connection and a list hold").
+# controller 135.9 and 117.8 (docs/design/performance.md, "Smaller pages").
 LIST_PAGE = 100
 
 # Requests made while this is set go ahead of the others waiting for the client's rate limit
