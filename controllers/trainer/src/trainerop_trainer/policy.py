@@ -109,8 +109,8 @@ def outdated(pods: Sequence[PodView], contributions: Mapping[str, Contribution])
         want = placed_node(grant, p.role, p.index)
         return not p.node and p.phase == "Pending" and bool(p.pinned) and bool(want) and want != p.pinned
 
-    earlier = earlier_admission(pods, contributions)
-    old = [p for p in pods if p in earlier or (not p.finished and misplaced(p))]
+    earlier = {p.name for p in earlier_admission(pods, contributions)}
+    old = [p for p in pods if p.name in earlier or (not p.finished and misplaced(p))]
     if not old:
         return [], ""
     names = ", ".join(sorted(p.name for p in old))
