@@ -6,14 +6,16 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed import localdev
+from testbed import images, localdev
 from tests.harness import REPO, Cluster, eventually
 from trainerop_common.api import API_VERSION
 
+from .test_deploy import by_kind, controller_env, with_component
 from .test_quota import GPU, admitted_on, domain_free, events, placed_on, run
 
 CARBON = "example.com/carbon-intensity"
@@ -93,3 +95,18 @@ def test_a_profile_that_skips_the_plugin_is_placed_without_asking(
     q = eventually(lambda: admitted_on(cluster, namespace, "skipped", "on-demand"), what="the admission")
     assert "plugin" not in (q.get("placementScore") or {})
     assert cluster.get("trainer", "skipped", namespace)["status"]["profile"]["placementPlugin"] == "Skip"
+
+
+def test_the_placement_plugin_component_runs_the_example_beside_the_quota_controller(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """deploy/components/placement-plugin on the dev overlay: the quota controller asks the sidecar
+    at the address the sidecar listens on, and the sidecar is the example image the test bed builds;
+    accepted by the API server."""
+    overlay, objects = with_component(cluster, tmp_path, "dev", "placement-plugin")
+    address = controller_env(objects, "quota")["TRAINEROP_PLACEMENT_PLUGIN_ADDRESS"]
+    deployment = by_kind(objects, "Deployment")["trainer-operator-quota"]
+    (sidecar,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "placement-plugin"]
+    assert sidecar["args"][sidecar["args"].index("--listen") + 1] == address
+    assert f"docker.io/library/{sidecar['image']}" == images.IMAGES["placement-example"].ref
+    cluster.kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts", "-k", str(overlay))

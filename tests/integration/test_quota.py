@@ -9,6 +9,7 @@ from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, condition, eventually
+from trainerop_common.api import API_VERSION
 
 GPU = "nvidia.com/gpu"
 LABEL = "trainer.operator.kubeflow.org/capacity-type"
@@ -143,6 +144,70 @@ def test_a_run_is_packed_into_one_nvlink_clique(cluster: Cluster, namespace: str
     )
     assert f"on-demand: no single {CLIQUE} holds the run" in cond["message"]
     assert pods_of(cluster, namespace, "too-wide") == []
+
+
+def test_a_profile_s_packing_holds_its_runs_to_one_clique(cluster: Cluster, namespace: str, policy: Any) -> None:
+    """A TrainingProfile's packing (passed on by the profile controller in status.profile) is the
+    quota controller's for runs that name it: three on-demand pods no clique holds wait."""
+    policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="OnDemandOnly")
+    packing = {"level": CLIQUE, "mode": "Required"}
+    profile = {"apiVersion": API_VERSION, "kind": "TrainingProfile", "metadata": {"name": "one-clique"}}
+    cluster.apply(profile | {"spec": {"packing": packing}}, namespace)
+    cluster.apply(run("wide", workers=3, profile="one-clique"), namespace)
+    cond = eventually(
+        lambda: (c := quota(cluster, namespace, "wide")[1]).get("reason") == "WaitingForCapacity" and c,
+        what="the run no clique holds to wait",
+    )
+    assert f"on-demand: no single {CLIQUE} holds the run" in cond["message"]
+    assert cluster.get("trainer", "wide", namespace)["status"]["profile"]["packing"] == packing
+    assert pods_of(cluster, namespace, "wide") == []
+
+
+def own_nodes(pool: str, cliques: dict[str, int]) -> list[dict[str, Any]]:
+    """On-demand kwok nodes of this test alone (label ``pool``: its runs select them), ``n`` in
+    each clique named."""
+    out = []
+    for clique, n in cliques.items():
+        for i in range(n):
+            (node,) = cluster_tool.fake_nodes(1)
+            name = f"{pool}-{clique}-{i}"
+            node["metadata"]["name"], node["spec"]["providerID"] = name, f"kwok://{name}"
+            labels = {"kubernetes.io/hostname": name, LABEL: "on-demand", CLIQUE: f"{pool}-{clique}", "pool": pool}
+            node["metadata"]["labels"].update(labels)
+            out.append(node)
+    return out
+
+
+def test_a_replacement_stays_in_the_clique_its_run_requires(cluster: Cluster, namespace: str, policy: Any) -> None:
+    """A run that requires one clique loses a node: its replacement goes to the same clique's free
+    node, though the other clique's lone node would be the best fit for one pod."""
+    policy(budgets={"spot": {GPU: 64}, "onDemand": {GPU: 64}}, preference="OnDemandOnly")
+    nodes = own_nodes("keep", {"x": 4, "y": 1})
+    for node in nodes:
+        cluster.apply(node)
+    try:
+        body = run("kept", workers=2, scheduling={"packing": {"level": CLIQUE, "mode": "Required"}})
+        body["spec"]["podTemplateOverrides"] = {"worker": {"spec": {"nodeSelector": {"pool": "keep"}}}}
+        cluster.apply(body, namespace)
+        pods = eventually(lambda: placed_on(cluster, namespace, "kept", "on-demand", 2), what="both pods on nodes")
+        first = {p["spec"]["nodeName"] for p in pods}
+        assert all(n.startswith("keep-x-") for n in first)
+        lost = min(first)
+        cluster.kubectl("delete", "node", lost, "--wait=false")
+
+        def replaced() -> set[str] | None:
+            placed = placed_on(cluster, namespace, "kept", "on-demand", 2)
+            where = {p["spec"]["nodeName"] for p in placed or ()}
+            return where if len(where) == 2 and lost not in where else None
+
+        after = eventually(replaced, what="the lost pod replaced")
+        assert all(n.startswith("keep-x-") for n in after), after
+        q, cond = quota(cluster, namespace, "kept")
+        assert cond["status"] == "True"
+        assert q["placementScore"] == {"level": CLIQUE, "domains": 1, "crossNeighbours": 0}
+    finally:
+        cluster.kubectl("delete", "trainer", "kept", "-n", namespace, "--ignore-not-found")
+        cluster.kubectl("delete", "node", *(n["metadata"]["name"] for n in nodes), "--ignore-not-found")
 
 
 def test_without_a_policy_a_run_starts_only_when_all_of_it_fits(cluster: Cluster, namespace: str) -> None:

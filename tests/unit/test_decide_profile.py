@@ -131,6 +131,13 @@ def test_the_profile_s_placement_plugin_choice_is_passed_on_to_the_quota_control
     assert section.get("placementPlugin") == choice
 
 
+def test_the_profile_s_packing_is_passed_on_to_the_quota_controller() -> None:
+    packing = {"level": "nvidia.com/gpu.clique", "mode": "Required"}
+    section = resolve("ns", trainer(), 7, found(profile(packing=packing)), ALL_SECRETS).status["profile"]
+    assert section["packing"] == packing
+    assert "packing" not in resolve("ns", trainer(), 7, found(), ALL_SECRETS).status["profile"]
+
+
 def test_a_cluster_profile_is_named_as_such() -> None:
     d = resolve("ns", trainer(), 1, found(kind="ClusterTrainingProfile"), ALL_SECRETS)
     assert d.status["profile"]["kind"] == "ClusterTrainingProfile"
@@ -201,6 +208,16 @@ def test_secrets_referenced_by_env_are_needed_unless_optional() -> None:
             {"podTemplateOverrides": {"worker": {"spec": {"nodeSelector": {"gpu-type": "h100", "zone": "a"}}}}},
             {},
             ["nodeSelector[gpu-type] (podTemplateOverrides.worker)"],
+        ),
+        (
+            {"scheduling": {"packing": {"level": "nvidia.com/gpu.clique"}}},
+            {"packing": {"level": "nvidia.com/gpu.clique", "mode": "Required"}},
+            ["packing (spec.scheduling.packing)"],
+        ),
+        (
+            {"scheduling": {"packing": {"level": "nvidia.com/gpu.clique", "mode": "Required"}}},
+            {"packing": {"level": "nvidia.com/gpu.clique", "mode": "Required"}},
+            [],
         ),
         (
             {

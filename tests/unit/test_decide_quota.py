@@ -17,6 +17,7 @@ from trainerop_common.conditions import Desired
 from trainerop_common.contracts import save_request_id
 from trainerop_quota.capacity import NodeInfo, PodInfo, capacity_type, placement, role_requests
 from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, plan
+from trainerop_quota.hints import Suggestion
 from trainerop_quota.model import Ungoverned
 from trainerop_quota.taints import Taint, Tolerates
 from trainerop_quota.views import node_info, trainer_info
@@ -804,15 +805,63 @@ def test_a_run_no_clique_holds(mode: str, reason: str, score: PlacementScore | N
 
 def test_a_lost_replica_is_replaced_in_its_clique() -> None:
     t = trainer("a", spec(workers=3, scheduling={"preference": "OnDemandOnly"}))
-    nodes = cliques(a=4, b=2)
+    nodes = cliques(a=5, b=1)  # only a holds three
     first = plan(world([t], nodes, levels=(CLIQUE, ZONE))).decisions[t.uid]
     placed, _ = grant_of(first)
     assert {n[0] for n in placed} == {"a"}
     lost = placed[0]
     after = [n for n in nodes if n.name != lost]
-    v = plan(world([feed_back(t, first)], after, running(t, first), levels=(CLIQUE, ZONE))).decisions[t.uid]
-    assert v.condition.reason == "Admitted"
-    assert grant_of(v) == (sorted({"a0", "a1", "a2", "a3"} - {lost}), PlacementScore(level=CLIQUE, domains=1))
+    pods = [pod for pod in running(t, first) if pod.node != lost]
+    decision = plan(world([feed_back(t, first)], after, pods, levels=(CLIQUE, ZONE))).decisions[t.uid]
+    assert decision.condition.reason == "Admitted"
+    # a has two free nodes left, b one: best fit alone would take b
+    replacement = set(grant_of(decision)[0]) - set(placed)
+    assert len(replacement) == 1
+    assert replacement <= {"a0", "a1", "a2", "a3", "a4"}
+    assert grant_of(decision)[1] == PlacementScore(level=CLIQUE, domains=1)
+
+
+def required(workers: int) -> TrainerSpec:
+    packing = {"level": CLIQUE, "mode": "Required"}
+    return spec(workers=workers, scheduling={"preference": "OnDemandOnly", "packing": packing})
+
+
+def test_a_run_that_requires_its_clique_is_not_split_by_a_replacement() -> None:
+    t = trainer("a", required(3))
+    nodes = cliques(a=3, b=3)
+    first = plan(world([t], nodes, levels=(CLIQUE, ZONE))).decisions[t.uid]
+    placed, _ = grant_of(first)
+    assert placed == ["a0", "a1", "a2"]
+    after = [n for n in nodes if n.name != "a0"]  # a is full without it; b would hold the one replica
+    pods = [pod for pod in running(t, first) if pod.node != "a0"]
+    lost = plan(world([feed_back(t, first)], after, pods, levels=(CLIQUE, ZONE)))
+    stopped = lost.decisions[t.uid]
+    assert stopped.condition.reason == "CapacityLost"
+    again = plan(world([feed_back(t, stopped)], after, levels=(CLIQUE, ZONE))).decisions[t.uid]
+    assert again.condition.reason == "Admitted"
+    assert grant_of(again) == (["b0", "b1", "b2"], PlacementScore(level=CLIQUE, domains=1))
+
+
+# the plugin's node for each worker -> where a run of two that requires one clique goes, and how
+# many hints were followed (cliques a of one node, b and c of two)
+REQUIRED_HINTS = [
+    ({0: "b0", 1: "c0"}, ["b0", "b1"], 1),  # split: the first hint's clique
+    ({0: "c1", 1: "b0"}, ["c0", "c1"], 1),
+    ({0: "a0", 1: "a0"}, ["b0", "b1"], 0),  # a cannot hold both: as if not hinted (the smallest that holds)
+    ({0: "c0", 1: "c1"}, ["c0", "c1"], 2),
+]
+
+
+@pytest.mark.parametrize(("hints", "placed", "followed"), REQUIRED_HINTS)
+def test_a_plugin_s_hints_do_not_split_a_run_that_requires_its_clique(
+    hints: dict[int, str], placed: list[str], followed: int
+) -> None:
+    t = trainer("a", required(2))
+    suggestion = Suggestion(generation=t.generation, nodes={("worker", i): n for i, n in hints.items()})
+    observed = replace(world([t], cliques(a=1, b=2, c=2), levels=(CLIQUE, ZONE)), suggestions={t.uid: suggestion})
+    where, score = grant_of(plan(observed).decisions[t.uid])
+    assert (where, score.level, score.domains) == (placed, CLIQUE, 1)
+    assert (score.plugin.suggested, score.plugin.followed) == (2, followed)
 
 
 def ungoverned_world(trainers: list[TrainerInfo], nodes: list[NodeInfo], pods: list[PodInfo] | None = None) -> Observed:
@@ -877,6 +926,33 @@ def test_twenty_gangs_on_a_nearly_full_cluster_never_hold_gpus_they_cannot_use()
     waiting = [result.decisions[t.uid] for t in runs if t not in admitted_runs]
     assert {(d.condition.status, d.condition.reason) for d in waiting} == {("False", "WaitingForCapacity")}
     assert all("contribution" not in d.quota for d in waiting)
+
+
+# the level the Trainer requires, the one its profile requires -> the cliques a run of four workers
+# goes into (a of three nodes, b of two, in one zone), none when no single domain holds it
+PROFILE_PACKING = [
+    (None, None, "a+b"),
+    (None, CLIQUE, None),  # the profile's: no single clique holds four
+    (ZONE, CLIQUE, "a+b"),  # the Trainer's own wins
+]
+
+
+@pytest.mark.parametrize(("own", "profiles", "where"), PROFILE_PACKING)
+def test_a_run_is_packed_as_its_profile_says_unless_it_says_otherwise(
+    own: str | None, profiles: str | None, where: str | None
+) -> None:
+    body = trainer_body("a", "team-a", profile="p")
+    scheduling = {"preference": "OnDemandOnly"} | ({"packing": {"level": own, "mode": "Required"}} if own else {})
+    body["spec"].update(topology={"workers": 4}, scheduling=scheduling, resources={"limits": {GPU: 8}})
+    section = {"name": "p", "contribution": {"generation": 1}}
+    body["status"] = {"profile": section | ({"packing": {"level": profiles, "mode": "Required"}} if profiles else {})}
+    t = trainer_info(body)
+    v = plan(world([t], cliques(a=3, b=2), levels=(CLIQUE, ZONE))).decisions[t.uid]
+    if where is None:
+        assert v.condition.reason == "WaitingForCapacity"
+        assert "else its profile's packing" in v.condition.message
+    else:
+        assert "+".join(sorted({n[0] for n in grant_of(v)[0]})) == where
 
 
 def test_a_run_naming_a_profile_is_pending_until_the_profile_answers_for_its_generation() -> None:

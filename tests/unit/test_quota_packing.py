@@ -87,10 +87,12 @@ def test_ranks_fill_one_domain_then_the_next() -> None:
 
 
 def test_a_replacement_goes_where_its_run_is() -> None:
-    sites, free = cluster("a:3 b:2")
-    free["z1-a-0"][GPU] = Decimal(0)  # the run's other replicas
-    got = pack(sites, free, [Want(("worker", 3), {GPU: Decimal(8)})], LEVELS, prefer={"z1-a-0": 1})
-    assert got.where[("worker", 3)].startswith("z1-a-")  # not b, which a new run would take (best fit)
+    sites, free = cluster("a:3 b:1")
+    free["z1-a-0"][GPU] = Decimal(0)  # the run's other replica
+    replacement = [Want(("worker", 1), {GPU: Decimal(8)})]
+    assert pack(sites, dict(free), replacement, LEVELS).where[("worker", 1)] == "z1-b-0"  # a new run: best fit
+    got = pack(sites, free, replacement, LEVELS, prefer={"z1-a-0": 1})
+    assert got.where[("worker", 1)].startswith("z1-a-")
 
 
 def test_selectors_narrow_the_nodes() -> None:

@@ -137,7 +137,13 @@ def overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
         *_resource_overrides(trainer, profile, fragments),
         *_placement_overrides(profile, fragments),
         *_retry_overrides(trainer, profile),
+        *_packing_overrides(trainer, profile),
     ]
+
+
+def _packing_overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
+    own = trainer.scheduling.packing if trainer.scheduling else None
+    return ["packing (spec.scheduling.packing)"] if own and profile.packing and own != profile.packing else []
 
 
 def _env_overrides(trainer: TrainerSpec, profile: TrainingProfileSpec, fragments: Fragments) -> list[str]:
@@ -291,6 +297,8 @@ def _resolved(obs: Observed, found: FoundProfile, section: dict[str, Any]) -> De
     section["contribution"] = contribution(found.spec, obs.generation).to_k8s()
     if found.spec.placement_plugin is not None:  # the quota controller reads it from here
         section["placementPlugin"] = found.spec.placement_plugin
+    if found.spec.packing is not None:  # and packing
+        section["packing"] = found.spec.packing.to_k8s()
     note = (
         f" (not checked that Secret {', '.join(map(repr, unchecked))} exists: the controller may not get "
         f"Secrets in namespace {obs.namespace!r}; the trainer controller grants it there, with the RoleBinding "

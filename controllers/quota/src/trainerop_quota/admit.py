@@ -93,7 +93,7 @@ def nodes_short(p: Planner, kind: CapacityType, s: Shape) -> str:
             "tolerate: add tolerations through a profile or podTemplateOverrides)"
         )
     if s.packing is not None and s.packing.mode == "Required":
-        return f"no single {s.packing.level} holds the run (spec.scheduling.packing)"
+        return f"no single {s.packing.level} holds the run (spec.scheduling.packing, else its profile's packing)"
     return "not enough free nodes"
 
 

@@ -1,6 +1,7 @@
 """Free capacity while a plan is made (pure): per node, per namespace budget, per capacity type;
 and a run's pods under one admission option (its shape), placed pod by pod, best fit."""
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -23,7 +24,7 @@ from .capacity import (
     total,
 )
 from .model import Observed, PolicyInfo, TrainerInfo
-from .packing import ROOM_ORDER, Site, Slot, pack
+from .packing import ROOM_ORDER, Site, Slot, domain, pack
 from .packing import Want as PackWant
 from .taints import Selector, tolerations_of
 
@@ -88,18 +89,71 @@ class Ledger:
         released: Sequence[tuple[str, Resources]] = (),
         packing: Packing | None = None,
         prefer: Mapping[str, int] | None = None,
+        kept: Sequence[str] = (),
     ) -> tuple[bool, dict[Slot, str]]:
         """Place each replica on a usable node of ``kind``: its hint when that still fits; the
         others packed into the fewest domains of the topology (:mod:`packing`; ``prefer``: weights
         of nodes, such as those the run is on, whose domains come first), and what packing leaves
-        by best fit unless the run requires its level. ``released`` are pods about to be removed
-        (a shrink): their room counts as free. Returns whether all fit and where each went."""
-        free = {name: dict(f) for name, f in self.free.items()}
-        for name, given in released:
-            if name in free:
-                subtract(free[name], {k: -v for k, v in given.items()})  # given back
+        by best fit unless the run requires its level. A run that requires its level stays within
+        the domain of the nodes it keeps (``kept``: its pods', its replicas' places), see
+        :meth:`scopes`. ``released`` are pods about to be removed (a shrink): their room counts as
+        free. Returns whether all fit and where each went."""
+        given = {name: dict(f) for name, f in self.free.items()}
+        for name, back in released:
+            if name in given:
+                subtract(given[name], {k: -v for k, v in back.items()})  # given back
         usable = [n for n in self.nodes.values() if n.kind == kind and n.schedulable]
-        names = {n.name for n in usable}
+        tries = self.scopes(usable, wants, packing, kept)
+        for i, (scope, scoped) in enumerate(tries):
+            free = {name: dict(f) for name, f in given.items()}
+            ok, where, debt = self.fit(kind, usable, scope, scoped, free, packing, prefer)
+            if ok or i == len(tries) - 1:
+                break
+        if commit:
+            self.free = free
+            self.debt[kind] = debt
+        return ok, where
+
+    def scopes(
+        self, usable: Sequence[NodeInfo], wants: Sequence[Want], packing: Packing | None, kept: Sequence[str]
+    ) -> list[tuple[list[NodeInfo], list[Want]]]:
+        """The nodes a run may be placed on, with its hints, in the order to try. A run that
+        requires its level is kept in one domain of it: that of most of the nodes it keeps, only;
+        with none kept, that of most of its hints (a hint elsewhere is dropped), then anywhere
+        without hints (a plugin's hints must not split it, nor keep it from a domain that holds
+        it). Any other run: everywhere, as hinted."""
+        everywhere = [(list(usable), list(wants))]
+        if packing is None or packing.mode != "Required" or packing.level not in self.levels:
+            return everywhere
+        at = self.levels.index(packing.level)
+
+        def home_of(name: str) -> tuple[str, ...]:
+            return domain(Site(name, self.nodes[name].labels), self.levels, at)
+
+        anchors = [n for n in kept if n in self.nodes] or [w[3] for w in wants if w[3] in self.nodes]
+        if not anchors:
+            return everywhere
+        homes = Counter(home_of(n) for n in anchors)
+        home = max(homes, key=lambda d: homes[d])  # ties: the first named
+        inside = [n for n in usable if home_of(n.name) == home]
+        scoped = [(s, r, sel, h if h in self.nodes and home_of(h) == home else None) for s, r, sel, h in wants]
+        if any(n in self.nodes for n in kept):
+            return [(inside, scoped)]
+        return [(inside, scoped), (list(usable), [(s, r, sel, None) for s, r, sel, _ in wants])]
+
+    def fit(
+        self,
+        kind: CapacityType,
+        usable: Sequence[NodeInfo],
+        scope: Sequence[NodeInfo],
+        wants: Sequence[Want],
+        free: dict[str, Resources],
+        packing: Packing | None,
+        prefer: Mapping[str, int] | None,
+    ) -> tuple[bool, dict[Slot, str], Resources]:
+        """:meth:`place` on the nodes of ``scope`` (spends ``free``): whether all fit with what
+        ``usable`` keeps for the pods owed, where each went, and what is owed then."""
+        names = {n.name for n in scope}
         where: dict[Slot, str] = {}
         rest: list[Want] = []
         for want in wants:
@@ -113,20 +167,16 @@ class Ledger:
                 where[slot] = hint
             else:
                 rest.append(want)
-        sites = [Site(n.name, n.labels, n.taints) for n in usable]
+        sites = [Site(n.name, n.labels, n.taints) for n in scope]
         level = packing.level if packing else None
         mode: PackingMode = packing.mode if packing else "Preferred"
         packed = pack(sites, free, [PackWant(w[0], w[1], w[2]) for w in rest], self.levels, level, mode, prefer)
         where |= packed.where
         unplaced = [w for w in rest if w[0] not in packed.where]
-        left = [w[1] for w in unplaced] if mode == "Required" else self.best_fit(usable, free, unplaced, where)
+        left = [w[1] for w in unplaced] if mode == "Required" else self.best_fit(scope, free, unplaced, where)
         pool = total((free[n.name], 1) for n in usable)
         debt = total([(d, 1) for d in left] + [(self.debt.get(kind, {}), 1)])
-        ok = not left and fits(pool, debt)
-        if commit:
-            self.free = free
-            self.debt[kind] = debt
-        return ok, where
+        return not left and fits(pool, debt), where, debt
 
     def best_fit(
         self, usable: Sequence[NodeInfo], free: dict[str, Resources], wants: Sequence[Want], where: dict[Slot, str]
@@ -222,7 +272,7 @@ def shape(t: TrainerInfo, workers: int, resources: ResourceRequirements | None) 
         counts={r: counts[r] for r in roles},
         requests=requests,
         selectors={r: role_selector(t, r, requests[r]) for r in roles},
-        packing=t.spec.scheduling.packing if t.spec.scheduling else None,
+        packing=(t.spec.scheduling.packing if t.spec.scheduling else None) or t.profile_packing,
     )
 
 

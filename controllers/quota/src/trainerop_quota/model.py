@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from trainerop_common.api import Grant
 from trainerop_common.api.base import Condition, ConditionStatus, PluginChoice, PodContribution
-from trainerop_common.api.quota import CapacityType, Preference, QuotaPolicySpec
+from trainerop_common.api.quota import CapacityType, Packing, Preference, QuotaPolicySpec
 from trainerop_common.api.trainer import QuotaStatus, TrainerSpec
 from trainerop_common.conditions import Desired
 from trainerop_common.contracts import GATE_CONDITIONS
@@ -67,6 +67,7 @@ class TrainerInfo:
     queue: str | None = None  # the Kueue LocalQueue it asks for (label kueue.x-k8s.io/queue-name)
     kueue_priority_class: str | None = None  # label kueue.x-k8s.io/priority-class
     placement_plugin: PluginChoice | None = None  # its profile's placementPlugin
+    profile_packing: Packing | None = None  # its profile's packing (the spec's wins)
     profile_pending: bool = False  # it names a profile whose answer for its generation is not written yet
     phase: str = ""  # status.phase
     namespace_tolerations: tuple[Tolerates, ...] = ()  # its namespace's default tolerations (taints.py)

@@ -188,7 +188,8 @@ class Planner:
     ) -> tuple[bool, dict[Slot, str]]:
         released = self.surplus(t, s, places.bound) + self.replaced(t, places.replacing)
         wants = s.wants(places.bound, places.hints)
-        return self.ledger.place(option.kind, wants, commit, released, s.packing, self.prefer(t, places.bound))
+        prefer, kept = self.prefer(t, places.bound), list(places.bound.values())
+        return self.ledger.place(option.kind, wants, commit, released, s.packing, prefer, kept)
 
     def admitted(
         self,

@@ -97,10 +97,11 @@ def replace_missing(p: Planner, held: Held) -> None:
         return
     s = held.shape
     wants = [(slot, s.requests[slot[0]], s.selectors[slot[0]], None) for slot in held.missing]
-    near = dict.fromkeys(held.placed.values(), NEAR_WEIGHT)  # a replacement goes where its run is
-    ok, where = p.ledger.place(held.option.kind, wants, False, (), s.packing, near)
+    kept = list(held.placed.values())
+    near = dict.fromkeys(kept, NEAR_WEIGHT)  # a replacement goes where its run is (its domain, if required)
+    ok, where = p.ledger.place(held.option.kind, wants, False, (), s.packing, near, kept)
     if ok:
-        p.ledger.place(held.option.kind, wants, True, (), s.packing, near)
+        p.ledger.place(held.option.kind, wants, True, (), s.packing, near, kept)
         held.placed.update(where)
         held.credits.extend((where[slot], s.requests[slot[0]]) for slot in held.missing)
         held.missing.clear()
@@ -193,11 +194,12 @@ def grow(p: Planner, t: TrainerInfo, policy: PolicyInfo, held: Held, workers: in
     if not p.ledger.within_budget(policy, t.namespace, held.option.kind, extra):
         return False
     wants = bigger.wants({**held.placed, **dict.fromkeys(held.missing, "")}, {})
-    near = dict.fromkeys(held.placed.values(), NEAR_WEIGHT)
-    ok, where = p.ledger.place(held.option.kind, wants, False, (), bigger.packing, near)
+    kept = list(held.placed.values())
+    near = dict.fromkeys(kept, NEAR_WEIGHT)
+    ok, where = p.ledger.place(held.option.kind, wants, False, (), bigger.packing, near, kept)
     if not ok:
         return False
-    p.ledger.place(held.option.kind, wants, True, (), bigger.packing, near)
+    p.ledger.place(held.option.kind, wants, True, (), bigger.packing, near, kept)
     p.count(t, policy, held.option.kind, extra, +1)
     p.summary(policy)["admitted"] -= 1  # the same run, grown
     held.placed.update(where)

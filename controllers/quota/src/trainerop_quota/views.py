@@ -210,6 +210,7 @@ def trainer_info(
         queue=queue_of(meta.get("labels")),
         kueue_priority_class=(meta.get("labels") or {}).get(PRIORITY_LABEL) or None,
         placement_plugin=section.placement_plugin if section else None,
+        profile_packing=section.packing if section else None,
         profile_pending=asks(trainer.spec, "profile") and not _answered(section, int(meta.get("generation") or 0)),
         phase=status.phase or "",
     )

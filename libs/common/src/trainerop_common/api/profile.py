@@ -15,6 +15,7 @@ from .base import (
     Toleration,
     cel,
 )
+from .quota import Packing
 
 # The rule for secret-looking variable names (docs/architecture.md), as RE2 for CEL (see trainerop_common.redaction).
 SECRET_NAME_RE2 = "(?i)(token|key|secret|password|passwd)"
@@ -60,6 +61,11 @@ class TrainingProfileSpec(K8sModel):
         default=None,
         description="Whether the quota controller asks its placement plugin where this profile's runs go "
         "(Ask) or not (Skip); unset: the cluster's choice (--placement-plugin-default).",
+    )
+    packing: Packing | None = Field(
+        default=None,
+        description="Where in the interconnect its runs' pods go (as a Trainer's spec.scheduling.packing, "
+        "which wins); unset: Preferred at the finest level.",
     )
 
 

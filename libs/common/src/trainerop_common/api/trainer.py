@@ -425,6 +425,9 @@ class ProfileStatus(K8sModel):
     placement_plugin: PluginChoice | None = Field(
         default=None, description="The profile's placementPlugin: Ask or Skip the quota controller's plugin."
     )
+    packing: Packing | None = Field(
+        default=None, description="The profile's packing: the quota controller's unless spec.scheduling.packing is set."
+    )
     contribution: Contribution | None = None
 
 
