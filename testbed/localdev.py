@@ -168,9 +168,10 @@ def executable(controller: str) -> str:
     return str(candidate)
 
 
-def ready_check(port: int) -> Callable[[], bool]:
-    """/readyz: the controller watches the API server (and the audit controller serves its webhook)."""
-    return lambda: cluster.http_ok(f"http://127.0.0.1:{port}/readyz")
+def ready_check(port: int, scheme: str = "http") -> Callable[[], bool]:
+    """/readyz: the controller watches the API server (and the audit controller serves its webhook).
+    Over https (a controller given --metrics-cert-file) unverified, as the kubelet's probes are."""
+    return lambda: cluster.http_ok(f"{scheme}://127.0.0.1:{port}/readyz")
 
 
 def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = None) -> dict[str, int]:
@@ -202,7 +203,9 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
             env.setdefault(
                 "TRAINEROP_WEBHOOK_CLIENT_CA_FILE", str(cluster.RUN_DIR / "pki" / f"{cluster.WEBHOOK_CLIENT_CA}.crt")
             )
-        comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready_check(port), timeout=60)
+        scheme = "https" if env.get("TRAINEROP_METRICS_CERT_FILE") else "http"
+        ready = ready_check(port, scheme)
+        comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready, timeout=60)
         cluster.start(run, comp, env=env)
     return ports
 

@@ -3,9 +3,13 @@ testbed/certmanager.py and run as a local process against the test cluster): the
 Certificates of deploy/components/cert-manager are issued, cert-manager's CA injector fills the
 caBundle of a webhook configuration carrying cert-manager.io/inject-ca-from, and the profile
 controller serves its webhook with a certificate cert-manager issued, which the API server then
-trusts (a refusal can only come back over that TLS)."""
+trusts (a refusal can only come back over that TLS); and deploy/components/metrics-tls: a
+controller serves its metrics with the certificate issued for them, to Prometheus's certificate only."""
 
 import base64
+import os
+import socket
+import ssl
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -23,6 +27,8 @@ from tests.harness import REPO, Cluster, KubectlError, eventually
 SYSTEM = localdev.NAMESPACE
 HEALTH_PORT = cluster_tool.PORT_BASE + 38
 COMPONENT = REPO / "deploy" / "components" / "cert-manager" / "certificates.yaml"
+METRICS_TLS = REPO / "deploy" / "components" / "metrics-tls"
+METRICS_NAME = f"trainer-operator-metrics.{SYSTEM}.svc"  # the name Prometheus verifies them by
 LOCAL_CERT = "trainer-operator-profile-webhook-local"  # the same CA's certificate for 127.0.0.1
 
 
@@ -169,3 +175,92 @@ def test_the_cert_manager_overlay_is_accepted_by_the_api_server(cluster: Cluster
     )
     # the overlay's Issuers and Certificates pass cert-manager's CRD schemas
     assert "certificate.cert-manager.io/trainer-operator-profile-webhook" in out
+
+
+def https_get(port: int, path: str, context: ssl.SSLContext) -> tuple[int, str]:
+    """GET ``path`` from 127.0.0.1:``port`` over TLS, the server verified as METRICS_NAME."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=METRICS_NAME) as tls,
+    ):
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {METRICS_NAME}\r\nConnection: close\r\n\r\n".encode())
+        data = b"".join(iter(lambda: tls.recv(65536), b""))
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+def test_a_controller_serves_its_metrics_over_tls_to_prometheus_only(
+    cluster: Cluster, cert_manager: None, tmp_path: Path
+) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(COMPONENT))  # the operator's CA and its Issuer
+    cluster.kubectl("apply", "--server-side", "-f", str(METRICS_TLS / "certificates.yaml"))
+    issued = {
+        name: eventually(partial(secret, cluster, f"trainer-operator-{name}-tls"), timeout=90, what=f"Secret of {name}")
+        for name in ("profile-metrics", "metrics-scraper")
+    }
+    files = {}
+    for name, data in issued.items():
+        for key in ("tls.crt", "tls.key", "ca.crt"):
+            files[name, key] = tmp_path / f"{name}-{key}"
+            files[name, key].write_bytes(data[key])
+    served = x509.load_pem_x509_certificate(issued["profile-metrics"]["tls.crt"])
+    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert METRICS_NAME in names.get_values_for_type(x509.DNSName)
+    localdev.restart(
+        "profile",
+        {
+            "TRAINEROP_METRICS_CERT_FILE": str(files["profile-metrics", "tls.crt"]),
+            "TRAINEROP_METRICS_KEY_FILE": str(files["profile-metrics", "tls.key"]),
+            "TRAINEROP_METRICS_CLIENT_CA_FILE": str(files["profile-metrics", "ca.crt"]),
+        },
+    )
+    try:
+        port = localdev.metrics_port("profile")
+        anonymous = ssl.create_default_context(cafile=str(files["profile-metrics", "ca.crt"]))
+        prometheus = ssl.create_default_context(cafile=str(files["profile-metrics", "ca.crt"]))
+        prometheus.load_cert_chain(files["metrics-scraper", "tls.crt"], files["metrics-scraper", "tls.key"])
+        status, body = https_get(port, "/metrics", prometheus)
+        assert status == 200
+        assert "operator_up" in body
+        assert https_get(port, "/metrics", anonymous)[0] == 403
+        assert https_get(port, "/readyz", anonymous) == (200, "ready\n")  # the kubelet's probes
+        assert not cluster_tool.http_ok(f"http://127.0.0.1:{port}/healthz")  # no plain HTTP
+    finally:
+        localdev.restart("profile")
+        cluster.kubectl("delete", "-f", str(METRICS_TLS / "certificates.yaml"), "--ignore-not-found")
+        secrets = [f"trainer-operator-{c}-metrics-tls" for c in localdev.CONTROLLERS]
+        cluster.kubectl(
+            "delete", "secret", "-n", SYSTEM, "--ignore-not-found", *secrets, "trainer-operator-metrics-scraper-tls"
+        )
+
+
+def test_the_metrics_tls_component_turns_probes_and_the_service_monitor_to_https(
+    cluster: Cluster, cert_manager: None, tmp_path: Path
+) -> None:
+    """On the cert-manager overlay with the monitoring component: every controller's probes use
+    HTTPS and its Secret is mounted, the ServiceMonitor scrapes over HTTPS with Prometheus's
+    certificate; without monitoring (no ServiceMonitor CRD here), accepted by the API server."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(REPO / "deploy" / "overlays" / "cert-manager", overlay)
+    components = [os.path.relpath(REPO / "deploy" / "components" / c, overlay) for c in ("monitoring", "metrics-tls")]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [base], "components": components}))
+    objects = [o for o in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay))) if o]
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    assert len(deployments) == 5
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]["spec"]
+        controller = pod["containers"][0]
+        assert controller["livenessProbe"]["httpGet"]["scheme"] == controller["readinessProbe"]["httpGet"]["scheme"]
+        assert controller["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        env = {e["name"]: e.get("value") for e in controller["env"]}
+        assert env["TRAINEROP_METRICS_CERT_FILE"] == "/etc/trainer-operator/metrics/tls.crt"
+        secrets = {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}
+        assert secrets["metrics-tls"] == f"{deployment['metadata']['name']}-metrics-tls"
+    (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["scheme"], endpoint["tlsConfig"]["serverName"]) == ("https", METRICS_NAME)
+    assert endpoint["tlsConfig"]["keySecret"]["name"] == "trainer-operator-metrics-scraper-tls"
+    components.remove(components[0])
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [base], "components": components}))
+    cluster.kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts", "-k", str(overlay))

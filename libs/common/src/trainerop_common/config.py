@@ -87,6 +87,17 @@ class ControllerConfig:
     )
     metrics_address: str = flag("0.0.0.0", "address of /metrics, /healthz and /readyz")
     metrics_port: int = flag(8080, "port of /metrics, /healthz and /readyz (0 picks a free port)")
+    metrics_cert_file: str = flag(
+        "",
+        "serve /metrics, /healthz and /readyz over TLS with this certificate (PEM; re-read when it changes); "
+        "empty: plain HTTP",
+    )
+    metrics_key_file: str = flag("", "the private key (PEM) of --metrics-cert-file")
+    metrics_client_ca_file: str = flag(
+        "",
+        "with TLS: /metrics answers only a client presenting a certificate of this CA (Prometheus's); "
+        "/healthz and /readyz stay open to the kubelet's probes",
+    )
     log_level: str = flag("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), parse=str.upper)
     qps: float = flag(100.0, "client-side API rate limit (requests a second)")
     burst: int = flag(200, "client-side API rate limit burst")
@@ -114,6 +125,10 @@ class ControllerConfig:
             out.append("--trace-sample-ratio must be between 0 and 1")
         if self.qps <= 0 or self.burst < 1 or self.workers < 0:
             out.append("--qps must be > 0, --burst at least 1, --workers at least 0 (0: no limit)")
+        if bool(self.metrics_cert_file) != bool(self.metrics_key_file):
+            out.append("--metrics-cert-file and --metrics-key-file go together (both for TLS, neither for HTTP)")
+        if self.metrics_client_ca_file and not self.metrics_cert_file:
+            out.append("--metrics-client-ca-file needs --metrics-cert-file and --metrics-key-file (TLS)")
         return out
 
 

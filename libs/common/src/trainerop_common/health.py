@@ -1,9 +1,10 @@
 """``/healthz`` (the event loop answers), ``/readyz`` (watching, webhooks listening),
 ``/metrics`` and ``/debug/memory`` (what holds the memory, when traced) of a controller, on
---metrics-port."""
+--metrics-port; over TLS when a certificate is configured (:mod:`serving_tls`)."""
 
 import asyncio
 import contextlib
+import ssl
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -18,9 +19,13 @@ class Health:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._runner: web.AppRunner | None = None
+        self._clients_must_prove = False
         self.port = 0
 
-    async def start(self, address: str, port: int) -> None:
+    async def start(self, address: str, port: int, tls: ssl.SSLContext | None = None, clients: bool = False) -> None:
+        """Serve on ``address``:``port``, over TLS with ``tls``; ``clients``: ``/metrics`` only to
+        clients that presented a certificate the context verified."""
+        self._clients_must_prove = tls is not None and clients
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -28,7 +33,7 @@ class Health:
         app.router.add_get("/debug/memory", self._memory)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, address, port)
+        site = web.TCPSite(self._runner, address, port, ssl_context=tls)
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
@@ -63,7 +68,11 @@ class Health:
             await writer.wait_closed()
         return True
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if self._clients_must_prove and not (request.transport and request.transport.get_extra_info("peercert")):
+            return web.Response(
+                status=403, text="a client certificate of --metrics-client-ca-file's CA is required for /metrics\n"
+            )
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _memory(self, _: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import kopf
 from lightkube import ApiError
 
-from . import jsonlog, kopf_settings, memory, tracing, watch_events
+from . import jsonlog, kopf_settings, memory, serving_tls, tracing, watch_events
 from .config import ControllerConfig, parse_args
 from .health import Health
 from .kube import Kube
@@ -97,8 +97,17 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
     if runtime.serves_webhooks:
         _admission_server(runtime, settings)
     health = Health(runtime)
-    await health.start(config.metrics_address, config.metrics_port)
-    log.info("serving /metrics, /healthz and /readyz", extra={"address": config.metrics_address, "port": health.port})
+    tls = serving_tls.from_config(config)
+    if tls is not None:
+        runtime.every(serving_tls.CHECK_SECONDS, tls.maintain, "keeping the metrics certificate current")
+    await health.start(
+        config.metrics_address, config.metrics_port, tls.context if tls else None, bool(tls and tls.asks_clients)
+    )
+    scheme = "https" if tls else "http"
+    log.info(
+        "serving /metrics, /healthz and /readyz",
+        extra={"address": config.metrics_address, "port": health.port, "scheme": scheme},
+    )
     try:
         await _operate(runtime, registry, settings)
     finally:
