@@ -152,19 +152,23 @@ def test_a_renewed_certificate_is_served_once_its_files_change(tmp_path: Path) -
     asyncio.run(scenario())
 
 
-# flags -> the problem named (None: none)
+# --metrics-cert-file, --metrics-key-file, --metrics-client-ca-file -> the problem named (None: none)
 FLAG_PROBLEMS = [
-    ({}, None),
-    ({"metrics_cert_file": "c", "metrics_key_file": "k"}, None),
-    ({"metrics_cert_file": "c"}, "--metrics-cert-file and --metrics-key-file go together"),
-    ({"metrics_key_file": "k"}, "--metrics-cert-file and --metrics-key-file go together"),
-    ({"metrics_client_ca_file": "ca"}, "--metrics-client-ca-file needs --metrics-cert-file"),
+    ("", "", "", None),
+    ("c", "k", "", None),
+    ("c", "k", "ca", None),
+    ("c", "", "", "--metrics-cert-file and --metrics-key-file go together"),
+    ("", "k", "", "--metrics-cert-file and --metrics-key-file go together"),
+    ("", "", "ca", "--metrics-client-ca-file needs --metrics-cert-file"),
 ]
 
 
-@pytest.mark.parametrize(("flags", "problem"), FLAG_PROBLEMS)
-def test_the_metrics_tls_flags_go_together(flags: dict[str, str], problem: str | None) -> None:
-    problems = ControllerConfig(controller="trainer", **flags).problems()
+@pytest.mark.parametrize(("cert", "key", "client_ca", "problem"), FLAG_PROBLEMS)
+def test_the_metrics_tls_flags_go_together(cert: str, key: str, client_ca: str, problem: str | None) -> None:
+    config = ControllerConfig(
+        controller="trainer", metrics_cert_file=cert, metrics_key_file=key, metrics_client_ca_file=client_ca
+    )
+    problems = config.problems()
     if problem is None:
         assert problems == []
     else:

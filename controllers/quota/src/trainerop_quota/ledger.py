@@ -130,14 +130,15 @@ class Ledger:
         def home_of(name: str) -> tuple[str, ...]:
             return domain(Site(name, self.nodes[name].labels), self.levels, at)
 
-        anchors = [n for n in kept if n in self.nodes] or [w[3] for w in wants if w[3] in self.nodes]
+        held = [n for n in kept if n in self.nodes]  # a node gone has no labels left to say where it was
+        anchors = held or [w[3] for w in wants if w[3] in self.nodes]
         if not anchors:
             return everywhere
         homes = Counter(home_of(n) for n in anchors)
         home = max(homes, key=lambda d: homes[d])  # ties: the first named
         inside = [n for n in usable if home_of(n.name) == home]
         scoped = [(s, r, sel, h if h in self.nodes and home_of(h) == home else None) for s, r, sel, h in wants]
-        if any(n in self.nodes for n in kept):
+        if held:
             return [(inside, scoped)]
         return [(inside, scoped), (list(usable), [(s, r, sel, None) for s, r, sel, _ in wants])]
 

@@ -1,0 +1,64 @@
+"""``trainerop-model-init``: the init container that puts a run's model into the shared cache
+before its training container starts (docs/design/trusted-artifacts.md, decision 4).
+
+    trainerop-model-init --source hf://acme/tiny@main --cache /models [--files '*.json' ...]
+
+The token, when the model needs one, comes from the environment (``HF_TOKEN``, from a Secret);
+it is never printed. Progress goes to stdout; a failure is printed, written to the container's
+termination message (which the trainer reports), and exits 1."""
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .source import SourceError, parse
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+TERMINATION_LOG = Path("/dev/termination-log")
+# The client reads its settings once, when imported: these are set first. No Xet storage (a
+# plain HTTP download is what is checked), no telemetry.
+CLIENT_SETTINGS = {"HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def failed(message: str, termination_log: Path) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    if termination_log.parent.is_dir():
+        with contextlib.suppress(OSError):
+            termination_log.write_text(message[:4000])  # the kubelet keeps 4096 bytes
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--source", required=True, help="hf://<org>/<name>@<revision>")
+    parser.add_argument("--cache", type=Path, default=Path("/models"), help="the shared cache volume's mount")
+    parser.add_argument("--files", action="append", default=[], help="a glob of the files wanted (repeatable)")
+    parser.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    parser.add_argument("--termination-log", type=Path, default=TERMINATION_LOG)
+    args = parser.parse_args(argv)
+    try:
+        source = parse(args.source)
+    except SourceError as err:
+        return failed(str(err), args.termination_log)
+    for key, value in CLIENT_SETTINGS.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("HF_HOME", str(args.cache / ".hf-home"))  # the image's root is read-only
+    from .fetch import FetchError, fetch  # after the settings: the client reads them on import
+
+    try:
+        fetched = fetch(source, args.cache, args.files, args.endpoint, os.environ.get("HF_TOKEN") or None, say)
+    except FetchError as err:
+        return failed(str(err), args.termination_log)
+    say(f"ready: {fetched.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""A model fetched once per revision into a shared cache, every file checked (I/O).
+
+Layout of the cache (a volume the namespace's runs share)::
+
+    <cache>/hf/<org>/<name>/<commit>[-<patterns>]/            the files, and MANIFEST
+    <cache>/hf/<org>/<name>/<revision>[-<patterns>] -> <commit>...   a branch or tag: a link
+    <cache>/hf/<org>/<name>/.lock                             held while one fetch looks or writes
+
+Whoever holds the lock either finds the commit's directory with its manifest (nothing is
+downloaded) or downloads into ``.partial-…``, checks every file against the Hub's listing
+(:mod:`verify`), and only then renames it into place: a directory with a manifest is always
+whole and checked. A token is passed to the client and never written or logged.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.hf_api import RepoFile
+
+from . import verify
+from .source import HubSource
+
+log = logging.getLogger("trainerop.models")
+
+MANIFEST = "trainer-operator-model.json"
+Say = Callable[[str], None]
+
+
+class FetchError(Exception):
+    """The model could not be fetched, or was refused; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    path: Path  # the revision's directory, as a pod reads it (a link for a branch or tag)
+    commit: str
+    downloaded: bool
+
+
+def patterns_key(patterns: Sequence[str]) -> str:
+    """A directory per set of file patterns: the same revision with other patterns is another fetch."""
+    if not patterns:
+        return ""
+    return "-" + hashlib.sha256("\n".join(sorted(set(patterns))).encode()).hexdigest()[:8]
+
+
+def revision_path(cache: Path, source: HubSource, patterns: Sequence[str] = ()) -> Path:
+    """Where a pod finds the model's files (``MODEL_PATH``)."""
+    org, name = source.repo_id.split("/")
+    return cache / "hf" / org / name / (source.revision.replace("/", "%2F") + patterns_key(patterns))
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path, say: Say) -> Iterator[None]:
+    """Hold ``lock`` (an flock: released by the kernel if the holder dies)."""
+    with lock.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another pod is fetching this model: waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def link(at: Path, target: str) -> None:
+    """Point ``at`` at its sibling ``target``, atomically (a reader sees the old or the new)."""
+    if at.name == target:
+        return
+    temporary = at.with_name(f".link-{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target)
+    os.replace(temporary, at)
+
+
+def fetch(
+    source: HubSource, cache: Path, patterns: Sequence[str], endpoint: str, token: str | None, say: Say
+) -> Fetched:
+    """The model at ``source`` in ``cache``: found there, or downloaded and checked."""
+    where = revision_path(cache, source, patterns)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(where.parent / ".lock", say), hub_errors(source, endpoint):
+        api = HfApi(endpoint=endpoint, token=token or False)
+        commit = source.revision if source.pinned else resolve(api, source)
+        final = where.parent / (commit + patterns_key(patterns))
+        if (final / MANIFEST).is_file():
+            link(where, final.name)
+            say(f"{source} (commit {commit}) is in the cache: nothing to download")
+            return Fetched(where, commit, downloaded=False)
+        expected = listing(api, source, commit, patterns)
+        size = sum(e.size for e in expected.values())
+        say(f"downloading {len(expected)} files ({size / 2**20:.1f} MiB) of {source} (commit {commit})")
+        partial = where.parent / f".partial-{final.name}"
+        shutil.rmtree(partial, ignore_errors=True)  # a fetch that died here
+        download(source, commit, patterns, partial, endpoint, token)
+        checked(partial, expected)
+        shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's own bookkeeping
+        (partial / MANIFEST).write_text(manifest(source, commit, patterns, expected))
+        shutil.rmtree(final, ignore_errors=True)  # a directory without a manifest is not whole
+        partial.rename(final)
+        link(where, final.name)
+        say(f"verified {len(expected)} files against the Hub's listing: {where}")
+        return Fetched(where, commit, downloaded=True)
+
+
+def resolve(api: HfApi, source: HubSource) -> str:
+    sha = api.model_info(source.repo_id, revision=source.revision).sha
+    if not sha:
+        raise FetchError(f"the Hub did not say which commit {source} is")
+    return sha
+
+
+def listing(api: HfApi, source: HubSource, commit: str, patterns: Sequence[str]) -> dict[str, verify.Expected]:
+    """What each wanted file must hash to, from the Hub's tree at ``commit``."""
+    files = {
+        f.path: (f.path, f.size, f.blob_id, f.lfs.sha256 if f.lfs else None)
+        for f in api.list_repo_tree(source.repo_id, revision=commit, recursive=True)
+        if isinstance(f, RepoFile)
+    }
+    wanted = [path for path in files if verify.wanted(path, patterns)]
+    if not wanted:
+        what = f"matches {', '.join(patterns)}" if patterns else "is in it"
+        raise FetchError(f"no file of {source} {what}: check the model's files patterns")
+    return verify.expected_of(files[p] for p in wanted)
+
+
+def download(
+    source: HubSource, commit: str, patterns: Sequence[str], into: Path, endpoint: str, token: str | None
+) -> None:
+    snapshot_download(
+        source.repo_id,
+        revision=commit,
+        allow_patterns=list(patterns) or None,
+        local_dir=into,
+        cache_dir=into / ".cache" / "hub",
+        endpoint=endpoint,
+        token=token or False,
+    )
+
+
+def checked(partial: Path, expected: dict[str, verify.Expected]) -> None:
+    bad = verify.problems(partial, expected)
+    if bad:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FetchError(
+            f"refused: {'; '.join(bad)} (the file is corrupted or was tampered with on its way; nothing was kept)"
+        )
+
+
+def manifest(source: HubSource, commit: str, patterns: Sequence[str], expected: dict[str, verify.Expected]) -> str:
+    files = {path: e.to_manifest() for path, e in sorted(expected.items())}
+    return json.dumps({"source": str(source), "commit": commit, "files": files, "patterns": list(patterns)}, indent=1)
+
+
+@contextlib.contextmanager
+def hub_errors(source: HubSource, endpoint: str) -> Iterator[None]:
+    """The client's errors as FetchErrors that say what to check."""
+    try:
+        yield
+    except RevisionNotFoundError:
+        raise FetchError(
+            f"{source.repo_id} has no revision {source.revision!r}: name a commit, branch or tag"
+        ) from None
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise FetchError(
+            f"the Hub at {endpoint} has no repository {source.repo_id} that this token may read: check the name, and "
+            "for a private or gated model the Secret named by the model's tokenSecret"
+        ) from None
+    except (HfHubHTTPError, LocalEntryNotFoundError, httpx2.HTTPError, OSError) as err:
+        raise FetchError(f"cannot fetch {source} from {endpoint}: {type(err).__name__}: {err}") from None

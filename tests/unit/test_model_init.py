@@ -1,0 +1,176 @@
+"""The model initializer: a source read, a model fetched once per revision by the real
+huggingface_hub client from a local server of the Hub's API (testbed/hfhub.py), every file
+checked against the listing, a tampered file refused by name, a token sent and never printed."""
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.hfhub import HubServer, git_blob_id
+from trainerop_models import cli, verify
+from trainerop_models.fetch import MANIFEST, FetchError, fetch, revision_path
+from trainerop_models.source import HubSource, SourceError, parse
+
+REPO = "acme/tiny"
+WEIGHTS = bytes(range(256)) * 64  # an LFS file (16 KiB)
+FILES = {"config.json": b'{"hidden": 8}\n', "model.safetensors": WEIGHTS, "README.md": b"# tiny\n"}
+
+# source -> (repository, revision), or the start of the error
+SOURCES = [
+    ("hf://acme/tiny@main", (REPO, "main")),
+    ("hf://acme/tiny@" + "a" * 40, (REPO, "a" * 40)),
+    ("hf://Org-1/model.v2@release/2026-12", ("Org-1/model.v2", "release/2026-12")),
+    ("hf://acme/tiny", "model source 'hf://acme/tiny': name the revision"),
+    ("hf://acme/tiny@", "model source 'hf://acme/tiny@': name the revision"),
+    ("s3://bucket/model", "model source 's3://bucket/model': expected hf://"),
+    ("hf://tiny@main", "model source 'hf://tiny@main': 'tiny' is not a Hub repository"),
+    ("hf://acme/ti--ny@main", "model source 'hf://acme/ti--ny@main': 'acme/ti--ny' is not"),
+    ("hf://acme/tiny@../x", "model source 'hf://acme/tiny@../x': '../x' is not a revision"),
+]
+
+
+@pytest.mark.parametrize(("uri", "expected"), SOURCES)
+def test_a_source_is_a_hub_repository_at_a_revision(uri: str, expected: tuple[str, str] | str) -> None:
+    if isinstance(expected, tuple):
+        assert parse(uri) == HubSource(*expected)
+        assert str(parse(uri)) == uri
+    else:
+        with pytest.raises(SourceError) as err:
+            parse(uri)
+        assert str(err.value).startswith(expected)
+
+
+def test_a_commit_is_pinned_and_a_branch_is_not() -> None:
+    assert parse("hf://acme/tiny@" + "0" * 40).pinned
+    assert not parse("hf://acme/tiny@main").pinned
+
+
+# file written, what the listing says -> the problem named (None: none)
+CHECKS = [
+    (b"abc", verify.Expected("f", 3, None, git_blob_id(b"abc")), None),
+    (b"abd", verify.Expected("f", 3, None, git_blob_id(b"abc")), f"f: git blob id {git_blob_id(b'abd')} where"),
+    (b"abc", verify.Expected("f", 3, hashlib.sha256(b"abc").hexdigest(), "pointer"), None),
+    (b"abd", verify.Expected("f", 3, hashlib.sha256(b"abc").hexdigest(), "pointer"), "f: sha256 "),
+    (b"abcd", verify.Expected("f", 3, None, git_blob_id(b"abc")), "f: 4 bytes where the source lists 3"),
+    (None, verify.Expected("f", 3, None, git_blob_id(b"abc")), "f: missing after the download"),
+]
+
+
+@pytest.mark.parametrize(("content", "want", "problem"), CHECKS)
+def test_each_file_is_checked_by_its_own_hash(
+    tmp_path: Path, content: bytes | None, want: verify.Expected, problem: str | None
+) -> None:
+    if content is not None:
+        (tmp_path / "f").write_bytes(content)
+    found = verify.problem(tmp_path, want)
+    assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+@pytest.fixture
+def hub() -> Iterator[HubServer]:
+    with HubServer() as server:
+        yield server
+
+
+def lines() -> tuple[list[str], Callable[[str], None]]:
+    """What the fetch says, and how it says it."""
+    said: list[str] = []
+    return said, said.append
+
+
+def test_a_model_is_downloaded_checked_and_then_found_in_the_cache(hub: HubServer, tmp_path: Path) -> None:
+    commit = hub.add(REPO, FILES)
+    said, say = lines()
+    first = fetch(parse(f"hf://{REPO}@main"), tmp_path, ["*.json", "*.safetensors"], hub.url, None, say)
+    assert (first.commit, first.downloaded) == (commit, True)
+    assert sorted(p.name for p in first.path.iterdir()) == sorted([MANIFEST, "config.json", "model.safetensors"])
+    assert (first.path / "model.safetensors").read_bytes() == WEIGHTS
+    assert first.path.is_symlink()  # the branch names the commit's directory
+    assert "verified 2 files against the Hub's listing" in said[-1]
+    assert hub.downloads() == 2
+
+    again = fetch(parse(f"hf://{REPO}@main"), tmp_path, ["*.safetensors", "*.json"], hub.url, None, say)
+    assert (again.path, again.downloaded) == (first.path, False)
+    assert hub.downloads() == 2  # a second run of the same revision downloads nothing
+    pinned = fetch(parse(f"hf://{REPO}@{commit}"), tmp_path, ["*.json", "*.safetensors"], hub.url, None, say)
+    assert (pinned.downloaded, pinned.path.resolve()) == (False, first.path.resolve())
+
+
+def test_a_tampered_file_is_refused_by_name_and_nothing_is_kept(hub: HubServer, tmp_path: Path) -> None:
+    hub.add(REPO, FILES)
+    hub.tamper(REPO, "model.safetensors", WEIGHTS[:-1] + b"\x00")  # same size, other bytes
+    source = parse(f"hf://{REPO}@main")
+    with pytest.raises(FetchError) as refused:
+        fetch(source, tmp_path, [], hub.url, None, print)
+    assert str(refused.value).startswith("refused: model.safetensors: sha256 ")
+    assert "tampered" in str(refused.value)
+    assert [p.name for p in revision_path(tmp_path, source).parent.iterdir()] == [".lock"]
+
+
+def test_a_private_model_needs_its_token_which_is_never_printed(
+    hub: HubServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = "hf_secret_canary_4711"
+    hub.add(REPO, FILES, token=token)
+    source = parse(f"hf://{REPO}@main")
+    with pytest.raises(FetchError, match="no repository acme/tiny that this token may read"):
+        fetch(source, tmp_path, [], hub.url, None, print)
+    caplog.set_level(logging.DEBUG)
+    fetched = fetch(source, tmp_path, [], hub.url, token, print)
+    assert fetched.downloaded
+    assert f"Bearer {token}" in hub.authorizations
+    printed = capsys.readouterr()
+    assert token not in caplog.text + printed.out + printed.err
+    assert token not in (fetched.path / MANIFEST).read_text()
+
+
+def test_an_unknown_revision_is_named(hub: HubServer, tmp_path: Path) -> None:
+    hub.add(REPO, FILES)
+    with pytest.raises(FetchError, match="acme/tiny has no revision 'v9'"):
+        fetch(parse(f"hf://{REPO}@v9"), tmp_path, [], hub.url, None, print)
+
+
+def test_pods_fetching_at_once_download_the_revision_once(hub: HubServer, tmp_path: Path) -> None:
+    hub.add(REPO, FILES)
+    results: list[bool] = []
+
+    def one() -> None:
+        results.append(fetch(parse(f"hf://{REPO}@main"), tmp_path, [], hub.url, None, lambda _: None).downloaded)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(results) == [False, False, True]
+    assert hub.downloads() == len(FILES)
+
+
+def test_the_init_container_reports_a_refusal_in_its_termination_message(hub: HubServer, tmp_path: Path) -> None:
+    hub.add(REPO, FILES)
+    hub.tamper(REPO, "config.json", b'{"hidden": 9}\n')
+    log = tmp_path / "termination-log"
+    code = cli.main(
+        [
+            "--source",
+            f"hf://{REPO}@main",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--endpoint",
+            hub.url,
+            "--termination-log",
+            str(log),
+        ]
+    )
+    assert code == 1
+    assert log.read_text().startswith("refused: config.json: git blob id ")
+    code = cli.main(["--source", "hf://acme", "--cache", str(tmp_path), "--termination-log", str(log)])
+    assert (code, log.read_text()) == (
+        1,
+        "model source 'hf://acme': 'acme' is not a Hub repository <org>/<name> "
+        "(letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 characters each)",
+    )
