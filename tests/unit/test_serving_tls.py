@@ -100,6 +100,7 @@ def test_metrics_are_served_over_tls_and_only_to_a_client_of_the_client_ca(tmp_p
             assert (await get(served.port, "/readyz", anonymous))[0] == 200
             status, text = await get(served.port, "/metrics", anonymous)
             assert (status, "client certificate" in text) == (403, True)
+            assert (await get(served.port, "/debug/memory", anonymous))[0] == 403
             status, text = await get(served.port, "/metrics", client(ca, tmp_path, client_pair(ca)))
             assert status == 200
             assert "# TYPE" in text

@@ -68,13 +68,20 @@ class Health:
             await writer.wait_closed()
         return True
 
+    def _refused(self, request: web.Request) -> web.Response | None:
+        """403 for a caller without a verified client certificate, where one is required."""
+        if not self._clients_must_prove or (request.transport and request.transport.get_extra_info("peercert")):
+            return None
+        text = f"a client certificate of --metrics-client-ca-file's CA is required for {request.path}\n"
+        return web.Response(status=403, text=text)
+
     async def _metrics(self, request: web.Request) -> web.Response:
-        if self._clients_must_prove and not (request.transport and request.transport.get_extra_info("peercert")):
-            return web.Response(
-                status=403, text="a client certificate of --metrics-client-ca-file's CA is required for /metrics\n"
-            )
+        if refused := self._refused(request):
+            return refused
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def _memory(self, _: web.Request) -> web.Response:
+    async def _memory(self, request: web.Request) -> web.Response:
+        if refused := self._refused(request):
+            return refused
         report = allocation_report()  # (a snapshot holds the GIL whatever thread takes it)
         return web.Response(status=404, text=NOT_TRACING) if report is None else web.Response(text=report)
