@@ -174,3 +174,10 @@ def test_the_init_container_reports_a_refusal_in_its_termination_message(hub: Hu
         "model source 'hf://acme': 'acme' is not a Hub repository <org>/<name> "
         "(letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 characters each)",
     )
+
+
+def test_a_hub_that_cannot_be_reached_is_named(tmp_path: Path) -> None:
+    with HubServer() as hub:
+        gone = hub.url  # a port nothing listens on once the server stops
+    with pytest.raises(FetchError, match=f"cannot fetch hf://acme/tiny@main from {gone}: "):
+        fetch(parse(f"hf://{REPO}@main"), tmp_path, [], gone, None, print)

@@ -23,15 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2
 from huggingface_hub import HfApi, snapshot_download
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
+from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.hf_api import RepoFile
 
 from . import verify
@@ -185,5 +178,7 @@ def hub_errors(source: HubSource, endpoint: str) -> Iterator[None]:
             f"the Hub at {endpoint} has no repository {source.repo_id} that this token may read: check the name, and "
             "for a private or gated model the Secret named by the model's tokenSecret"
         ) from None
-    except (HfHubHTTPError, LocalEntryNotFoundError, httpx2.HTTPError, OSError) as err:
+    except FetchError:
+        raise
+    except Exception as err:  # the client's HTTP errors, its own, the network's, the disk's: said as they are
         raise FetchError(f"cannot fetch {source} from {endpoint}: {type(err).__name__}: {err}") from None
