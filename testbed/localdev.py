@@ -168,10 +168,13 @@ def executable(controller: str) -> str:
     return str(candidate)
 
 
-def ready_check(port: int, scheme: str = "http") -> Callable[[], bool]:
+def ready_check(port: int) -> Callable[[], bool]:
     """/readyz: the controller watches the API server (and the audit controller serves its webhook).
-    Over https (a controller given --metrics-cert-file) unverified, as the kubelet's probes are."""
-    return lambda: cluster.http_ok(f"{scheme}://127.0.0.1:{port}/readyz")
+    Over plain HTTP, else over https (a controller started with --metrics-cert-file: whatever env
+    it was started with, which a restart of another controller does not know) unverified, as the
+    kubelet's probes are."""
+    url = f"127.0.0.1:{port}/readyz"
+    return lambda: cluster.http_ok(f"http://{url}") or cluster.http_ok(f"https://{url}")
 
 
 def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = None) -> dict[str, int]:
@@ -203,9 +206,7 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
             env.setdefault(
                 "TRAINEROP_WEBHOOK_CLIENT_CA_FILE", str(cluster.RUN_DIR / "pki" / f"{cluster.WEBHOOK_CLIENT_CA}.crt")
             )
-        scheme = "https" if env.get("TRAINEROP_METRICS_CERT_FILE") else "http"
-        ready = ready_check(port, scheme)
-        comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready, timeout=60)
+        comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready_check(port), timeout=60)
         cluster.start(run, comp, env=env)
     return ports
 

@@ -200,7 +200,7 @@ def test_a_replacement_stays_in_the_clique_its_run_requires(cluster: Cluster, na
             where = {p["spec"]["nodeName"] for p in placed or ()}
             return where if len(where) == 2 and lost not in where else None
 
-        after = eventually(replaced, what="the lost pod replaced")
+        after = eventually(replaced, timeout=120, what="the lost pod replaced")
         assert all(n.startswith("keep-x-") for n in after), after
         q, cond = quota(cluster, namespace, "kept")
         assert cond["status"] == "True"

@@ -955,6 +955,20 @@ def test_a_run_is_packed_as_its_profile_says_unless_it_says_otherwise(
         assert "+".join(sorted({n[0] for n in grant_of(v)[0]})) == where
 
 
+def test_a_run_is_not_admitted_before_its_profile_has_answered() -> None:
+    """Its profile may say where it goes (packing, node selector, tolerations, resources): nothing
+    is decided before the profile controller's answer for the run's generation is written."""
+    body = trainer_body("a", "team-a", profile="p")
+    body["spec"].update(topology={"workers": 4}, resources={"limits": {GPU: 8}})
+    waiting = plan(world([trainer_info(body)], cliques(a=3, b=2), levels=(CLIQUE, ZONE)))
+    assert waiting.decisions == {}
+    packing = {"level": CLIQUE, "mode": "Required"}
+    body["status"] = {"profile": {"name": "p", "contribution": {"generation": 1}, "packing": packing}}
+    t = trainer_info(body)
+    answered = plan(world([t], cliques(a=3, b=2), levels=(CLIQUE, ZONE))).decisions[t.uid]
+    assert answered.condition.reason == "WaitingForCapacity"
+
+
 def test_a_run_naming_a_profile_is_pending_until_the_profile_answers_for_its_generation() -> None:
     body = trainer_body("a", "team-a", profile="p")
     assert trainer_info(body).profile_pending

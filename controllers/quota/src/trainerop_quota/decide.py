@@ -64,7 +64,9 @@ def plan(obs: Observed) -> Plan:
         move(p, t, policy, why)
     waiting.sort(key=lambda tp: (-(priority(tp[1], tp[0].spec) or 0), tp[0].created, tp[0].namespace, tp[0].name))
     for t, policy in waiting:
-        if t.uid not in obs.asking:  # else planned once the placement plugin answers
+        # else planned once the placement plugin answers, or once its profile has (the profile's
+        # node selector, tolerations, resources and packing say where the run may go)
+        if t.uid not in obs.asking and not t.profile_pending:
             admit(p, t, policy)
     for t, policy in governed:
         if policy.implicit and t.uid in p.decisions:
