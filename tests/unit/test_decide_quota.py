@@ -20,7 +20,7 @@ from trainerop_quota.decide import Decision, Observed, PolicyInfo, TrainerInfo, 
 from trainerop_quota.hints import Suggestion
 from trainerop_quota.model import Ungoverned
 from trainerop_quota.taints import Taint, Tolerates
-from trainerop_quota.views import node_info, trainer_info
+from trainerop_quota.views import node_info, trainer_fingerprint, trainer_info
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -967,6 +967,14 @@ def test_a_run_is_not_admitted_before_its_profile_has_answered() -> None:
     t = trainer_info(body)
     answered = plan(world([t], cliques(a=3, b=2), levels=(CLIQUE, ZONE))).decisions[t.uid]
     assert answered.condition.reason == "WaitingForCapacity"
+
+
+def test_a_profile_s_packing_changed_plans_the_run_again() -> None:
+    body = trainer_body("a", "team-a", profile="p")
+    body["status"] = {"profile": {"name": "p", "contribution": {"generation": 1}}}
+    before = trainer_fingerprint(body)
+    body["status"]["profile"]["packing"] = {"level": CLIQUE, "mode": "Required"}
+    assert trainer_fingerprint(body) != before
 
 
 def test_a_run_naming_a_profile_is_pending_until_the_profile_answers_for_its_generation() -> None:

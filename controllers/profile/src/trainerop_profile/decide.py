@@ -297,7 +297,7 @@ def _resolved(obs: Observed, found: FoundProfile, section: dict[str, Any]) -> De
     section["contribution"] = contribution(found.spec, obs.generation).to_k8s()
     if found.spec.placement_plugin is not None:  # the quota controller reads it from here
         section["placementPlugin"] = found.spec.placement_plugin
-    if found.spec.packing is not None:  # and packing
+    if found.spec.packing is not None:  # the quota controller's too, unless the Trainer says its own
         section["packing"] = found.spec.packing.to_k8s()
     note = (
         f" (not checked that Secret {', '.join(map(repr, unchecked))} exists: the controller may not get "

@@ -157,6 +157,7 @@ def trainer_fingerprint(body: Mapping[str, Any]) -> str:
             [(c.get("status"), c.get("reason"), c.get("observedGeneration")) for c in admitted],
             (status.get("profile") or {}).get("contribution"),
             (status.get("profile") or {}).get("placementPlugin"),
+            (status.get("profile") or {}).get("packing"),
             (status.get("checkpoint") or {}).get("lastCommitTime"),
             {
                 k: v
