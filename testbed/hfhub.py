@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".msgpack", ".h5", ".gguf")  # stored in LFS, as on the Hub
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".msgpack", ".h5", ".gguf", ".npz")  # stored in LFS, as on the Hub
 
 
 def git_blob_id(content: bytes) -> str:
@@ -61,9 +61,11 @@ def tree_entry(path: str, content: bytes) -> dict[str, Any]:
 
 
 class HubServer:
-    """The server, on a loopback port of its own, in a thread of its own."""
+    """The server, on a port of its own, in a thread of its own: on loopback, or on an address
+    pods reach (the machine's, for the real node's pods), with the LFS blobs on a second one."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str = "127.0.0.1", blobs_address: str = "127.0.0.2") -> None:
+        self.address, self.blobs_address = address, blobs_address
         self.repos: dict[str, Repo] = {}
         self.requests: Counter[str] = Counter()  # "METHOD kind": api, resolve, blob
         self.authorizations: list[str] = []  # the Authorization headers received
@@ -109,10 +111,10 @@ class HubServer:
         app.router.add_get("/lfs-blobs/{org}/{name}/{commit}/{path:.+}", self._blob)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        self.url = await self._site("127.0.0.1")
+        self.url = await self._site(self.address)
         # LFS blobs come from another host, as the Hub's come from its CDN: the client follows a
         # redirect to another host only for the content, never for the metadata it reads first.
-        self.blobs_url = await self._site("127.0.0.2")
+        self.blobs_url = await self._site(self.blobs_address)
 
     async def _site(self, address: str) -> str:
         assert self._runner is not None

@@ -20,19 +20,22 @@ With the Trainer Operator's training-side package (trainerop_sdk):
   answer carries back);
 - on start, RESUME_FROM (the latest committed checkpoint) is loaded and training continues from
   its global step, so a replaced pod does not start over;
-- on SIGTERM (eviction, spot reclaim) the current state is saved before the pod goes.
+- on SIGTERM (eviction, spot reclaim) the current state is saved before the pod goes;
+- with spec.model, training starts from the weights the operator's initializer fetched and
+  checked (MODEL_PATH/params.npz, read-only) instead of random ones.
 
-Settings (environment): EPOCHS (from the Trainer), STEPS_PER_EPOCH (default 32), HEARTBEAT_STEPS
-(16), LEARNING_RATE (0.5), MIN_EPOCH_SECONDS (0: an epoch takes what it takes; more stretches each epoch so the run
-can be watched, or a worker killed, while it trains), INIT_TIMEOUT_SECONDS (300, JAX's: how long
-the processes wait for each other at start; past it JAX ends the process with a signal, which
-restartPolicy ExitCode retries).
+Settings (environment): MODEL_PATH (from spec.model), EPOCHS (from the Trainer), STEPS_PER_EPOCH
+(default 32), HEARTBEAT_STEPS (16), LEARNING_RATE (0.5), MIN_EPOCH_SECONDS (0: an epoch takes
+what it takes; more stretches each epoch so the run can be watched, or a worker killed, while it
+trains), INIT_TIMEOUT_SECONDS (300, JAX's: how long the processes wait for each other at start;
+past it JAX ends the process with a signal, which restartPolicy ExitCode retries).
 
 Run outside a cluster (one process, no checkpoints): ``python train.py``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import sys
@@ -79,6 +82,25 @@ def init_params(seed: int = 0) -> dict[str, np.ndarray]:
         "w3": dense(HIDDEN, CLASSES),
         "b3": np.zeros(CLASSES, np.float32),
     }
+
+
+def initial_params() -> dict[str, np.ndarray]:
+    """What training starts from: MODEL_PATH's params.npz when the Trainer names a model (fetched
+    from the Hub and checked by the operator's initializer before this container started), else
+    random weights."""
+    model = os.environ.get("MODEL_PATH")
+    if not model:
+        return init_params()
+    path = os.path.join(model, "params.npz")
+    with open(path, "rb") as f:
+        data = f.read()
+    with np.load(io.BytesIO(data)) as saved:
+        params = {name: saved[name] for name in saved.files}
+    shapes = {name: value.shape for name, value in init_params().items()}
+    if {name: value.shape for name, value in params.items()} != shapes:
+        raise SystemExit(f"{path} does not hold this model's parameters: expected the shapes {shapes}")
+    log(f"initial weights from {path} (sha256 {hashlib.sha256(data).hexdigest()[:16]})")
+    return params
 
 
 def loss_fn(params: dict[str, Any], points: jax.Array, labels: jax.Array) -> jax.Array:
@@ -169,7 +191,7 @@ def main() -> int:
     local_batch = max(POINTS // steps_per_epoch // processes, 1)
     global_batch = local_batch * processes
 
-    params, step = init_params(), 0
+    params, step = initial_params(), 0
     saved = checkpointer.load() if checkpointer is not None else None
     if saved is not None:
         params, step = deserialize(saved)

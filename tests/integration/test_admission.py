@@ -109,6 +109,12 @@ def test_pods_no_node_can_hold_are_refused(cluster: Cluster, namespace: str) -> 
         cluster.kubectl(*patch, '{"spec": {"resources": {"requests": {"cpu": "200"}}}}')
 
 
+def test_a_model_source_the_initializer_cannot_read_is_refused(cluster: Cluster, namespace: str) -> None:
+    """The schema's pattern lets a '--' in a Hub name by; the webhook reads it as the initializer does."""
+    message = refusal(cluster, trainer(model={"source": "hf://acme/ll--ama@main", "cacheClaim": "models"}), namespace)
+    assert "spec.model.source: model source 'hf://acme/ll--ama@main': 'acme/ll--ama' is not a Hub repository" in message
+
+
 def test_a_priority_class_the_namespace_policy_lacks_is_refused(cluster: Cluster, namespace: str, policy: Any) -> None:
     name = policy(budgets={"spot": {"nvidia.com/gpu": 16}}, priorityClasses=[{"name": "high", "value": 100}])
     message = eventually(

@@ -159,6 +159,28 @@ def test_the_run_succeeds_when_its_workers_do(cluster: Cluster, namespace: str) 
     assert len(pods(cluster, namespace)) == 4
 
 
+def test_a_runs_model_is_fetched_by_an_init_container_the_api_server_and_its_policies_accept(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The pods of a run with spec.model pass the API server, the trainer's creations policy and
+    Pod Security as the trainer makes them (kwok starts no container: the e2e tier runs the
+    initializer, tests/e2e/test_models.py)."""
+    model = {"source": "hf://acme/llama@main", "cacheClaim": "models", "tokenSecret": "hub-token"}
+    cluster.apply({**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "model": model}}, namespace)
+    found = eventually(lambda: len(p := pods(cluster, namespace)) == 5 and p, what="the run's five pods")
+    for pod in found.values():
+        init = pod["spec"]["initContainers"][0]
+        assert init["name"] == "model-init"
+        assert init["command"][:3] == ["trainerop-model-init", "--source", model["source"]]
+        token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}}
+        assert token in init["env"]
+        training = pod["spec"]["containers"][0]
+        assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in training["volumeMounts"]
+        assert {"name": "MODEL_PATH", "value": "/models/hf/acme/llama/main"} in training["env"]
+    verified = eventually(lambda: condition(trainer(cluster, namespace), "ModelVerified"), what="ModelVerified")
+    assert verified["reason"] in ("Fetching", "Verified")  # kwok may say the init container ended
+
+
 def test_a_pod_on_a_deleted_node_is_replaced_elsewhere(cluster: Cluster, namespace: str) -> None:
     cluster.apply(SEED_TRAINER, namespace)
     eventually(lambda: running(cluster, namespace, 4), what="4 running workers")

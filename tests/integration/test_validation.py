@@ -218,6 +218,18 @@ CASES = [
         ["spec.profile"],
     ),
     (
+        "a model source without a revision",
+        SEED_TRAINER,
+        set_path("spec.model", {"source": "hf://acme/llama", "cacheClaim": "models"}),
+        ["spec.model.source", "should match '^hf://"],
+    ),
+    (
+        "a model without a cache claim",
+        SEED_TRAINER,
+        set_path("spec.model", {"source": "hf://acme/llama@main"}),
+        ["spec.model.cacheClaim: Required value"],
+    ),
+    (
         "relative secret mount",
         SEED_PROFILE,
         set_path("spec.runtimeConfig.mountPath", "etc/secrets"),
@@ -259,6 +271,14 @@ def test_framework_is_immutable(cluster: Cluster, namespace: str) -> None:
     with pytest.raises(KubectlError) as rejected:
         cluster.apply(edit(SEED_TRAINER, set_path("spec.framework", "tensorflow")), namespace)
     assert "framework is immutable" in rejected.value.stderr
+
+
+def test_model_is_immutable(cluster: Cluster, namespace: str) -> None:
+    model = {"source": "hf://acme/llama@main", "cacheClaim": "models"}
+    cluster.apply(edit(SEED_TRAINER, set_path("spec.model", model)), namespace)
+    with pytest.raises(KubectlError) as rejected:
+        cluster.apply(edit(SEED_TRAINER, set_path("spec.model", model | {"source": "hf://acme/llama@v2"})), namespace)
+    assert "model is immutable" in rejected.value.stderr
 
 
 def test_audit_records_are_immutable(cluster: Cluster, namespace: str) -> None:

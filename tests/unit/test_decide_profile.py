@@ -138,6 +138,13 @@ def test_the_profile_s_packing_is_passed_on_to_the_quota_controller() -> None:
     assert "packing" not in resolve("ns", trainer(), 7, found(), ALL_SECRETS).status["profile"]
 
 
+def test_the_profile_s_model_is_passed_on_to_the_trainer_controller() -> None:
+    model = {"source": "hf://acme/base@v1", "cacheClaim": "models", "mountPath": "/models"}
+    section = resolve("ns", trainer(), 7, found(profile(model=model)), ALL_SECRETS).status["profile"]
+    assert section["model"] == model
+    assert "model" not in resolve("ns", trainer(), 7, found(), ALL_SECRETS).status["profile"]
+
+
 def test_a_cluster_profile_is_named_as_such() -> None:
     d = resolve("ns", trainer(), 1, found(kind="ClusterTrainingProfile"), ALL_SECRETS)
     assert d.status["profile"]["kind"] == "ClusterTrainingProfile"
@@ -219,6 +226,12 @@ def test_secrets_referenced_by_env_are_needed_unless_optional() -> None:
             {"packing": {"level": "nvidia.com/gpu.clique", "mode": "Required"}},
             [],
         ),
+        (
+            {"model": {"source": "hf://acme/own@main", "cacheClaim": "models"}},
+            {"model": {"source": "hf://acme/base@v1", "cacheClaim": "models"}},
+            ["model (spec.model)"],
+        ),
+        ({"model": {"source": "hf://acme/base@v1", "cacheClaim": "models"}}, {}, []),
         (
             {
                 "framework": "pytorch",

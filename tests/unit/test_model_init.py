@@ -13,7 +13,7 @@ import pytest
 from testbed.hfhub import HubServer, git_blob_id
 from trainerop_models import cli, verify
 from trainerop_models.fetch import MANIFEST, FetchError, fetch, revision_path
-from trainerop_models.source import HubSource, SourceError, parse
+from trainerop_sdk.models import VERIFIED, HubSource, SourceError, parse, read_termination
 
 REPO = "acme/tiny"
 WEIGHTS = bytes(range(256)) * 64  # an LFS file (16 KiB)
@@ -100,14 +100,25 @@ def test_a_model_is_downloaded_checked_and_then_found_in_the_cache(hub: HubServe
     assert (pinned.downloaded, pinned.path.resolve()) == (False, first.path.resolve())
 
 
-def test_a_tampered_file_is_refused_by_name_and_nothing_is_kept(hub: HubServer, tmp_path: Path) -> None:
+# what the Hub serves instead of a file -> how the refusal starts (the client itself checks only sizes)
+TAMPERED = [
+    ("model.safetensors", WEIGHTS[:-1] + b"\x00", "refused: model.safetensors: sha256 "),
+    ("config.json", b'{"hidden": 9}\n', "refused: config.json: git blob id "),
+    ("model.safetensors", b"shorter", "refused: model.safetensors: not the 16384 bytes the source lists "),
+]
+
+
+@pytest.mark.parametrize(("path", "served", "refusal"), TAMPERED)
+def test_a_tampered_file_is_refused_by_name_and_nothing_is_kept(
+    hub: HubServer, tmp_path: Path, path: str, served: bytes, refusal: str
+) -> None:
     hub.add(REPO, FILES)
-    hub.tamper(REPO, "model.safetensors", WEIGHTS[:-1] + b"\x00")  # same size, other bytes
+    hub.tamper(REPO, path, served)
     source = parse(f"hf://{REPO}@main")
     with pytest.raises(FetchError) as refused:
         fetch(source, tmp_path, [], hub.url, None, print)
-    assert str(refused.value).startswith("refused: model.safetensors: sha256 ")
-    assert "tampered" in str(refused.value)
+    assert refused.value.reason == "HashMismatch"
+    assert str(refused.value).startswith(refusal)
     assert [p.name for p in revision_path(tmp_path, source).parent.iterdir()] == [".lock"]
 
 
@@ -150,30 +161,47 @@ def test_pods_fetching_at_once_download_the_revision_once(hub: HubServer, tmp_pa
     assert hub.downloads() == len(FILES)
 
 
-def test_the_init_container_reports_a_refusal_in_its_termination_message(hub: HubServer, tmp_path: Path) -> None:
-    hub.add(REPO, FILES)
-    hub.tamper(REPO, "config.json", b'{"hidden": 9}\n')
+def init(source: str, cache: Path, endpoint: str, log: Path) -> tuple[int, tuple[str, str]]:
+    """The initializer run as the trainer runs it: its exit code and its termination message read
+    as the trainer reads it."""
+    code = cli.main(["--source", source, "--cache", str(cache), "--endpoint", endpoint, "--termination-log", str(log)])
+    return code, read_termination(log.read_text())
+
+
+def test_the_init_container_reports_its_outcome_in_its_termination_message(hub: HubServer, tmp_path: Path) -> None:
+    commit = hub.add(REPO, FILES)
     log = tmp_path / "termination-log"
-    code = cli.main(
-        [
-            "--source",
-            f"hf://{REPO}@main",
-            "--cache",
-            str(tmp_path / "cache"),
-            "--endpoint",
-            hub.url,
-            "--termination-log",
-            str(log),
-        ]
-    )
-    assert code == 1
-    assert log.read_text().startswith("refused: config.json: git blob id ")
-    code = cli.main(["--source", "hf://acme", "--cache", str(tmp_path), "--termination-log", str(log)])
-    assert (code, log.read_text()) == (
+    code, (reason, message) = init(f"hf://{REPO}@main", tmp_path / "cache", hub.url, log)
+    assert (code, reason) == (0, VERIFIED)
+    assert message == f"hf://{REPO}@main at commit {commit}: 3 files downloaded and checked"
+    code, (reason, message) = init(f"hf://{REPO}@main", tmp_path / "cache", hub.url, log)
+    assert (code, reason, message.endswith("3 files found checked in the cache")) == (0, VERIFIED, True)
+
+    hub.tamper(REPO, "config.json", b'{"hidden": 9}\n')
+    code, (reason, message) = init(f"hf://{REPO}@main", tmp_path / "other-cache", hub.url, log)
+    assert (code, reason) == (1, "HashMismatch")
+    assert message.startswith("refused: config.json: git blob id ")
+    code, (reason, message) = init("hf://acme", tmp_path, hub.url, log)
+    assert (code, reason, message) == (
         1,
+        "InvalidSource",
         "model source 'hf://acme': 'acme' is not a Hub repository <org>/<name> "
         "(letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 characters each)",
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("HashMismatch: refused: a.bin: ...", ("HashMismatch", "refused: a.bin: ...")),
+        ("Verified: hf://a/b@main at commit c: 2 files", ("Verified", "hf://a/b@main at commit c: 2 files")),
+        # no reason: the container died before it wrote one (its log's tail)
+        ("Traceback (most recent call last):\n  ...", ("FetchFailed", "Traceback (most recent call last):\n  ...")),
+        ("error: x", ("FetchFailed", "error: x")),
+    ],
+)
+def test_a_termination_message_is_read_as_reason_and_message(text: str, expected: tuple[str, str]) -> None:
+    assert read_termination(text) == expected
 
 
 def test_a_hub_that_cannot_be_reached_is_named(tmp_path: Path) -> None:
@@ -181,3 +209,15 @@ def test_a_hub_that_cannot_be_reached_is_named(tmp_path: Path) -> None:
         gone = hub.url  # a port nothing listens on once the server stops
     with pytest.raises(FetchError, match=f"cannot fetch hf://acme/tiny@main from {gone}: "):
         fetch(parse(f"hf://{REPO}@main"), tmp_path, [], gone, None, print)
+
+
+def test_the_cache_is_readable_by_every_user_and_writable_by_the_group(hub: HubServer, tmp_path: Path) -> None:
+    """The training container may run as another user than the initializer; runs of other users
+    share the claim through a fsGroup."""
+    hub.add(REPO, FILES)
+    fetched = fetch(parse(f"hf://{REPO}@main"), tmp_path, [], hub.url, None, lambda _: None)
+    commit_dir = fetched.path.resolve()
+    modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in [commit_dir, *commit_dir.rglob("*")]}
+    assert set(modes.values()) <= {0o664, 0o775}
+    assert modes[f"hf/acme/tiny/{fetched.commit}/model.safetensors"] == 0o664
+    assert all((tmp_path / d).stat().st_mode & 0o777 == 0o775 for d in ("hf", "hf/acme", "hf/acme/tiny"))

@@ -138,6 +138,7 @@ def overrides(trainer: TrainerSpec, profile: TrainingProfileSpec) -> list[str]:
         *_placement_overrides(profile, fragments),
         *_retry_overrides(trainer, profile),
         *_packing_overrides(trainer, profile),
+        *(["model (spec.model)"] if trainer.model and profile.model and trainer.model != profile.model else []),
     ]
 
 
@@ -299,6 +300,8 @@ def _resolved(obs: Observed, found: FoundProfile, section: dict[str, Any]) -> De
         section["placementPlugin"] = found.spec.placement_plugin
     if found.spec.packing is not None:  # the quota controller's too, unless the Trainer says its own
         section["packing"] = found.spec.packing.to_k8s()
+    if found.spec.model is not None:  # the trainer's, unless the Trainer names its own
+        section["model"] = found.spec.model.to_k8s()
     note = (
         f" (not checked that Secret {', '.join(map(repr, unchecked))} exists: the controller may not get "
         f"Secrets in namespace {obs.namespace!r}; the trainer controller grants it there, with the RoleBinding "

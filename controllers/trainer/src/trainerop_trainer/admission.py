@@ -2,8 +2,9 @@
 
 Beyond the CRD's schema and CEL rules (which hold the topology's rules for the framework, so that
 `kubectl scale` is judged too): one pod must fit some node, podTemplateOverrides may set only
-what :mod:`trainerop_trainer.overrides` allows, and per-role overrides of a role the run does not
-have are pointed out.
+what :mod:`trainerop_trainer.overrides` allows, a model source must be one the initializer reads
+(the schema's pattern is coarser), and per-role overrides of a role the run does not have are
+pointed out.
 """
 
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.topology import override_name, role_counts, role_override
 
+from .model import model_problem
 from .overrides import override_problems
 
 SHOWN_NODES = 3
@@ -85,4 +87,6 @@ def validate(request: Request, spec: TrainerSpec, nodes: Sequence[Mapping[str, A
     unfit = check_node_fit(pod_requests(spec), nodes) if nodes is not None else None
     warnings = unused_overrides(spec) if request.changed("podTemplateOverrides") or request.changed("topology") else []
     refused = override_problems(spec) if request.changed("podTemplateOverrides") else []
-    return Verdict(problems=(*refused, *((unfit,) if unfit else ())), warnings=tuple(warnings))
+    model = model_problem(spec.model) if request.changed("model") else None
+    problems = (*refused, *((unfit,) if unfit else ()), *((model,) if model else ()))
+    return Verdict(problems=problems, warnings=tuple(warnings))

@@ -8,6 +8,7 @@ from trainerop_common.config import flag
 from trainerop_common.contracts import CONCERNS, GATE_CONDITIONS, asks
 from trainerop_common.nodes import NODE_LOST_SECONDS
 
+from .model import ModelSettings
 from .pods import PodSettings
 from .views import RestartBackoff
 
@@ -28,6 +29,15 @@ class TrainerConfig:
     )
     init_image: str = flag(
         PodSettings.init_image, "image of the init container that waits for the rendezvous address (sh, nslookup)"
+    )
+    model_init_image: str = flag(
+        ModelSettings.image,
+        "image of the init container that fetches and checks spec.model (the operator's image: trainerop-model-init)",
+    )
+    hf_endpoint: str = flag(
+        ModelSettings.endpoint,
+        "the Hugging Face Hub (or mirror) that model initializers fetch from unless spec.model.endpoint says "
+        "(empty: https://huggingface.co)",
     )
     restart_backoff_seconds: float = flag(
         RestartBackoff.base, "wait before a role's 2nd replacement in a row, doubling after"

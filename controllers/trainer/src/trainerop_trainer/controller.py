@@ -28,6 +28,7 @@ from .actions import Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide, held_counts, once_created
 from .guard import guard_essentials, guard_view
+from .model import ModelSettings
 from .pods import CONTRIBUTION_ORDER, Owner, PodSettings, secret_grants
 from .policy import recovering
 from .spawn import SpawnRecorder
@@ -74,7 +75,8 @@ class TrainerController:
         self.claims = children("PersistentVolumeClaim", "", "persistentvolumeclaims")
         self.leases = children("Lease", "coordination.k8s.io", "leases")
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
-        self.settings = PodSettings(init_image=config.init_image)
+        model = ModelSettings(image=config.model_init_image, endpoint=config.hf_endpoint)
+        self.settings = PodSettings(init_image=config.init_image, model=model)
         self.backoff = RestartBackoff(config.restart_backoff_seconds, config.restart_backoff_cap_seconds)
         operator_namespace = runtime.config.webhook.operator_namespace
         self.actions = Actions(runtime, lambda namespace: secret_grants(namespace, config.gates, operator_namespace))

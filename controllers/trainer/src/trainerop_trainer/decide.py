@@ -22,6 +22,8 @@ from trainerop_common.topology import restart_policy
 
 from .glance import summarized
 from .guard import GuardChange, drain_wait, guard_change
+from .model import CONDITION as MODEL_CONDITION
+from .model import model_condition, model_problem, run_model
 from .overrides import override_problems
 from .policy import (
     backoff_limit,
@@ -86,23 +88,36 @@ def decide(obs: Observed) -> Decision:
     old, why = outdated([p for p in obs.pods if not p.deleting], obs.contributions) if active else ([], "")
     if not old:
         decision = _decide(obs)
-        return summarized(obs, decision if active else replace(decision, guard=unguarded(obs)))
+        return with_model(obs, summarized(obs, decision if active else replace(decision, guard=unguarded(obs))))
     gone = {p.name for p in old}
     moving = guarded(obs) and bool(earlier_admission(old, obs.contributions))  # not a pod merely re-placed
     wait = drain_wait(obs.guard, obs.now) if moving else 0.0
     left = {p.name for p in old if p.node in obs.cordoned} if wait > 0 else set()
     obs = replace(obs, pods=[replace(p, deleting=True) if p.name in gone else p for p in obs.pods])
     decision = _decide(obs)
-    return summarized(
-        obs,
-        replace(
-            decision,
-            delete_pods=tuple(sorted((set(decision.delete_pods) | gone) - left)),
-            events=(("Normal", "QuotaReadmission", why), *decision.events),
-            requeue_after=soonest(decision.requeue_after, wait if left else None),
-            # lowered while the run moves, whatever stage decided: the drain may take the pods left to it
-            guard=guard_change(obs.owner, True, True, 0, obs.guard, obs.now) if moving else decision.guard,
-        ),
+    moved = replace(
+        decision,
+        delete_pods=tuple(sorted((set(decision.delete_pods) | gone) - left)),
+        events=(("Normal", "QuotaReadmission", why), *decision.events),
+        requeue_after=soonest(decision.requeue_after, wait if left else None),
+        # lowered while the run moves, whatever stage decided: the drain may take the pods left to it
+        guard=guard_change(obs.owner, True, True, 0, obs.guard, obs.now) if moving else decision.guard,
+    )
+    return with_model(obs, summarized(obs, moved))
+
+
+def with_model(obs: Observed, decision: Decision) -> Decision:
+    """The decision with the run's ModelVerified condition (model.py), and a Warning Event when it
+    newly says the model was refused."""
+    if not decision.write_status:
+        return decision
+    condition, refusal = model_condition(run_model(obs.spec, obs.status), obs.pods, obs.conditions)
+    kept_conditions = tuple(c for c in decision.conditions if c.type != MODEL_CONDITION)
+    warning = (("Warning", refusal.reason, refusal.message),) if refusal is not None else ()
+    return replace(
+        decision,
+        conditions=kept_conditions + ((condition,) if condition is not None else ()),
+        on_change=(*decision.on_change, *warning),
     )
 
 
@@ -160,16 +175,19 @@ def suspended(run: Run) -> Decision | None:
 
 
 def refused(run: Run) -> Decision | None:
-    """Overrides that set what they may not (stored before the rule, or with the webhook away): no
-    pod is created from them; pods already running go on."""
+    """Overrides that set what they may not, or a model source that cannot be fetched (stored
+    before the rule, or with the webhook away): no pod is created from them; pods already running
+    go on."""
     problems = override_problems(run.obs.spec)
-    if not problems:
+    model = model_problem(run.spec.model)
+    if not problems and model is None:
         return None
-    message = "; ".join(problems) + "; remove or change those fields"
+    reason = "OverrideNotAllowed" if problems else "InvalidModel"
+    message = "; ".join([*problems, *([model] if model else [])]) + "; remove or change those fields"
     return Decision(
         status=run.status("Pending" if not run.live else run.obs.status.phase or "Pending", run.live, run.start, None),
-        conditions=(Desired.false("Created", "OverrideNotAllowed", message), run.not_suspended),
-        on_change=(("Warning", "OverrideNotAllowed", message),),
+        conditions=(Desired.false("Created", reason, message), run.not_suspended),
+        on_change=(("Warning", reason, message),),
     )
 
 

@@ -43,7 +43,7 @@ def summary(
     if phase in ("Succeeded", "Failed", "Suspended", "Restarting"):
         return condition(phase) or (phase, "")
     created = own.get("Created")
-    if created is not None and created.reason in ("WaitingForGates", "OverrideNotAllowed"):
+    if created is not None and created.reason in ("WaitingForGates", "OverrideNotAllowed", "InvalidModel"):
         return created.reason, created.message
     running = condition("Running") or (phase, "")
     if phase == "Running":

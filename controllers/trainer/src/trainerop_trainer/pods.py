@@ -7,7 +7,7 @@ Per-role ``podTemplateOverrides`` are applied last.
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainerop_common.api import API_VERSION, GROUP, Contribution, PodContribution
@@ -31,6 +31,7 @@ from trainerop_common.contracts import (
 from trainerop_common.names import OPERATOR, PART_OF, component, replica_claim_name
 from trainerop_common.topology import Role, is_master_replica, role_override
 
+from .model import ModelSettings, cache_mount, cache_volume, init_container, model_path
 from .topology import Replica, framework_env, operator_env, port, rendezvous
 
 CONTRIBUTION_ORDER = ("profile", "quota", "checkpoint")
@@ -78,6 +79,7 @@ class PodSettings:
 
     init_image: str = "busybox:1.36"
     image_pull_policy: str = "IfNotPresent"
+    model: ModelSettings = field(default_factory=ModelSettings)
 
 
 def labels(owner: Owner, replica: Replica) -> dict[str, str]:
@@ -246,6 +248,8 @@ def training_env(owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodC
     }.items():
         env[name] = {"name": name, "value": value}
     env["POD_NAME"] = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    if spec.model is not None:
+        env["MODEL_PATH"] = {"name": "MODEL_PATH", "value": model_path(spec.model)}
     env |= {e.name: e.to_k8s() for e in spec.env or ()}  # the user's own variables win
     return list(env.values())
 
@@ -275,6 +279,8 @@ def training_container(
     mounts = list(merged.volume_mounts or ())
     if spec.storage is not None:
         mounts.append({"name": "replica-data", "mountPath": spec.storage.mount_path})
+    if spec.model is not None:
+        mounts.append(cache_mount(spec.model))
     if mounts:
         container["volumeMounts"] = mounts
     container["securityContext"] = dict(CONTAINER_SECURITY)
@@ -291,11 +297,17 @@ def pod_spec(
         "containers": [training_container(owner, spec, replica, merged, settings)],
     }
     target = rendezvous(owner.name, spec, replica, owner.per_replica_services)
+    model = spec.model
+    inits = [init_container(model, settings.model, settings.image_pull_policy, CONTAINER_SECURITY)] if model else []
     if target is not None:
-        out["initContainers"] = [wait_for(target, settings)]
+        inits.append(wait_for(target, settings))
+    if inits:
+        out["initContainers"] = inits
     volumes = list(merged.volumes or ())
     if spec.storage is not None:
         volumes.append({"name": "replica-data", "persistentVolumeClaim": {"claimName": claim_name(owner, replica)}})
+    if spec.model is not None:
+        volumes.append(cache_volume(spec.model))
     placement = {
         "volumes": volumes,
         "nodeSelector": merged.node_selector,

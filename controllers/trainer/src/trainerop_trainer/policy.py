@@ -9,6 +9,7 @@ from trainerop_common.api import Contribution, Grant, RunPolicyDefaults
 from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
 from trainerop_common.conditions import Desired, find
+from trainerop_common.models import VERIFIED
 from trainerop_common.topology import leader, restart_policy
 
 from .pods import CONTRIBUTION_ORDER
@@ -137,6 +138,8 @@ def describe_failure(pod: PodView) -> str:
         return f"pod {pod.name} was lost with its node {pod.node}"
     if pod.reason == "Stalled":
         return f"pod {pod.name} stalled (no progress heartbeat)"
+    if pod.model is not None and pod.model[0] != VERIFIED:
+        return f"pod {pod.name}'s model initializer failed: {pod.model[0]}: {pod.model[1]}"
     code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
     return f"pod {pod.name} failed with {code}" + (f" ({pod.reason})" if pod.reason else "")
 

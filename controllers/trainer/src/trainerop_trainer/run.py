@@ -16,12 +16,13 @@ from trainerop_common.outcome import Event, StatusSection
 from trainerop_common.topology import effective
 
 from .guard import GuardChange, GuardView
+from .model import run_model
 from .pods import Owner, PodSettings
 from .policy import effective_run_policy, grant_of
 from .report import progress, status_section
 from .views import History, LeaseView, PodView, RestartBackoff, RoleHistory
 
-CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended")
+CONDITIONS = ("Created", "Running", "Restarting", "Stalled", "Succeeded", "Failed", "Suspended", "ModelVerified")
 SECTION = StatusSection(("phase", "reason", "message", "topology", "progress"), CONDITIONS)
 
 
@@ -170,6 +171,8 @@ def stalled_pods(obs: Observed, pods: Sequence[PodView]) -> dict[str, str]:
 
 def assess(obs: Observed) -> Run:
     spec, limit_from = effective_run_policy(effective(obs.spec, grant_of(obs.contributions)), obs.contributions)
+    model = run_model(obs.spec, obs.status)
+    spec = spec if model is spec.model else spec.model_copy(update={"model": model})
     # A pod on a lost node is a failure without exit code (retryable, as an eviction is).
     # One already being deleted is only waiting for a kubelet that will never answer.
     stranded = frozenset(p.name for p in obs.pods if p.node in obs.lost_nodes and not p.finished and not p.deleting)

@@ -25,6 +25,8 @@ from trainerop_common.contracts import (
     TRAINER_NAME_LABEL,
     replica_index,
 )
+from trainerop_common.models import INIT_CONTAINER as MODEL_INIT
+from trainerop_common.models import VERIFIED, read_termination
 from trainerop_common.nodes import NodeReadiness, gone_reason, lost
 from trainerop_common.topology import ROLES, Role
 
@@ -48,6 +50,7 @@ class PodView:
     pinned: str = ""  # the node that admission placed it on (NODE_ANNOTATION)
     unschedulable: str = ""  # the scheduler's message while it finds no node for the pod
     waiting: str = ""  # why the training container is not running yet (ImagePullBackOff: ...)
+    model: tuple[str, str] | None = None  # (reason, message) its model initializer ended with
 
     @property
     def finished(self) -> bool:
@@ -150,7 +153,23 @@ def pod_view(body: dict[str, Any], container: str) -> PodView | None:
         pinned=(meta.get("annotations") or {}).get(NODE_ANNOTATION, ""),
         unschedulable=next((c.get("message") or "no node fits" for c in conditions if unscheduled(c)), ""),
         waiting=waiting_reason(state.get("waiting") or {}),
+        model=model_outcome(status.get("initContainerStatuses") or ()),
     )
+
+
+def model_outcome(statuses: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """(reason, message) of the pod's model initializer once it ended (its termination message,
+    model.py), else None."""
+    init = next((c for c in statuses if c.get("name") == MODEL_INIT), {})
+    ended = (init.get("state") or {}).get("terminated")
+    if not ended:
+        return None
+    text = str(ended.get("message") or "")
+    if ended.get("exitCode") == 0:
+        return VERIFIED, read_termination(text)[1] if text else "the model is in the cache"
+    if not text:
+        return "FetchFailed", f"the initializer exited with code {ended.get('exitCode')} ({ended.get('reason')})"
+    return read_termination(text)
 
 
 # A container waiting for these is on its way; any other reason (ImagePullBackOff, ErrImagePull,
@@ -215,6 +234,11 @@ def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
         kept["annotations"] = annotations
     status = body.get("status")
     if status is not None:
+        inits = [
+            {"name": MODEL_INIT, "state": {"terminated": ended}}
+            for c in status.get("initContainerStatuses") or ()
+            if c.get("name") == MODEL_INIT and (ended := (c.get("state") or {}).get("terminated"))
+        ]
         containers = [{"name": c.get("name"), "state": c.get("state")} for c in status.get("containerStatuses") or ()]
         ready = [
             {"type": "Ready", "status": c.get("status")}
@@ -228,6 +252,8 @@ def pod_essentials(body: dict[str, Any]) -> dict[str, Any]:
         status = {k: status[k] for k in KEPT_STATUS if k in status}
         if containers:
             status["containerStatuses"] = containers
+        if inits:  # the model initializer's outcome (model_outcome)
+            status["initContainerStatuses"] = inits
         if ready:
             status["conditions"] = ready
     return {"metadata": kept, "spec": {"nodeName": (body.get("spec") or {}).get("nodeName")}, "status": status}

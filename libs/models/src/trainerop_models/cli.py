@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .source import SourceError, parse
+from trainerop_sdk.models import VERIFIED, SourceError, parse, termination_message
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TERMINATION_LOG = Path("/dev/termination-log")
@@ -27,11 +27,16 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def failed(message: str, termination_log: Path) -> int:
-    print(f"error: {message}", file=sys.stderr, flush=True)
+def report(reason: str, message: str, termination_log: Path) -> None:
+    """The outcome in the container's termination message, which the trainer reads."""
     if termination_log.parent.is_dir():
         with contextlib.suppress(OSError):
-            termination_log.write_text(message[:4000])  # the kubelet keeps 4096 bytes
+            termination_log.write_text(termination_message(reason, message))
+
+
+def failed(reason: str, message: str, termination_log: Path) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    report(reason, message, termination_log)
     return 1
 
 
@@ -46,16 +51,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         source = parse(args.source)
     except SourceError as err:
-        return failed(str(err), args.termination_log)
+        return failed("InvalidSource", str(err), args.termination_log)
     for key, value in CLIENT_SETTINGS.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("HF_HOME", str(args.cache / ".hf-home"))  # the image's root is read-only
-    from .fetch import FetchError, fetch  # after the settings: the client reads them on import
+    from .fetch import FetchError, cache_unwritable, fetch  # after the settings: the client reads them on import
 
     try:
         fetched = fetch(source, args.cache, args.files, args.endpoint, os.environ.get("HF_TOKEN") or None, say)
     except FetchError as err:
-        return failed(str(err), args.termination_log)
+        return failed(err.reason, str(err), args.termination_log)
+    except PermissionError as err:
+        return failed("CacheNotWritable", cache_unwritable(err), args.termination_log)
+    how = "downloaded and checked" if fetched.downloaded else "found checked in the cache"
+    report(VERIFIED, f"{source} at commit {fetched.commit}: {fetched.files} files {how}", args.termination_log)
     say(f"ready: {fetched.path}")
     return 0
 

@@ -14,21 +14,22 @@ whole and checked. A token is passed to the client and never written or logged.
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.hf_api import RepoFile
 
+from trainerop_sdk.models import HubSource, patterns_key, revision_dir
+
 from . import verify
-from .source import HubSource
 
 log = logging.getLogger("trainerop.models")
 
@@ -37,42 +38,41 @@ Say = Callable[[str], None]
 
 
 class FetchError(Exception):
-    """The model could not be fetched, or was refused; the message says which and what to do."""
+    """The model could not be fetched, or was refused; the message says which and what to do,
+    ``reason`` in a word (the Trainer's ModelVerified condition's reason)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
 class Fetched:
     path: Path  # the revision's directory, as a pod reads it (a link for a branch or tag)
     commit: str
+    files: int
     downloaded: bool
-
-
-def patterns_key(patterns: Sequence[str]) -> str:
-    """A directory per set of file patterns: the same revision with other patterns is another fetch."""
-    if not patterns:
-        return ""
-    return "-" + hashlib.sha256("\n".join(sorted(set(patterns))).encode()).hexdigest()[:8]
 
 
 def revision_path(cache: Path, source: HubSource, patterns: Sequence[str] = ()) -> Path:
     """Where a pod finds the model's files (``MODEL_PATH``)."""
-    org, name = source.repo_id.split("/")
-    return cache / "hf" / org / name / (source.revision.replace("/", "%2F") + patterns_key(patterns))
+    return cache / revision_dir(source, patterns)
 
 
 @contextlib.contextmanager
 def exclusive(lock: Path, say: Say) -> Iterator[None]:
-    """Hold ``lock`` (an flock: released by the kernel if the holder dies)."""
-    with lock.open("a") as f:
+    """Hold ``lock`` (an flock: released by the kernel if the holder dies). Opened for reading,
+    which is all an flock needs: a pod of another user sharing the cache may take it too."""
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, SHARED_FILE)
+    try:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             say("another pod is fetching this model: waiting for it")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def link(at: Path, target: str) -> None:
@@ -90,7 +90,7 @@ def fetch(
 ) -> Fetched:
     """The model at ``source`` in ``cache``: found there, or downloaded and checked."""
     where = revision_path(cache, source, patterns)
-    where.parent.mkdir(parents=True, exist_ok=True)
+    shared_directories(cache, where.parent)
     with exclusive(where.parent / ".lock", say), hub_errors(source, endpoint):
         api = HfApi(endpoint=endpoint, token=token or False)
         commit = source.revision if source.pinned else resolve(api, source)
@@ -98,27 +98,33 @@ def fetch(
         if (final / MANIFEST).is_file():
             link(where, final.name)
             say(f"{source} (commit {commit}) is in the cache: nothing to download")
-            return Fetched(where, commit, downloaded=False)
+            files = len(json.loads((final / MANIFEST).read_text()).get("files") or {})
+            return Fetched(where, commit, files, downloaded=False)
         expected = listing(api, source, commit, patterns)
         size = sum(e.size for e in expected.values())
         say(f"downloading {len(expected)} files ({size / 2**20:.1f} MiB) of {source} (commit {commit})")
         partial = where.parent / f".partial-{final.name}"
         shutil.rmtree(partial, ignore_errors=True)  # a fetch that died here
-        download(source, commit, patterns, partial, endpoint, token)
-        checked(partial, expected)
+        try:
+            download(source, commit, expected, partial, endpoint, token, say)
+            checked(partial, expected)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)  # nothing of a refused download is kept
+            raise
         shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's own bookkeeping
         (partial / MANIFEST).write_text(manifest(source, commit, patterns, expected))
+        shared(partial)
         shutil.rmtree(final, ignore_errors=True)  # a directory without a manifest is not whole
         partial.rename(final)
         link(where, final.name)
         say(f"verified {len(expected)} files against the Hub's listing: {where}")
-        return Fetched(where, commit, downloaded=True)
+        return Fetched(where, commit, len(expected), downloaded=True)
 
 
 def resolve(api: HfApi, source: HubSource) -> str:
     sha = api.model_info(source.repo_id, revision=source.revision).sha
     if not sha:
-        raise FetchError(f"the Hub did not say which commit {source} is")
+        raise FetchError("HubUnavailable", f"the Hub did not say which commit {source} is")
     return sha
 
 
@@ -132,22 +138,74 @@ def listing(api: HfApi, source: HubSource, commit: str, patterns: Sequence[str])
     wanted = [path for path in files if verify.wanted(path, patterns)]
     if not wanted:
         what = f"matches {', '.join(patterns)}" if patterns else "is in it"
-        raise FetchError(f"no file of {source} {what}: check the model's files patterns")
+        raise FetchError("NoFilesMatched", f"no file of {source} {what}: check the model's files patterns")
     return verify.expected_of(files[p] for p in wanted)
 
 
+PARALLEL_DOWNLOADS = 4
+
+
 def download(
-    source: HubSource, commit: str, patterns: Sequence[str], into: Path, endpoint: str, token: str | None
+    source: HubSource,
+    commit: str,
+    expected: dict[str, verify.Expected],
+    into: Path,
+    endpoint: str,
+    token: str | None,
+    say: Say,
 ) -> None:
-    snapshot_download(
-        source.repo_id,
-        revision=commit,
-        allow_patterns=list(patterns) or None,
-        local_dir=into,
-        cache_dir=into / ".cache" / "hub",
-        endpoint=endpoint,
-        token=token or False,
-    )
+    """Each listed file into ``into``, a few at once, each said when done. A file the client
+    refuses as being of another size than the Hub says is refused by name, as a hash mismatch."""
+
+    def one(path: str) -> None:
+        try:
+            hf_hub_download(
+                source.repo_id,
+                path,
+                revision=commit,
+                local_dir=into,
+                cache_dir=into / ".cache" / "hub",
+                endpoint=endpoint,
+                token=token or False,
+            )
+        except OSError as err:
+            if CLIENT_SIZE_CHECK not in str(err):
+                raise
+            raise FetchError(
+                "HashMismatch",
+                f"refused: {path}: not the {expected[path].size} bytes the source lists ({str(err).splitlines()[0]}); "
+                "nothing was kept",
+            ) from None
+        say(f"downloaded {path} ({expected[path].size / 2**20:.1f} MiB)")
+
+    with ThreadPoolExecutor(PARALLEL_DOWNLOADS) as pool:
+        list(pool.map(one, sorted(expected)))
+
+
+CLIENT_SIZE_CHECK = "Consistency check failed"  # the client's OSError for a file of another size
+
+
+# What the cache's files and directories are made: readable by every user (the training container
+# may run as another), writable by the group (runs of other users sharing the claim through a
+# fsGroup). The client may write its downloads 0600.
+SHARED_FILE, SHARED_DIRECTORY = 0o664, 0o775
+
+
+def shared_directories(cache: Path, leaf: Path) -> None:
+    """``leaf`` and the directories between it and ``cache``, those made now made shared."""
+    parts = leaf.relative_to(cache).parts
+    cache.mkdir(parents=True, exist_ok=True)  # the volume's mount: there already, in a pod
+    for depth in range(1, len(parts) + 1):
+        path = cache.joinpath(*parts[:depth])
+        with contextlib.suppress(FileExistsError):
+            path.mkdir()
+            path.chmod(SHARED_DIRECTORY)
+
+
+def shared(root: Path) -> None:
+    root.chmod(SHARED_DIRECTORY)
+    for path in root.rglob("*"):
+        path.chmod(SHARED_DIRECTORY if path.is_dir() and not path.is_symlink() else SHARED_FILE)
 
 
 def checked(partial: Path, expected: dict[str, verify.Expected]) -> None:
@@ -155,7 +213,8 @@ def checked(partial: Path, expected: dict[str, verify.Expected]) -> None:
     if bad:
         shutil.rmtree(partial, ignore_errors=True)
         raise FetchError(
-            f"refused: {'; '.join(bad)} (the file is corrupted or was tampered with on its way; nothing was kept)"
+            "HashMismatch",
+            f"refused: {'; '.join(bad)} (the file is corrupted or was tampered with on its way; nothing was kept)",
         )
 
 
@@ -171,14 +230,26 @@ def hub_errors(source: HubSource, endpoint: str) -> Iterator[None]:
         yield
     except RevisionNotFoundError:
         raise FetchError(
-            f"{source.repo_id} has no revision {source.revision!r}: name a commit, branch or tag"
+            "RevisionNotFound", f"{source.repo_id} has no revision {source.revision!r}: name a commit, branch or tag"
         ) from None
     except (RepositoryNotFoundError, GatedRepoError):
         raise FetchError(
+            "ModelNotFound",
             f"the Hub at {endpoint} has no repository {source.repo_id} that this token may read: check the name, and "
-            "for a private or gated model the Secret named by the model's tokenSecret"
+            "for a private or gated model the Secret named by the model's tokenSecret",
         ) from None
     except FetchError:
         raise
+    except PermissionError as err:
+        raise FetchError("CacheNotWritable", cache_unwritable(err)) from None
     except Exception as err:  # the client's HTTP errors, its own, the network's, the disk's: said as they are
-        raise FetchError(f"cannot fetch {source} from {endpoint}: {type(err).__name__}: {err}") from None
+        raise FetchError(
+            "HubUnavailable", f"cannot fetch {source} from {endpoint}: {type(err).__name__}: {err}"
+        ) from None
+
+
+def cache_unwritable(err: OSError) -> str:
+    return (
+        f"cannot write the model cache: {err.strerror}: {err.filename} (the claim must be writable by the pods' "
+        "user: give its volume that user's group, e.g. a fsGroup in the pods' securityContext)"
+    )

@@ -15,6 +15,7 @@ from .base import (
     Toleration,
     cel,
 )
+from .model import ModelSpec
 from .quota import Packing
 
 # The rule for secret-looking variable names (docs/architecture.md), as RE2 for CEL (see trainerop_common.redaction).
@@ -66,6 +67,10 @@ class TrainingProfileSpec(K8sModel):
         default=None,
         description="Where in the interconnect its runs' pods go (as a Trainer's spec.scheduling.packing, "
         "which wins); unset: Preferred at the finest level.",
+    )
+    model: ModelSpec | None = Field(
+        default=None,
+        description="The weights its runs start from (as a Trainer's spec.model, which wins): docs/models.md.",
     )
 
 

@@ -23,6 +23,7 @@ from .base import (
     cel,
 )
 from .checkpoint import MAX_SHARDS
+from .model import ModelSpec
 from .quota import CapacityType, Packing, PlacementScore, Preference
 
 Framework = Literal["pytorch", "tensorflow", "jax", "xgboost", "generic"]
@@ -334,6 +335,14 @@ class TrainerSpec(K8sModel):
     resources: ResourceRequirements | None = None
     topology: Topology = Field(default_factory=Topology, json_schema_extra={"default": {}})
     checkpoint: CheckpointSpec | None = None
+    model: ModelSpec | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self == oldSelf", "model is immutable (every replica starts from it); create another Trainer")
+            ]
+        },
+    )
     profile: ObjectName | None = Field(
         default=None,
         description="A TrainingProfile in the Trainer's namespace, else the ClusterTrainingProfile of that name.",
@@ -427,6 +436,9 @@ class ProfileStatus(K8sModel):
     )
     packing: Packing | None = Field(
         default=None, description="The profile's packing: the quota controller's unless spec.scheduling.packing is set."
+    )
+    model: ModelSpec | None = Field(
+        default=None, description="The profile's model: the trainer controller's unless spec.model is set."
     )
     contribution: Contribution | None = None
 
