@@ -824,7 +824,9 @@ def down(args: argparse.Namespace) -> int:
     if controllers.is_dir():
         for name in stop_processes(controllers, [p.stem for p in (controllers / "pids").glob("*.pid")]):
             say(f"stopped {name}")
-    for name in ["seaweedfs", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]:
+    # The registry is the real node's (testbed/registry.py): there if the node's down was skipped.
+    in_reverse = ["seaweedfs", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+    for name in ["registry", *in_reverse]:
         for stopped in stop_processes(run, [name]):
             say(f"stopped {stopped}")
     shutil.rmtree(run)

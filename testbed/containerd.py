@@ -1,5 +1,6 @@
-"""The real node's containerd, as the node (which runs it) and the images (imported into it) reach
-it: the node's state directory, containerd's socket in it, and `ctr` on that socket."""
+"""The real node's containerd, as the node (which runs it) and the images (pulled by it) reach
+it: the node's state directory, containerd's socket and registry hosts in it, and `ctr` on that
+socket."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def node_dir() -> Path:
 
 def socket(run: Path) -> Path:
     return run / "containerd" / "containerd.sock"
+
+
+def hosts_dir(run: Path) -> Path:
+    """containerd's registry hosts configuration (``config_path``: testbed/registry.py writes it)."""
+    return run / "certs.d"
 
 
 def serving(run: Path) -> bool:

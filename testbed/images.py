@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Container images built on this machine, with no registry and no Docker engine.
+"""Container images built on this machine without a Docker engine, and pushed to the local
+cluster's registry (testbed/registry.py), from which the real node's containerd pulls them.
 
     python -m testbed.images build controllers jax-example   # build (cached layers: warm builds are quick)
-    python -m testbed.images load controllers jax-example    # build if needed, then import into real-0's containerd
+    python -m testbed.images load controllers jax-example    # build if needed, push, and have real-0 pull it
     python -m testbed.images list
 
 The images' Dockerfiles are the ones users build with Docker (deploy/Dockerfile,
@@ -10,11 +11,12 @@ examples/jax/Dockerfile, FROM python:3.11-slim-bookworm). Here buildah (Debian p
 storage, chroot isolation) builds them on a base made with debootstrap from the Debian mirror apt
 uses (--build-arg BASE): minbase with python3, python3-venv and ca-certificates. pip inside the
 build uses the host's network and, when the host's pip has one (PIP_CERT, pip's global.cert), its
-CA bundle. buildah's storage, the base's rootfs and the OCI archives live in
-~/.cache/trainer-operator/images and outlive the cluster, so only the first build is cold.
+CA bundle. buildah's storage and the base's rootfs live in ~/.cache/trainer-operator/images and
+outlive the cluster, so only the first build is cold; so does the registry's storage, so a push
+sends only the layers that changed.
 
 The pause and busybox images the node itself needs are built by testbed/node.py with the same
-helpers (build_image, import_into). Images reach the node's containerd through
+helpers (build_image, publish). Images reach the node's containerd through the registry and
 testbed/containerd.py, which the node uses too: this module does not import the node.
 """
 
@@ -29,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import cluster, containerd
+from testbed import cluster, containerd, registry
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGES_DIR = cluster.CACHE_ROOT / "images"
@@ -89,29 +91,47 @@ def image_id(ref: str) -> str | None:
     return result.stdout.strip() or None
 
 
-def archive(ref: str) -> Path:
-    """The OCI archive of ``ref`` for `ctr images import`, written again only when the image changed
-    (its image ID is kept beside it)."""
-    path = IMAGES_DIR / "archives" / f"{ref.rsplit('/', 1)[-1].replace(':', '-')}.tar"
-    built = image_id(ref)
-    if built is None:
-        raise cluster.ClusterError(f"no image {ref}: build it first")
-    stamp = path.with_suffix(".id")
-    if not (path.exists() and stamp.exists() and stamp.read_text() == built):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.unlink(missing_ok=True)
-        # The name after the path is the image's ref in the archive: without it containerd
-        # imports nothing usable.
-        buildah("push", ref, f"oci-archive:{path}:{ref}")
-        stamp.write_text(built)
-    return path
-
-
-def build_image(name: str, context: Path, containerfile: str) -> Path:
-    """A small FROM-scratch image from ``context`` (its rootfs/ and the given Containerfile) and its archive."""
+def build_image(name: str, context: Path, containerfile: str) -> str:
+    """A small FROM-scratch image from ``context`` (its rootfs/ and the given Containerfile); its image ID."""
     (context / "Containerfile").write_text(containerfile)
     buildah("bud", "-q", "--layers", "--isolation", "chroot", "-t", name, str(context))
-    return archive(name)
+    return built_id(name)
+
+
+def built_id(ref: str) -> str:
+    found = image_id(ref)
+    if found is None:
+        raise cluster.ClusterError(f"no image {ref}: build it first")
+    return found
+
+
+def push(run: Path, ref: str) -> str:
+    """Push ``ref`` to the local registry, where the node's containerd finds it as its mirror
+    (testbed/registry.py); returns the manifest's digest."""
+    certs = run / "registry-ca"  # buildah trusts every *.crt of its cert dir: the CA alone
+    certs.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cluster.RUN_DIR / "pki" / "ca.crt", certs / "ca.crt")
+    digest_file = run / "registry-ca" / "digest"
+    buildah(
+        "push", "--cert-dir", str(certs), "--digestfile", str(digest_file), ref, f"docker://{registry.mirror_path(ref)}"
+    )
+    return digest_file.read_text().strip()
+
+
+def publish(run: Path, ref: str, built: str) -> None:
+    """``ref`` as built pushed to the registry and pulled by the node's containerd through it (by
+    name, as the kubelet would; a pod naming it then finds this build), unless the node holds this
+    build already."""
+    stamp = run / "published" / f"{ref.rsplit('/', 1)[-1].replace(':', '-')}.id"
+    if stamp.exists() and stamp.read_text() == built and ref in containerd.ctr(run, "images", "ls", "-q").split():
+        return
+    t0 = time.monotonic()
+    digest = push(run, ref)
+    containerd.ctr(run, "images", "pull", "--hosts-dir", str(containerd.hosts_dir(run)), ref)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(built)
+    took = time.monotonic() - t0
+    cluster.say(f"image {ref} ({digest[:19]}) pushed to the registry and pulled by the node in {took:.1f}s")
 
 
 def base() -> str:
@@ -182,8 +202,9 @@ def pip_cert() -> str | None:
     return cert if cert and Path(cert).is_file() else None
 
 
-def build(name: str) -> Path:
-    """Build one of IMAGES from its Dockerfile (buildah's layer cache makes a warm build quick)."""
+def build(name: str) -> str:
+    """Build one of IMAGES from its Dockerfile (buildah's layer cache makes a warm build quick);
+    its image ID."""
     image = IMAGES[name]
     t0 = time.monotonic()
     args = ["bud", "--layers", "--isolation", "chroot", "--build-arg", f"BASE={base()}"]
@@ -192,27 +213,13 @@ def build(name: str) -> Path:
         args += ["--volume", f"{cert}:/etc/pip-ca.pem:ro", "--build-arg", "PIP_CERT=/etc/pip-ca.pem"]
     cluster.say(f"building {image.ref} from {image.dockerfile}")
     buildah(*args, "-f", str(REPO / image.dockerfile), "-t", image.ref, str(REPO), quiet=False)
-    path = archive(image.ref)
-    cluster.say(f"image {image.ref} built in {time.monotonic() - t0:.1f}s ({path.stat().st_size / 2**20:.0f} MiB)")
-    return path
-
-
-def import_into(run: Path, ref: str, path: Path) -> None:
-    """Import the archive of ``ref`` into the node's containerd unless it holds that build already."""
-    built = path.with_suffix(".id").read_text()
-    stamp = run / "imported" / f"{path.stem}.id"
-    if stamp.exists() and stamp.read_text() == built and ref in containerd.ctr(run, "images", "ls", "-q").split():
-        return
-    t0 = time.monotonic()
-    containerd.ctr(run, "images", "import", str(path))
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(built)
-    cluster.say(f"image {ref} imported into the real node's containerd in {time.monotonic() - t0:.1f}s")
+    cluster.say(f"image {image.ref} built in {time.monotonic() - t0:.1f}s")
+    return built_id(image.ref)
 
 
 def load(name: str, run: Path) -> None:
-    """Build ``name`` if needed and import it into the node's containerd."""
-    import_into(run, IMAGES[name].ref, build(name))
+    """Build ``name`` if needed, push it to the registry and have the node pull it."""
+    publish(run, IMAGES[name].ref, build(name))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A real node in the local cluster: containerd, runc and the CNI plugins from Debian, the kubelet
-from the binary cache, images built and imported locally (there is no registry).
+from the binary cache, images built locally and pulled from the cluster's registry (testbed/registry.py,
+docker.io's and registry.k8s.io's mirror).
 
     python -m testbed.node up       # after `python -m testbed.cluster up`; needs root
     python -m testbed.node status
@@ -34,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from testbed import cluster, containerd, packages
+from testbed import cluster, containerd, packages, registry
 from testbed import images as built
 
 NODE = "real-0"
@@ -89,6 +90,9 @@ state = "{run / "containerd" / "state"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_DIR}"
     conf_dir = "{run / "cni"}"
+  # Images come from the local registry, the mirror of docker.io and registry.k8s.io (testbed/registry.py).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{containerd.hosts_dir(run)}"
 """
 
 
@@ -126,7 +130,8 @@ NODE_TOLERATIONS = {
 
 
 def pod_on_the_node(name: str, container: dict[str, Any]) -> dict[str, Any]:
-    """A bare Pod of one ``container`` (an image already on the node) that runs once on the real node."""
+    """A bare Pod of one ``container`` that runs once on the real node (its image already there, unless the
+    container names another pull policy)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -195,8 +200,8 @@ def kubelet_config(run: Path, ca: Path, address: str) -> dict[str, Any]:
 
 
 def images(run: Path) -> None:
-    """The sandbox (pause) image and a busybox image, built here (cached layers) and imported into
-    containerd when they changed."""
+    """The sandbox (pause) image and a busybox image, built here (cached layers), pushed to the
+    registry and pulled by containerd when they changed."""
     t0 = time.monotonic()
     context = run / "build" / "pause"
     shutil.rmtree(context, ignore_errors=True)
@@ -207,16 +212,16 @@ def images(run: Path) -> None:
         env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
         check=True,
     )
-    archive = built.build_image(PAUSE_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nENTRYPOINT ["/pause"]\n')
-    built.import_into(run, PAUSE_IMAGE, archive)
+    image = built.build_image(PAUSE_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nENTRYPOINT ["/pause"]\n')
+    built.publish(run, PAUSE_IMAGE, image)
     context = run / "build" / "busybox"
     shutil.rmtree(context, ignore_errors=True)
     (context / "rootfs" / "bin").mkdir(parents=True)
     shutil.copy2(shutil.which("busybox") or "/bin/busybox", context / "rootfs" / "bin" / "busybox")
     for applet in BUSYBOX_APPLETS:
         (context / "rootfs" / "bin" / applet).symlink_to("busybox")
-    archive = built.build_image(BUSYBOX_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sh"]\n')
-    built.import_into(run, BUSYBOX_IMAGE, archive)
+    image = built.build_image(BUSYBOX_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sh"]\n')
+    built.publish(run, BUSYBOX_IMAGE, image)
     cluster.say(f"images {PAUSE_IMAGE} and {BUSYBOX_IMAGE} in containerd ({time.monotonic() - t0:.1f}s)")
 
 
@@ -364,6 +369,8 @@ def up(_: argparse.Namespace) -> int:
     (run / "cni").mkdir(exist_ok=True)
     (run / "cni" / "10-trainerop.conflist").write_text(json.dumps(cni_config(), indent=2))
     (run / "containerd.toml").write_text(containerd_config(run))
+    registry.start(cluster.RUN_DIR)
+    registry.hosts(cluster.RUN_DIR, containerd.hosts_dir(run))
     daemon = cluster.Component(
         "containerd",
         ["containerd", "--config", str(run / "containerd.toml")],
@@ -427,6 +434,8 @@ def down(_: argparse.Namespace) -> int:
     remove_containers(run)
     for name in cluster.stop_processes(run, ["containerd", "coredns"]):
         cluster.say(f"stopped {name}")
+    for name in cluster.stop_processes(cluster.RUN_DIR, ["registry"]):
+        cluster.say(f"stopped {name}")
     proxy = cluster.CACHE_ROOT / "kube-proxy" / cluster.bin_dir().parent.name / "kube-proxy"
     if proxy.exists():  # its iptables rules
         subprocess.run([str(proxy), "--cleanup"], capture_output=True)
@@ -452,10 +461,11 @@ def down(_: argparse.Namespace) -> int:
 def status(_: argparse.Namespace) -> int:
     run = containerd.node_dir()
     healthy = True
-    for name in ("containerd", "coredns", "kubelet", "kube-proxy"):
-        pid = cluster.running_pid(run, name)
+    parts = [("registry", cluster.RUN_DIR), *((n, run) for n in ("containerd", "coredns", "kubelet", "kube-proxy"))]
+    for name, where in parts:
+        pid = cluster.running_pid(where, name)
         healthy &= pid is not None
-        print(f"{name:12} pid={pid or '-':<8} log={run / 'logs' / f'{name}.log'}")
+        print(f"{name:12} pid={pid or '-':<8} log={where / 'logs' / f'{name}.log'}")
     ready = node_ready(cluster.RUN_DIR / "admin.kubeconfig")
     print(f"node {NODE}: {'Ready' if ready else 'not Ready'}")
     return 0 if healthy and ready else 1

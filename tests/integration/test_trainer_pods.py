@@ -167,7 +167,12 @@ def test_a_runs_model_is_fetched_by_an_init_container_the_api_server_and_its_pol
     initializer, tests/e2e/test_models.py)."""
     model = {"source": "hf://acme/llama@main", "cacheClaim": "models", "tokenSecret": "hub-token"}
     cluster.apply({**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "model": model}}, namespace)
-    found = eventually(lambda: len(p := pods(cluster, namespace)) == 5 and p, what="the run's five pods")
+
+    def five() -> dict[str, dict[str, Any]] | None:
+        found = pods(cluster, namespace)
+        return found if len(found) == 5 else None
+
+    found = eventually(five, what="the run's five pods")
     for pod in found.values():
         init = pod["spec"]["initContainers"][0]
         assert init["name"] == "model-init"
