@@ -108,16 +108,8 @@ def hosts(run: Path, into: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args != ["build"]:
-        print(__doc__, file=sys.stderr)
-        return 2
-    try:
-        print(binary())
-    except cluster.ClusterError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else ""
+    return gomodule.main(argv, description, "the distribution registry", binary, lambda: [])
 
 
 if __name__ == "__main__":
