@@ -204,3 +204,13 @@ def test_a_run_starts_from_its_profiles_model_unless_it_names_its_own(
     assert len(decision.create_pods) == 2
     condition = by_type(decision).get("ModelVerified")
     assert (condition.reason if condition else None) == ("Fetching" if expected else None)
+
+
+def test_a_profiles_model_the_initializer_cannot_read_is_named_as_the_profiles() -> None:
+    spec = trainer_spec(**{**SEED, "model": None, "profile": "p"})
+    bad = {"name": "p", "model": {"source": "hf://acme/ba--se@v1", "cacheClaim": "models"}}
+    decision = observe(spec, [], conditions=[*OPEN], status={"profile": bad})
+    created = by_type(decision)["Created"]
+    assert (created.status, created.reason) == ("False", "InvalidModel")
+    assert created.message.startswith("profile p's spec.model.source: model source 'hf://acme/ba--se@v1'")
+    assert not decision.create_pods

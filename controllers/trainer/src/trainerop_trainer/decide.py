@@ -179,7 +179,8 @@ def refused(run: Run) -> Decision | None:
     before the rule, or with the webhook away): no pod is created from them; pods already running
     go on."""
     problems = override_problems(run.obs.spec)
-    model = model_problem(run.spec.model)
+    own = run.obs.spec.model is not None
+    model = model_problem(run.spec.model, "spec.model" if own else f"profile {run.obs.spec.profile}'s spec.model")
     if not problems and model is None:
         return None
     reason = "OverrideNotAllowed" if problems else "InvalidModel"

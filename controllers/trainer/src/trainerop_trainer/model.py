@@ -36,14 +36,15 @@ def run_model(spec: TrainerSpec, status: TrainerStatus) -> ModelSpec | None:
     return status.profile.model
 
 
-def model_problem(model: ModelSpec | None) -> str | None:
-    """Why the model cannot be fetched as written (the schema's pattern is coarser), else None."""
+def model_problem(model: ModelSpec | None, where: str = "spec.model") -> str | None:
+    """Why the model cannot be fetched as written (the schema's pattern is coarser), else None;
+    ``where``: whose model it is, for the message."""
     if model is None:
         return None
     try:
         parse(model.source)
     except SourceError as err:
-        return f"spec.model.source: {err}"
+        return f"{where}.source: {err}"
     return None
 
 
