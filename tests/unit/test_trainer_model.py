@@ -214,3 +214,15 @@ def test_a_profiles_model_the_initializer_cannot_read_is_named_as_the_profiles()
     assert (created.status, created.reason) == ("False", "InvalidModel")
     assert created.message.startswith("profile p's spec.model.source: model source 'hf://acme/ba--se@v1'")
     assert not decision.create_pods
+
+
+def test_the_verdict_does_not_depend_on_the_order_the_pods_are_seen_in() -> None:
+    """Two ranks say different words (one downloaded, one found the cache): the condition says the
+    same whichever the cache lists first, so a reconcile that sees nothing new writes nothing."""
+    found = pod("worker", 1, model=("Verified", "hf://acme/tiny@main at commit c: 3 files found checked in the cache"))
+    in_order, reversed_ = (
+        model_condition(MODEL_SPEC, pods, []) for pods in ([VERIFIED_POD, found], [found, VERIFIED_POD])
+    )
+    assert in_order == reversed_
+    assert in_order[0] is not None
+    assert in_order[0].message == VERIFIED_POD.model[1]  # type: ignore[index]

@@ -99,7 +99,7 @@ def model_condition(
     verification, else what it said before (no initializer has finished since). None: no model."""
     if model is None:
         return None, None
-    said = [(p.name, p.model) for p in pods if p.model is not None]
+    said = sorted((p.name, p.model) for p in pods if p.model is not None)  # by name: the same word each time
     refused = [(name, m) for name, m in said if m[0] != VERIFIED]
     old = find(before, CONDITION)
     if refused:

@@ -55,14 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in CLIENT_SETTINGS.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("HF_HOME", str(args.cache / ".hf-home"))  # the image's root is read-only
-    from .fetch import FetchError, cache_unwritable, fetch  # after the settings: the client reads them on import
+    from .fetch import FetchError, fetch  # after the settings: the client reads them on import
 
     try:
         fetched = fetch(source, args.cache, args.files, args.endpoint, os.environ.get("HF_TOKEN") or None, say)
     except FetchError as err:
         return failed(err.reason, str(err), args.termination_log)
-    except PermissionError as err:
-        return failed("CacheNotWritable", cache_unwritable(err), args.termination_log)
     how = "downloaded and checked" if fetched.downloaded else "found checked in the cache"
     report(VERIFIED, f"{source} at commit {fetched.commit}: {fetched.files} files {how}", args.termination_log)
     say(f"ready: {fetched.path}")

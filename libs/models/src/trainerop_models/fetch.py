@@ -90,35 +90,43 @@ def fetch(
 ) -> Fetched:
     """The model at ``source`` in ``cache``: found there, or downloaded and checked."""
     where = revision_path(cache, source, patterns)
-    shared_directories(cache, where.parent)
-    with exclusive(where.parent / ".lock", say), hub_errors(source, endpoint):
-        api = HfApi(endpoint=endpoint, token=token or False)
-        commit = source.revision if source.pinned else resolve(api, source)
-        final = where.parent / (commit + patterns_key(patterns))
-        if (final / MANIFEST).is_file():
-            link(where, final.name)
-            say(f"{source} (commit {commit}) is in the cache: nothing to download")
-            files = len(json.loads((final / MANIFEST).read_text()).get("files") or {})
-            return Fetched(where, commit, files, downloaded=False)
-        expected = listing(api, source, commit, patterns)
-        size = sum(e.size for e in expected.values())
-        say(f"downloading {len(expected)} files ({size / 2**20:.1f} MiB) of {source} (commit {commit})")
-        partial = where.parent / f".partial-{final.name}"
-        shutil.rmtree(partial, ignore_errors=True)  # a fetch that died here
-        try:
-            download(source, commit, expected, partial, endpoint, token, say)
-            checked(partial, expected)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)  # nothing of a refused download is kept
-            raise
-        shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's own bookkeeping
-        (partial / MANIFEST).write_text(manifest(source, commit, patterns, expected))
-        shared(partial)
-        shutil.rmtree(final, ignore_errors=True)  # a directory without a manifest is not whole
-        partial.rename(final)
+    with hub_errors(source, endpoint):
+        shared_directories(cache, where.parent)
+        with exclusive(where.parent / ".lock", say):
+            return fetched_under_lock(source, where, patterns, endpoint, token, say)
+
+
+def fetched_under_lock(
+    source: HubSource, where: Path, patterns: Sequence[str], endpoint: str, token: str | None, say: Say
+) -> Fetched:
+    """What :func:`fetch` does while it holds the model's lock."""
+    api = HfApi(endpoint=endpoint, token=token or False)
+    commit = source.revision if source.pinned else resolve(api, source)
+    final = where.parent / (commit + patterns_key(patterns))
+    if (final / MANIFEST).is_file():
         link(where, final.name)
-        say(f"verified {len(expected)} files against the Hub's listing: {where}")
-        return Fetched(where, commit, len(expected), downloaded=True)
+        say(f"{source} (commit {commit}) is in the cache: nothing to download")
+        files = len(json.loads((final / MANIFEST).read_text()).get("files") or {})
+        return Fetched(where, commit, files, downloaded=False)
+    expected = listing(api, source, commit, patterns)
+    size = sum(e.size for e in expected.values())
+    say(f"downloading {len(expected)} files ({size / 2**20:.1f} MiB) of {source} (commit {commit})")
+    partial = where.parent / f".partial-{final.name}"
+    shutil.rmtree(partial, ignore_errors=True)  # a fetch that died here
+    try:
+        download(source, commit, expected, partial, endpoint, token, say)
+        checked(partial, expected)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # nothing of a refused download is kept
+        raise
+    shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's own bookkeeping
+    (partial / MANIFEST).write_text(manifest(source, commit, patterns, expected))
+    shared(partial)
+    shutil.rmtree(final, ignore_errors=True)  # a directory without a manifest is not whole
+    partial.rename(final)
+    link(where, final.name)
+    say(f"verified {len(expected)} files against the Hub's listing: {where}")
+    return Fetched(where, commit, len(expected), downloaded=True)
 
 
 def resolve(api: HfApi, source: HubSource) -> str:
@@ -240,16 +248,13 @@ def hub_errors(source: HubSource, endpoint: str) -> Iterator[None]:
         ) from None
     except FetchError:
         raise
-    except PermissionError as err:
-        raise FetchError("CacheNotWritable", cache_unwritable(err)) from None
+    except PermissionError as err:  # the claim's directories, made by another user or read-only
+        raise FetchError(
+            "CacheNotWritable",
+            f"cannot write the model cache: {err.strerror}: {err.filename} (the claim must be writable by the pods' "
+            "user: give its volume that user's group, e.g. a fsGroup in the pods' securityContext)",
+        ) from None
     except Exception as err:  # the client's HTTP errors, its own, the network's, the disk's: said as they are
         raise FetchError(
             "HubUnavailable", f"cannot fetch {source} from {endpoint}: {type(err).__name__}: {err}"
         ) from None
-
-
-def cache_unwritable(err: OSError) -> str:
-    return (
-        f"cannot write the model cache: {err.strerror}: {err.filename} (the claim must be writable by the pods' "
-        "user: give its volume that user's group, e.g. a fsGroup in the pods' securityContext)"
-    )
