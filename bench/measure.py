@@ -232,7 +232,7 @@ CLUSTER_PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controlle
 
 
 def cpu_seconds(c: Cluster) -> dict[str, float]:
-    """CPU seconds (user + system) each local process has used so far: the five controllers and the
+    """CPU seconds (user + system) each local process has used so far: the controllers and the
     cluster's own. Two snapshots' difference says where the machine's cores went in between."""
     named = {ctl: cluster_tool.running_pid(localdev.state_dir(), f"controller-{ctl}") for ctl in c.metrics_ports}
     named |= {name: cluster_tool.running_pid(cluster_tool.RUN_DIR, name) for name in CLUSTER_PROCESSES}

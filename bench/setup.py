@@ -1,5 +1,5 @@
 """What every benchmark needs: a cluster (the one in $KUBECONFIG, else the local one, started and
-stopped here) with the operator installed and its five controllers running."""
+stopped here) with the operator installed and its controllers running."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How fast and how cheaply the five controllers converge on new Trainers (prints figures).
+"""How fast and how cheaply the controllers converge on new Trainers (prints figures).
 
     python bench/status_protocol.py --trainers 10
 

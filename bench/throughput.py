@@ -33,7 +33,7 @@ from trainerop_common.kube import RESOURCES
 TRAINER = RESOURCES["Trainer"]
 # A no-op resync round comes within the controllers' resync period (their default at most).
 RESYNC_SECONDS = ControllerConfig(controller="bench").resync_seconds
-CONTROLLERS_WRITING_STATUS = ("trainer", "profile", "quota", "checkpoint", "audit")
+CONTROLLERS_WRITING_STATUS = ("trainer", "profile", "quota", "checkpoint", "audit", "verify")
 
 
 def running(obj: Obj) -> bool:
@@ -151,7 +151,7 @@ def resync_and_completion(
     time, and the writes of a whole lifecycle (from ``before``, the requests before the creates)."""
     result: dict[str, Any] = {}
     # A no-op resync: every controller reconciles every Trainer (at its resync period) and has
-    # nothing to write; measured over one full round of all five controllers, once the writes that
+    # nothing to write; measured over one full round of all the controllers, once the writes that
     # follow Running (audit records, Events, the audit summaries it holds for a while) have landed.
     eventually(
         lambda: c.metric("audit", "audit_summaries_held", {}) == 0,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: a local cluster (unless $KUBECONFIG names one), the operator's CRDs and RBAC,
-# the five controllers, and the seed README's TrainingProfile and Trainer, with their status.
+# the controllers, and the seed README's TrainingProfile and Trainer, with their status.
 #
 # The controllers first run here as local processes, each with its own ServiceAccount's token
 # (testbed.localdev), for the kwok part; then, on the local cluster and as root, the real node
@@ -71,7 +71,7 @@ kubectl apply -f examples/seed/trainingprofile.yaml -f examples/seed/trainer.yam
 
 step "Waiting for every controller to report on the Trainer"
 # (no ProfileResolved: this Trainer names no profile, so the profile controller has nothing to say)
-for condition in QuotaAdmitted CheckpointReady; do
+for condition in QuotaAdmitted CheckpointReady ImagesVerified; do
   kubectl wait --for=condition=$condition trainer/llama-7b-finetune --timeout=60s
 done
 kubectl wait --for=jsonpath='{.status.audit.recorded.created}'=true trainer/llama-7b-finetune --timeout=60s

@@ -16,5 +16,6 @@ log "installing the workspace into .venv"
 .venv/bin/python -m pip install --quiet \
   -e libs/common -e libs/sdk -e 'libs/client[notebook]' -e libs/placement -e libs/models \
   -e controllers/trainer -e controllers/profile -e controllers/checkpoint -e controllers/quota -e controllers/audit -e controllers/kubeflow \
+  -e controllers/verify \
   -e '.[dev]'
 log "ready: .venv/bin/python"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Deploy the operator in the cluster from deploy/overlays/dev: the five controllers as pods
+"""Deploy the operator in the cluster from deploy/overlays/dev: the controllers as pods
 running the image built from deploy/Dockerfile.
 
     python -m testbed.deploy up       # local cluster with the real node: build + import the image too
@@ -21,6 +21,7 @@ deploy/overlays/cert-manager instead, whose Certificates cert-manager (installed
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -59,10 +60,13 @@ def up(args: argparse.Namespace) -> int:
             "or deploy with --tls self-signed"
         )
     existing = kubectl("get", "deployments", "-n", NAMESPACE, "-o", "name").split()
-    cluster.say(f"applying deploy/overlays/{overlay}: the five controllers' Deployments, RBAC, webhooks")
+    cluster.say(f"applying deploy/overlays/{overlay}: the controllers' Deployments, RBAC, webhooks")
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(localdev.REPO / "deploy" / "overlays" / overlay))
     # Pods of an earlier build of the same tag would keep running: roll the Deployments that were there.
     earlier = [name for name in DEPLOYMENTS if f"deployment.apps/{name}" in existing]
+    if local_cluster():
+        read_the_local_registry()
+        earlier = sorted({*earlier, VERIFY})  # it reads its registries when it starts
     if earlier:
         kubectl("rollout", "restart", "deployment", "-n", NAMESPACE, *earlier)
     for name in DEPLOYMENTS:
@@ -71,6 +75,28 @@ def up(args: argparse.Namespace) -> int:
     cluster.say(f"the operator runs in the cluster ({time.monotonic() - t0:.0f}s)")
     print(kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide"))
     return 0
+
+
+VERIFY = "trainer-operator-verify"
+
+
+def read_the_local_registry() -> None:
+    """The verify controller reads the registries where the real node pulls: the local registry
+    as the mirror of docker.io and registry.k8s.io, trusted through the test bed's CA (its
+    ConfigMap, as a platform team edits it: docs/image-verification.md)."""
+    data = {"mirrors": localdev.registry_mirrors(), "ca.crt": (cluster.RUN_DIR / "pki" / "ca.crt").read_text()}
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{VERIFY}-registries"}, "data": data}
+    localdev.kubectl(
+        "apply",
+        "-n",
+        NAMESPACE,
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=testbed",
+        "-f",
+        "-",
+        stdin=json.dumps(config_map),
+    )
 
 
 def down(_: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Install the operator's CRDs and RBAC and run the six controllers as local processes.
+"""Install the operator's CRDs and RBAC and run the seven controllers as local processes.
 
     python -m testbed.localdev install   # kubectl apply --server-side -k deploy/overlays/local
     python -m testbed.localdev start     # start the controllers (each as its own ServiceAccount)
@@ -26,16 +26,17 @@ from typing import Any
 
 import yaml
 
-from testbed import cluster
+from testbed import cluster, registry
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "trainer-operator-system"
-CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit", "kubeflow")
-GATES = ("profile", "quota", "checkpoint", "audit")
+CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit", "kubeflow", "verify")
+GATES = ("profile", "quota", "checkpoint", "audit", "verify")
 # Each controller's metrics port: the first five from PORT_BASE + 20, the kubeflow controller's at
-# + 29 (+ 25 to + 28 were taken before it came).
+# + 29 (+ 25 to + 28 were taken before it came), the verify controller's at + 43.
 METRICS_PORTS = {c: cluster.PORT_BASE + 20 + i for i, c in enumerate(CONTROLLERS[:5])} | {
-    "kubeflow": cluster.PORT_BASE + 29
+    "kubeflow": cluster.PORT_BASE + 29,
+    "verify": cluster.PORT_BASE + 43,
 }
 # The controllers that serve admission webhooks, and the port each listens on here.
 WEBHOOK_PORTS = {
@@ -196,6 +197,9 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
             env["TRAINEROP_GATES"] = ",".join(gates)
         if controller == "audit":
             env.setdefault("TRAINEROP_SEAL_SECONDS", "5")  # tests see their records sealed soon
+        if controller == "verify":  # the local registry, where the real node pulls docker.io's images
+            env.setdefault("TRAINEROP_REGISTRY_MIRRORS", registry_mirrors())
+            env.setdefault("TRAINEROP_REGISTRY_CA_FILE", str(cluster.RUN_DIR / "pki" / "ca.crt"))
         if controller in WEBHOOK_PORTS:
             cert, key = webhook_certificate()
             env.setdefault("TRAINEROP_WEBHOOK_ADDRESS", "127.0.0.1")
@@ -209,6 +213,12 @@ def start(gates: tuple[str, ...] = GATES, extra_env: dict[str, str] | None = Non
         comp = cluster.Component(f"controller-{controller}", [executable(controller)], ready_check(port), timeout=60)
         cluster.start(run, comp, env=env)
     return ports
+
+
+def registry_mirrors() -> str:
+    """--registry-mirrors of the verify controller: where the local registry keeps each upstream
+    it mirrors (testbed/registry.py), as the real node's containerd reads it."""
+    return ",".join(f"{upstream}={registry.address()}/{upstream}" for upstream in registry.MIRRORED)
 
 
 def restart(controller: str, extra_env: dict[str, str] | None = None) -> None:

@@ -3,7 +3,7 @@
 The integration session fixture brings the local cluster up with testbed/cluster.py (real
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok), or uses the cluster in
 $KUBECONFIG when the user set one, installs deploy/overlays/local (CRDs, namespace,
-ServiceAccounts, RBAC) and runs the five controllers as separate processes, each
+ServiceAccounts, RBAC) and runs the controllers as separate processes, each
 authenticated as its own ServiceAccount so RBAC is exercised for real.
 
 TRAINEROP_KEEP_CLUSTER=1 leaves a cluster the session started running for the next session.

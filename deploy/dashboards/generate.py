@@ -265,6 +265,29 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
         ],
     ),
+    (
+        "Image verification",
+        [
+            (
+                "Image checks per hour",
+                "none",
+                [("sum by (result) (increase(verify_image_checks_total[1h]))", "{{result}}")],
+                "refused: a run held (Enforce) or warned about; unreachable: its registry did not answer",
+            ),
+            (
+                "Registry request time p95",
+                "s",
+                [
+                    (
+                        "histogram_quantile(0.95, sum by (le, read) "
+                        f"(rate(verify_registry_request_seconds_bucket{RATE})))",
+                        "{{read}}",
+                    )
+                ],
+                "a tag's digest, a signature manifest, a signature payload",
+            ),
+        ],
+    ),
 ]
 
 

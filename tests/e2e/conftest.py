@@ -1,7 +1,7 @@
 """Every test here runs real containers on the real node (marker: e2e): the local cluster with
 testbed/node.py's node (containerd, runc, the kubelet, kube-proxy, CoreDNS). Needs root and the
 Debian packages testbed/packages.py names; the fixture fails saying what is missing. Tests that train
-use the operator as users deploy it: the five controllers as pods from their image
+use the operator as users deploy it: the controllers as pods from their image
 (testbed/deploy.py, deploy/overlays/dev), not the local processes of the integration tests."""
 
 import os

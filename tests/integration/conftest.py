@@ -5,6 +5,8 @@ from typing import Any
 
 import pytest
 
+from testbed import cluster as cluster_tool
+from testbed import registry
 from tests.harness import Cluster
 from tests.integration.buckets import new_bucket
 
@@ -33,6 +35,14 @@ def policy(cluster: Cluster, namespace: str) -> Iterator[Any]:
 
     yield apply
     cluster.kubectl("delete", "quotapolicy", name, "--ignore-not-found")
+
+
+@pytest.fixture(scope="session")
+def local_registry(cluster: Cluster) -> Iterator[str]:
+    """The local cluster's registry (testbed/registry.py), running for the tests that read it; its address."""
+    registry.start(cluster_tool.RUN_DIR)
+    yield registry.address()
+    cluster_tool.stop_processes(cluster_tool.RUN_DIR, ["registry"])
 
 
 @pytest.fixture

@@ -247,7 +247,7 @@ def test_the_metrics_tls_component_turns_probes_and_the_service_monitor_to_https
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [base], "components": components}))
     objects = [o for o in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay))) if o]
     deployments = [o for o in objects if o["kind"] == "Deployment"]
-    assert len(deployments) == 5
+    assert len(deployments) == 6  # every controller but kubeflow (not in this overlay)
     for deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
         controller = pod["containers"][0]

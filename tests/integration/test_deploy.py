@@ -11,7 +11,7 @@ import yaml
 from tests.harness import REPO, Cluster
 
 OVERLAYS = ("dev", "minimal", "local")
-CONCERNS = ("profile", "quota", "checkpoint", "audit")
+CONCERNS = ("profile", "quota", "checkpoint", "audit", "verify")
 KUBEFLOW_JOBS = ("pytorchjobs", "tfjobs", "jaxjobs", "xgboostjobs")
 
 
@@ -50,7 +50,7 @@ def gate_env(deployment: dict[str, Any]) -> set[str]:
 def test_overlay_builds_and_the_api_server_accepts_it(cluster: Cluster, overlay: str) -> None:
     objects = build(cluster, overlay)
     crds = by_kind(objects, "CustomResourceDefinition")
-    assert sum(name.endswith(".trainer.operator.kubeflow.org") for name in crds) == 6
+    assert sum(name.endswith(".trainer.operator.kubeflow.org") for name in crds) == 7
     assert "clusterkopfpeerings.kopf.dev" in crds
     assert "trainer-operator-system" in by_kind(objects, "Namespace")
     # Server-side dry run: schema, RBAC objects and Deployments are validated by the real server.
@@ -64,7 +64,7 @@ def test_overlay_builds_and_the_api_server_accepts_it(cluster: Cluster, overlay:
     )
 
 
-def test_dev_deploys_all_six_and_announces_every_gate(cluster: Cluster) -> None:
+def test_dev_deploys_all_seven_and_announces_every_gate(cluster: Cluster) -> None:
     objects = build(cluster, "dev")
     deployments = by_kind(objects, "Deployment")
     assert set(deployments) == {f"trainer-operator-{c}" for c in ("trainer", *CONCERNS, "kubeflow")}
@@ -111,6 +111,7 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
         "trainer-operator-view",
         "trainer-operator-cluster-profile-reader",
         "trainer-operator-audit-admin",  # bound by a platform to its auditors, per namespace or cluster-wide
+        "trainer-operator-image-policy-admin",  # aggregated into admin only: editors do not lift a policy
         "trainer-operator-kubeflow-jobs-edit",
         "trainer-operator-kubeflow-jobs-view",
     }
@@ -119,6 +120,7 @@ def test_local_has_every_identity_and_no_deployment(cluster: Cluster) -> None:
         "trainer-operator-view",
         "trainer-operator-kubeflow-jobs-edit",
         "trainer-operator-kubeflow-jobs-view",
+        "trainer-operator-image-policy-admin",
     ):
         assert any(
             k.startswith("rbac.authorization.k8s.io/aggregate-to-")

@@ -60,6 +60,7 @@ def test_network_policies_let_in_only_the_webhook_and_metrics_ports(cluster: Clu
         "trainer-operator-egress",
         "trainer-operator-checkpoint-storage",
         "trainer-operator-node-metrics",
+        "trainer-operator-verify-registries",
     }
     for policy in policies:  # the API server validates them
         cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(policy))
@@ -111,25 +112,39 @@ def egress_allows(policies: list[dict[str, Any]], labels: dict[str, str], destin
     return not selecting or any(allows(r) for p in selecting for r in p["spec"].get("egress", ()))
 
 
-# destination, whether the checkpoint controller may connect there, the quota controller, every other
-EGRESS: list[tuple[Destination, bool, bool, bool]] = [
-    (("10.96.0.10", 53, "UDP"), True, True, True),  # CoreDNS
-    (("169.254.20.10", 53, "UDP"), True, True, True),  # a node-local DNS cache
-    (("10.96.0.1", 443, "TCP"), True, True, True),  # the API server's Service
-    (("192.168.10.4", 6443, "TCP"), True, True, True),  # the API server itself
-    (("10.1.2.3", 4318, "TCP"), True, True, True),  # an OTLP collector
-    (("52.216.0.1", 443, "TCP"), True, True, True),  # S3, a notification webhook
-    (("10.1.2.3", 8333, "TCP"), True, False, False),  # an in-cluster S3 (SeaweedFS): the checkpoint controller only
-    (("10.1.2.3", 9000, "TCP"), True, False, False),  # MinIO
-    (("10.1.2.3", 80, "TCP"), True, False, False),
-    (("10.1.2.3", 9400, "TCP"), False, True, False),  # a node's DCGM exporter: the quota's proactive mode only
-    (("10.1.2.3", 9100, "TCP"), False, True, False),  # its node exporter
-    (("10.1.2.3", 9090, "TCP"), False, True, False),  # a Prometheus server
-    (("169.254.169.254", 80, "TCP"), False, False, False),  # the cloud's instance metadata: the node's credentials
-    (("169.254.169.254", 443, "TCP"), False, False, False),
-    (("169.254.169.254", 9100, "TCP"), False, False, False),
-    (("fd00:ec2::254", 80, "TCP"), False, False, False),
-    (("10.1.2.3", 5432, "TCP"), False, False, False),  # anything else
+# destination, whether the checkpoint controller may connect there, the quota controller, the verify
+# controller, every other
+EGRESS: list[tuple[Destination, bool, bool, bool, bool]] = [
+    (("10.96.0.10", 53, "UDP"), True, True, True, True),  # CoreDNS
+    (("169.254.20.10", 53, "UDP"), True, True, True, True),  # a node-local DNS cache
+    (("10.96.0.1", 443, "TCP"), True, True, True, True),  # the API server's Service
+    (("192.168.10.4", 6443, "TCP"), True, True, True, True),  # the API server itself
+    (("10.1.2.3", 4318, "TCP"), True, True, True, True),  # an OTLP collector
+    (("52.216.0.1", 443, "TCP"), True, True, True, True),  # S3, a notification webhook
+    (
+        ("10.1.2.3", 8333, "TCP"),
+        True,
+        False,
+        False,
+        False,
+    ),  # an in-cluster S3 (SeaweedFS): the checkpoint controller only
+    (("10.1.2.3", 9000, "TCP"), True, False, False, False),  # MinIO
+    (("10.1.2.3", 80, "TCP"), True, False, False, False),
+    (("10.1.2.3", 9400, "TCP"), False, True, False, False),  # a node's DCGM exporter: the quota's proactive mode only
+    (("10.1.2.3", 9100, "TCP"), False, True, False, False),  # its node exporter
+    (("10.1.2.3", 9090, "TCP"), False, True, False, False),  # a Prometheus server
+    (("10.1.2.3", 5000, "TCP"), False, False, True, False),  # a private registry: the verify controller only
+    (
+        ("169.254.169.254", 80, "TCP"),
+        False,
+        False,
+        False,
+        False,
+    ),  # the cloud's instance metadata: the node's credentials
+    (("169.254.169.254", 443, "TCP"), False, False, False, False),
+    (("169.254.169.254", 9100, "TCP"), False, False, False, False),
+    (("fd00:ec2::254", 80, "TCP"), False, False, False, False),
+    (("10.1.2.3", 5432, "TCP"), False, False, False, False),  # anything else
 ]
 
 
@@ -140,8 +155,9 @@ def test_egress_reaches_dns_the_api_server_and_storage_never_instance_metadata(c
     for deployment in (o for o in objects if o["kind"] == "Deployment"):
         name = deployment["metadata"]["name"]
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        for destination, checkpoint, quota, others in EGRESS:
-            expected = {"trainer-operator-checkpoint": checkpoint, "trainer-operator-quota": quota}.get(name, others)
+        for destination, checkpoint, quota, verify, others in EGRESS:
+            own = {"trainer-operator-checkpoint": checkpoint, "trainer-operator-quota": quota}
+            expected = (own | {"trainer-operator-verify": verify}).get(name, others)
             if egress_allows(policies, labels, destination) != expected:
                 wrong.append((name, destination, expected))
     assert not wrong  # (controller, destination, whether it should be reachable)

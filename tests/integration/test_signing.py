@@ -4,57 +4,32 @@ signature of another key, an unsigned image and a tag moved after signing are re
 (docs/design/trusted-artifacts.md, decisions 1 to 3)."""
 
 import json
-import ssl
 import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed import cluster as cluster_tool
-from testbed import cosign, images, registry
-from tests.harness import Cluster
+from testbed import cosign, registry
+from tests.integration.registry_images import push_small_image, registry_request
 from trainerop_common.signatures import load_key, signature_tag, verify
 
 REPOSITORY = "docker.io/library/trainer-operator-signing-check"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-
-
-@pytest.fixture(scope="module")
-def local_registry(cluster: Cluster) -> Iterator[str]:
-    registry.start(cluster_tool.RUN_DIR)
-    yield registry.address()
-    cluster_tool.stop_processes(cluster_tool.RUN_DIR, ["registry"])
 
 
 def pushed(tmp_path: Path, tag: str) -> str:
     """A small image pushed to the registry under ``tag``; its digest."""
-    context = tmp_path / tag
-    (context / "rootfs").mkdir(parents=True)
-    (context / "rootfs" / "tag").write_text(tag)
-    ref = f"{REPOSITORY}:{tag}"
-    images.build_image(ref, context, "FROM scratch\nCOPY rootfs/ /\n")
-    return images.push(cluster_tool.RUN_DIR, ref)
-
-
-def get(path: str, accept: str = OCI_MANIFEST) -> bytes:
-    context = ssl.create_default_context(cafile=str(cluster_tool.RUN_DIR / "pki" / "ca.crt"))
-    request = urllib.request.Request(f"https://{registry.address()}/v2/{path}", headers={"Accept": accept})
-    with urllib.request.urlopen(request, context=context, timeout=10) as response:
-        body: bytes = response.read()
-    return body
+    return push_small_image(tmp_path, f"{REPOSITORY}:{tag}")
 
 
 def signature_manifest(digest: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads(get(f"{REPOSITORY}/manifests/{signature_tag(digest)}"))
+    found: dict[str, Any] = json.loads(registry_request(f"{REPOSITORY}/manifests/{signature_tag(digest)}"))
     return found
 
 
 def blob(digest: str) -> bytes:
-    return get(f"{REPOSITORY}/blobs/{digest}", accept="*/*")
+    return registry_request(f"{REPOSITORY}/blobs/{digest}", accept="*/*")
 
 
 def test_what_cosign_signs_and_verifies_the_operator_verifies_too(local_registry: str, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ OWNERSHIP = {
     "quota": ({"quota"}, {"QuotaAdmitted"}),
     "checkpoint": ({"checkpoint"}, {"CheckpointReady", "CheckpointOverdue"}),
     "audit": ({"audit"}, set()),
+    "verify": ({"verify"}, {"ImagesVerified"}),
 }
 
 
@@ -127,6 +128,9 @@ def test_the_api_server_refuses_a_controller_writing_another_section(cluster: Cl
         ("profile", "watch", "secrets", False),
         ("profile", "list", "clustertrainingprofiles", True),
         ("profile", "create", "clustertrainingprofiles", False),
+        ("verify", "list", "imagepolicies", True),
+        ("verify", "patch", "imagepolicies", False),  # the policies are the admins'; only their status is its
+        ("verify", "get", "secrets", False),  # public keys are in the policy
     ],
 )
 def test_controllers_have_least_privilege(

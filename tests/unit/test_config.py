@@ -26,16 +26,21 @@ def test_components_announce_gates_through_their_own_variables(monkeypatch: pyte
 CHECKPOINT = {"bucket": "s3://b/p", "credentialsSecret": "creds"}
 GATES_TABLE: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     # the Trainer's spec beyond the minimum -> the conditions it waits for
-    ("neither a profile nor checkpointing", {}, ("QuotaAdmitted",)),
-    ("a profile", {"profile": "p"}, ("ProfileResolved", "QuotaAdmitted")),
-    ("checkpointing", {"checkpoint": CHECKPOINT}, ("QuotaAdmitted", "CheckpointReady")),
-    ("both", {"profile": "p", "checkpoint": CHECKPOINT}, ("ProfileResolved", "QuotaAdmitted", "CheckpointReady")),
+    # (quota and verify always: a namespace's QuotaPolicy or ImagePolicy governs whatever the spec says)
+    ("neither a profile nor checkpointing", {}, ("QuotaAdmitted", "ImagesVerified")),
+    ("a profile", {"profile": "p"}, ("ProfileResolved", "QuotaAdmitted", "ImagesVerified")),
+    ("checkpointing", {"checkpoint": CHECKPOINT}, ("QuotaAdmitted", "CheckpointReady", "ImagesVerified")),
+    (
+        "both",
+        {"profile": "p", "checkpoint": CHECKPOINT},
+        ("ProfileResolved", "QuotaAdmitted", "CheckpointReady", "ImagesVerified"),
+    ),
 ]
 
 
 @pytest.mark.parametrize(("extra", "waits_for"), [r[1:] for r in GATES_TABLE], ids=[r[0] for r in GATES_TABLE])
 def test_a_trainer_waits_only_for_the_gates_its_spec_asks(extra: dict[str, Any], waits_for: tuple[str, ...]) -> None:
-    _, trainer = parse_args("trainer", TrainerConfig, ["--gates", "profile,quota,checkpoint,audit"])
+    _, trainer = parse_args("trainer", TrainerConfig, ["--gates", "profile,quota,checkpoint,audit,verify"])
     assert set(trainer.gates_for(trainer_spec(epochs=1, image="i", topology={"workers": 1}, **extra))) == set(waits_for)
 
 

@@ -15,12 +15,12 @@ from prometheus_client.registry import Collector
 from deploy.dashboards import generate as dashboard
 
 REPO = Path(__file__).resolve().parents[2]
-CONTROLLERS = ("trainer", "profile", "quota", "checkpoint", "audit")
+CONTROLLERS = ("trainer", "profile", "quota", "checkpoint", "audit", "verify")
 PROMQL_WORDS = {"sum", "rate", "increase", "histogram_quantile", "by", "without", "avg", "max", "min", "count"}
 
 
 def collectors() -> dict[str, Collector]:
-    """Every sample name the five controllers register, to the metric that has it."""
+    """Every sample name the controllers register, to the metric that has it."""
     for c in CONTROLLERS:
         importlib.import_module(f"trainerop_{c}.controller")
     return dict(REGISTRY._names_to_collectors)  # prometheus-client keeps no public index of names

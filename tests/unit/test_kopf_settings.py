@@ -9,7 +9,7 @@ import pytest
 from trainerop_common import kopf_settings
 from trainerop_common.config import ControllerConfig
 
-CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit")
+CONTROLLERS = ("trainer", "profile", "checkpoint", "quota", "audit", "verify")
 
 
 def settings_for(controller: str, **kw: object) -> kopf.OperatorSettings:
@@ -20,10 +20,10 @@ def settings_for(controller: str, **kw: object) -> kopf.OperatorSettings:
 
 def test_each_controller_has_its_own_finalizer_and_storage_prefix() -> None:
     finalizers = {settings_for(c).persistence.finalizer for c in CONTROLLERS}
-    assert len(finalizers) == 5
+    assert len(finalizers) == len(CONTROLLERS)
     assert all(f.startswith("trainer.operator.kubeflow.org/") for f in finalizers)
     prefixes = {kopf_settings.annotation_prefix(c) for c in CONTROLLERS}
-    assert len(prefixes) == 5
+    assert len(prefixes) == len(CONTROLLERS)
     assert all(p.endswith(".trainer.operator.kubeflow.org") for p in prefixes)
 
 

@@ -123,6 +123,22 @@ def test_contributions_merge_profile_then_quota_then_checkpoint_and_the_spec_win
     assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "ckpt", "mountPath": "/checkpoints"}]
 
 
+def test_the_verified_digests_replace_the_images_the_trainer_and_its_overrides_name() -> None:
+    """The verify concern's ``images``: what was verified is what runs, the role's override too;
+    the operator's own init images are not the run's and stay as they are."""
+    digest = "sha256:" + "a" * 64
+    containers = [{"name": "side", "image": "sidecar:1"}, {"name": "other", "image": "x"}]
+    spec = spec_with(podTemplateOverrides={"worker": {"spec": {"containers": containers}}})
+    pinned = {
+        "finetuner:1": f"docker.io/library/finetuner@{digest}",
+        "sidecar:1": f"docker.io/library/sidecar@{digest}",
+    }
+    pod = pod_manifest(OWNER, spec, Replica("worker", 1), {"verify": contribution(images=pinned)}, PodSettings())
+    images = {c["name"]: c["image"] for c in pod["spec"]["containers"]}
+    assert images == {"pytorch": pinned["finetuner:1"], "side": pinned["sidecar:1"], "other": "x"}
+    assert [c["image"] for c in pod["spec"]["initContainers"]] == [PodSettings().init_image]
+
+
 def test_a_concern_s_fragment_for_a_role_goes_over_its_fragment_for_every_role() -> None:
     """Contribution.roles: Kueue sends the master and the workers to different flavors' nodes."""
     quota = Contribution.model_validate(

@@ -34,7 +34,7 @@ from trainerop_common.topology import Role, is_master_replica, role_override
 from .model import ModelSettings, cache_mount, cache_volume, init_container, model_path
 from .topology import Replica, framework_env, operator_env, port, rendezvous
 
-CONTRIBUTION_ORDER = ("profile", "quota", "checkpoint")
+CONTRIBUTION_ORDER = ("profile", "quota", "checkpoint", "verify")
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
     service_account: str | None = None
     security: dict[str, Any] = {}
     gates: list[str] = []
+    images: dict[str, str] = {}
     for c in contributions:
         env |= _by_name(e.to_k8s() for e in c.env or ())
         volumes |= _by_name(c.volumes or ())
@@ -149,6 +150,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
         service_account = c.service_account_name or service_account
         security |= c.security_context.to_k8s() if c.security_context else {}
         gates += [g for g in c.scheduling_gates or () if g not in gates]  # gates add up
+        images |= c.images or {}
     return PodContribution.model_validate(
         {
             "env": list(env.values()) or None,
@@ -163,6 +165,7 @@ def merge_contributions(contributions: Sequence[PodContribution]) -> PodContribu
             "labels": extra_labels or None,
             "securityContext": security or None,
             "schedulingGates": gates or None,
+            "images": images or None,
         }
     )
 
@@ -364,7 +367,16 @@ def pod_manifest(
     fragment = role_override(spec, replica.role)
     if fragment:
         _apply_override(pod, fragment)
+    pin_images(pod["spec"], merged.images or {})
     return pod
+
+
+def pin_images(spec: dict[str, Any], pinned: Mapping[str, str]) -> None:
+    """Each container's image as the verify concern resolved it (by digest), the overrides' too:
+    what was verified is what runs."""
+    for container in (*spec.get("containers", ()), *spec.get("initContainers", ())):
+        if isinstance(container, dict) and container.get("image") in pinned:
+            container["image"] = pinned[container["image"]]
 
 
 def claim_name(owner: Owner, replica: Replica) -> str:

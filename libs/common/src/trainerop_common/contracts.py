@@ -129,15 +129,20 @@ def awaiting_grant(forbidden: bool, age: float | None) -> bool:
 
 # The concerns beside the trainer, and the condition type each owns (the status protocol,
 # docs/architecture.md): the trainer's gates. The audit concern records and never gates.
-CONCERNS = ("profile", "quota", "checkpoint", "audit")
-GATE_CONDITIONS = {"profile": "ProfileResolved", "quota": "QuotaAdmitted", "checkpoint": "CheckpointReady"}
+CONCERNS = ("profile", "quota", "checkpoint", "audit", "verify")
+GATE_CONDITIONS = {
+    "profile": "ProfileResolved",
+    "quota": "QuotaAdmitted",
+    "checkpoint": "CheckpointReady",
+    "verify": "ImagesVerified",
+}
 
 
 def asks(spec: TrainerSpec, concern: str) -> bool:
     """Whether a Trainer of this spec gives ``concern`` something to decide: the profile concern
     only when ``spec.profile`` names one (admission has already put a namespace's default profile
-    there), the checkpoint concern only when ``spec.checkpoint`` is set, quota always (a
-    QuotaPolicy governs a namespace whatever the spec says). A concern not asked writes nothing
+    there), the checkpoint concern only when ``spec.checkpoint`` is set, quota and verify always
+    (a QuotaPolicy or an ImagePolicy governs a namespace whatever the spec says). A concern not asked writes nothing
     about the Trainer and the trainer does not wait for it (docs/design/status-protocol.md)."""
     if concern == "profile":
         return bool(spec.profile)

@@ -17,6 +17,7 @@ from .base import (
     RunPolicyDefaults,
 )
 from .checkpoint import Checkpoint
+from .images import ImagePolicy
 from .kubeflow import KUBEFLOW_GROUP, KUBEFLOW_VERSION, JAXJob, PyTorchJob, TFJob, XGBoostJob
 from .profile import ClusterTrainingProfile, TrainingProfile
 from .quota import QuotaPolicy
@@ -36,6 +37,7 @@ __all__ = [
     "Condition",
     "Contribution",
     "Grant",
+    "ImagePolicy",
     "K8sModel",
     "KindInfo",
     "PodContribution",
@@ -181,6 +183,18 @@ KINDS: tuple[KindInfo, ...] = (
             ),
             PrinterColumn("Reason", ".status.reason", priority=1),
             PrinterColumn("Message", ".status.message", priority=1),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        kind="ImagePolicy",
+        plural="imagepolicies",
+        model=ImagePolicy,
+        short_names=("ip", "imgpol"),
+        columns=(
+            PrinterColumn("Mode", ".spec.mode"),
+            PrinterColumn("Images", ".spec.images", priority=1),
+            PrinterColumn("Valid", _cond("Valid", "status")),
             AGE,
         ),
     ),

@@ -171,6 +171,12 @@ class PodContribution(K8sModel):
         description="Scheduling gates the pods are created with (names); whoever asked for one removes it "
         "from the pods (e.g. Kueue's topology ungater once it has chosen their domains).",
     )
+    images: dict[str, Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(
+        default=None,
+        json_schema_extra={"maxProperties": 32},
+        description="Image references as the Trainer writes them -> the reference by digest the pods pull "
+        "instead (what the verify controller checked is what runs).",
+    )
 
 
 class RunPolicyDefaults(K8sModel):

@@ -551,6 +551,31 @@ class AuditStatus(K8sModel):
     notified: AuditNotified | None = None
 
 
+class ImageCheck(K8sModel):
+    """One image of the run as the verify controller found it."""
+
+    image: str = Field(max_length=1024, description="As the Trainer writes it.")
+    digest: str | None = Field(default=None, max_length=71, description="What the tag resolved to (sha256:...).")
+    signed_by: list[str] | None = Field(
+        default=None, json_schema_extra={"maxItems": 16}, description="The keys whose signatures hold, by name."
+    )
+    policies: list[str] | None = Field(
+        default=None, json_schema_extra={"maxItems": 16}, description="The ImagePolicies that govern it."
+    )
+    problem: str | None = Field(default=None, max_length=512, description="Why it is not accepted (or only warned).")
+
+
+class VerifyStatus(K8sModel):
+    """Written by the verify controller (docs/image-verification.md)."""
+
+    generation: int | None = Field(
+        default=None, ge=0, description="The Trainer generation its images were checked for."
+    )
+    policies: str | None = Field(default=None, max_length=64, description="A hash of the policies applied.")
+    images: list[ImageCheck] | None = Field(default=None, json_schema_extra={"maxItems": 32})
+    contribution: Contribution | None = None
+
+
 class TrainerStatus(K8sModel):
     """Each section has one writer (docs/design/status-protocol.md); conditions are shared by type."""
 
@@ -563,6 +588,7 @@ class TrainerStatus(K8sModel):
     quota: QuotaStatus | None = None
     checkpoint: CheckpointStatus | None = None
     audit: AuditStatus | None = None
+    verify: VerifyStatus | None = None
     conditions: Conditions | None = None
 
 
