@@ -118,9 +118,9 @@ async def test_a_tls_connection_holds_a_small_read_buffer(tmp_path: Path, monkey
 
 def test_no_controller_loads_cryptography_unless_it_issues_its_own_certificate() -> None:
     """The webhooks' certificate comes from cert-manager by default: the ``cryptography`` package
-    (10 MiB resident in every process that loads it) is imported only by --webhook-tls self-signed.
-    The verify controller is left out: checking signatures is its work (securesystemslib)."""
-    controllers = ("trainer", "profile", "checkpoint", "quota", "audit", "kubeflow")
+    (10 MiB resident in every process that loads it) is imported only by --webhook-tls self-signed,
+    and by the verify controller once it reads a policy's key."""
+    controllers = ("trainer", "profile", "checkpoint", "quota", "audit", "kubeflow", "verify")
     imports = [f"import trainerop_{c}.controller" for c in controllers]
     script = "\n".join([*imports, "import sys", "print('cryptography' in sys.modules)"])
     loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
@@ -132,3 +132,14 @@ def test_no_controller_loads_cryptography_unless_it_issues_its_own_certificate()
         check=True,
     ).stdout
     assert with_tls.split() == ["True"]
+    key = (
+        "from trainerop_common.signatures import load_key, PublicKeyError\n"
+        "try:\n    load_key('k', b'x')\nexcept PublicKeyError:\n    pass"
+    )
+    reading = subprocess.run(
+        [sys.executable, "-c", f"import sys\n{key}\nprint('cryptography' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert reading.split() == ["True"]

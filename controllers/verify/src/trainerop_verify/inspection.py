@@ -4,9 +4,7 @@ life: a digest's content never changes, and a run's second look costs no request
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from securesystemslib.signer import SSlibKey
+from typing import TYPE_CHECKING, Any
 
 from trainerop_common.signatures import MAX_LAYERS, SIMPLE_SIGNING, PublicKeyError, Verdict, load_key, signature_tag
 from trainerop_common.signatures import verify as verify_signatures
@@ -16,6 +14,9 @@ from .metrics import IMAGE_CHECKS
 from .policy import Policy
 from .references import Location, Reference, location
 from .registry import Registry, RegistryError
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import SSlibKey
 
 MAX_ACCEPTED = 4096  # verdicts kept (digest, keys)
 UNSIGNED = "it has no cosign signature (no {tag} in its repository)"
@@ -79,5 +80,5 @@ def judged(manifest: Mapping[str, Any], blobs: Mapping[str, bytes], policy: Poli
     return verify_signatures(manifest, lambda d: blobs.get(d, b""), keys, digest)
 
 
-def policy_keys(policy: Policy) -> list[SSlibKey]:
+def policy_keys(policy: Policy) -> list["SSlibKey"]:
     return [load_key(name, pem.encode()) for name, pem in policy.keys]

@@ -8,7 +8,8 @@ manifest's digest) and the annotation ``dev.cosignproject.cosign/signature``, th
 signature of the payload's exact bytes. The signature is checked with securesystemslib (the
 in-toto and TUF authors' library that sigstore's Python client builds on: sigstore-python itself
 verifies only certificate-bound signatures with a transparency-log entry); the payload is read
-only after its signature holds."""
+only after its signature holds. The cryptography libraries are imported when a key is first
+read: a controller that never meets a policy does not hold them (10 MiB and more)."""
 
 import base64
 import binascii
@@ -16,12 +17,10 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
-from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
-from securesystemslib.signer import Signature, SSlibKey
+if TYPE_CHECKING:
+    from securesystemslib.signer import SSlibKey
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
@@ -39,8 +38,12 @@ def signature_tag(digest: str) -> str:
     return f"{algorithm}-{hex_}.sig"
 
 
-def load_key(name: str, pem: bytes) -> SSlibKey:
+def load_key(name: str, pem: bytes) -> "SSlibKey":
     """A public key (``cosign.pub``: PEM, PKIX) as securesystemslib verifies with it."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    from securesystemslib.signer import SSlibKey
+
     try:
         return SSlibKey.from_crypto(load_pem_public_key(pem), keyid=name)
     except (ValueError, TypeError, UnsupportedAlgorithm) as err:  # not PEM; a key type without a scheme
@@ -53,7 +56,9 @@ class Verdict:
     why: str  # what holds, or why not (the first refusal among the layers)
 
 
-def verify(manifest: Mapping[str, Any], blob: Callable[[str], bytes], keys: Sequence[SSlibKey], digest: str) -> Verdict:
+def verify(
+    manifest: Mapping[str, Any], blob: Callable[[str], bytes], keys: Sequence["SSlibKey"], digest: str
+) -> Verdict:
     """Whether one signature of the ``.sig`` ``manifest`` is by one of ``keys`` over ``digest``;
     ``blob(digest)`` returns a layer's bytes from the registry."""
     layers = [layer for layer in manifest.get("layers") or () if layer.get("mediaType") == SIMPLE_SIGNING]
@@ -69,7 +74,7 @@ def verify(manifest: Mapping[str, Any], blob: Callable[[str], bytes], keys: Sequ
 
 
 def verify_layer(
-    layer: Mapping[str, Any], blob: Callable[[str], bytes], keys: Sequence[SSlibKey], digest: str
+    layer: Mapping[str, Any], blob: Callable[[str], bytes], keys: Sequence["SSlibKey"], digest: str
 ) -> Verdict:
     """One signature: its payload is the layer's bytes, its signature is by a key, and the payload
     names ``digest`` as a cosign image signature."""
@@ -92,7 +97,10 @@ def verify_layer(
     return Verdict(signer, f"signed by {signer}")
 
 
-def holds(key: SSlibKey, signature: bytes, payload: bytes) -> bool:
+def holds(key: "SSlibKey", signature: bytes, payload: bytes) -> bool:
+    from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
+    from securesystemslib.signer import Signature
+
     try:
         key.verify_signature(Signature(key.keyid, signature.hex()), payload)
     except (UnverifiedSignatureError, VerificationError):
