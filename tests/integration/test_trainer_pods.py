@@ -3,6 +3,7 @@
 import json
 from typing import Any
 
+import pytest
 import yaml
 
 from testbed import cluster as cluster_tool
@@ -159,13 +160,28 @@ def test_the_run_succeeds_when_its_workers_do(cluster: Cluster, namespace: str) 
     assert len(pods(cluster, namespace)) == 4
 
 
+S3_PIN = "ab" * 32
+MODELS = [
+    (
+        {"source": "hf://acme/llama@main", "cacheClaim": "models", "tokenSecret": "hub-token"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}},
+        "/models/hf/acme/llama/main",
+    ),
+    (
+        {"source": f"s3://models/llama@sha256:{S3_PIN}", "cacheClaim": "models", "credentialsSecret": "s3-creds"},
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"}}},
+        f"/models/s3/models/llama/@{S3_PIN}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("model", "secret_env", "model_path"), MODELS, ids=["hub", "s3"])
 def test_a_runs_model_is_fetched_by_an_init_container_the_api_server_and_its_policies_accept(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, namespace: str, model: dict[str, str], secret_env: dict[str, Any], model_path: str
 ) -> None:
     """The pods of a run with spec.model pass the API server, the trainer's creations policy and
     Pod Security as the trainer makes them (kwok starts no container: the e2e tier runs the
-    initializer, tests/e2e/test_models.py)."""
-    model = {"source": "hf://acme/llama@main", "cacheClaim": "models", "tokenSecret": "hub-token"}
+    initializer, tests/e2e/test_models.py; tests/integration/test_model_s3.py runs it on S3)."""
     cluster.apply({**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "model": model}}, namespace)
 
     def five() -> dict[str, dict[str, Any]] | None:
@@ -177,11 +193,10 @@ def test_a_runs_model_is_fetched_by_an_init_container_the_api_server_and_its_pol
         init = pod["spec"]["initContainers"][0]
         assert init["name"] == "model-init"
         assert init["command"][:3] == ["trainerop-model-init", "--source", model["source"]]
-        token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}}
-        assert token in init["env"]
+        assert secret_env in init["env"]
         training = pod["spec"]["containers"][0]
         assert {"name": "model-cache", "mountPath": "/models", "readOnly": True} in training["volumeMounts"]
-        assert {"name": "MODEL_PATH", "value": "/models/hf/acme/llama/main"} in training["env"]
+        assert {"name": "MODEL_PATH", "value": model_path} in training["env"]
     verified = eventually(lambda: condition(trainer(cluster, namespace), "ModelVerified"), what="ModelVerified")
     assert verified["reason"] in ("Fetching", "Verified")  # kwok may say the init container ended
 

@@ -221,7 +221,28 @@ CASES = [
         "a model source without a revision",
         SEED_TRAINER,
         set_path("spec.model", {"source": "hf://acme/llama", "cacheClaim": "models"}),
-        ["spec.model.source", "should match '^hf://"],
+        ["spec.model.source", "should match '^(hf://"],
+    ),
+    (
+        "an S3 model without credentials",
+        SEED_TRAINER,
+        set_path("spec.model", {"source": "s3://models/llama", "cacheClaim": "models"}),
+        ["spec.model", "an s3:// source needs credentialsSecret"],
+    ),
+    (
+        "a Hub model with S3 credentials",
+        SEED_TRAINER,
+        set_path("spec.model", {"source": "hf://acme/llama@main", "cacheClaim": "models", "credentialsSecret": "s3"}),
+        ["credentialsSecret is for s3:// sources"],
+    ),
+    (
+        "an S3 model with a Hub token",
+        SEED_TRAINER,
+        set_path(
+            "spec.model",
+            {"source": "s3://models/llama", "cacheClaim": "models", "credentialsSecret": "s3", "tokenSecret": "hf"},
+        ),
+        ["tokenSecret is for hf:// sources"],
     ),
     (
         "a model without a cache claim",

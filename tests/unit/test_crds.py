@@ -89,6 +89,16 @@ def test_audit_log_spec_is_immutable() -> None:
     assert {"rule": "self == oldSelf", "message": "AuditLog records are immutable"} in spec["x-kubernetes-validations"]
 
 
+def test_a_fields_own_rules_keep_its_models_rules() -> None:
+    """spec.model is immutable (the field's rule) and its source's credentials must match its scheme
+    (the model's rules): both hold, neither replaces the other."""
+    trainer = next(i for i in KINDS if i.kind == "Trainer")
+    spec = crdgen.crd(trainer)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = [r["rule"] for r in spec["properties"]["model"]["x-kubernetes-validations"]]
+    assert "self == oldSelf" in rules
+    assert "!self.source.startsWith('s3://') || has(self.credentialsSecret)" in rules
+
+
 @pytest.mark.parametrize("info", KUBEFLOW_KINDS, ids=lambda i: i.kind)
 def test_kubeflow_jobs_are_served_as_upstream_serves_them(info: KindInfo) -> None:
     crd = crdgen.crd(info)

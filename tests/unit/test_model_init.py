@@ -4,6 +4,7 @@ checked against the listing, a tampered file refused by name, a token sent and n
 
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,20 +14,38 @@ import pytest
 from testbed.hfhub import HubServer, git_blob_id
 from trainerop_models import cli, verify
 from trainerop_models.fetch import MANIFEST, FetchError, fetch, revision_path
-from trainerop_sdk.models import VERIFIED, HubSource, SourceError, parse, read_termination
+from trainerop_sdk.models import (
+    SOURCE_PATTERN,
+    VERIFIED,
+    HubSource,
+    S3Source,
+    SourceError,
+    parse,
+    patterns_key,
+    read_termination,
+    revision_dir,
+)
 
 REPO = "acme/tiny"
 WEIGHTS = bytes(range(256)) * 64  # an LFS file (16 KiB)
 FILES = {"config.json": b'{"hidden": 8}\n', "model.safetensors": WEIGHTS, "README.md": b"# tiny\n"}
 
-# source -> (repository, revision), or the start of the error
-SOURCES = [
-    ("hf://acme/tiny@main", (REPO, "main")),
-    ("hf://acme/tiny@" + "a" * 40, (REPO, "a" * 40)),
-    ("hf://Org-1/model.v2@release/2026-12", ("Org-1/model.v2", "release/2026-12")),
+# source -> what it reads as, or the start of the error
+PIN = "ab" * 32
+SOURCES: list[tuple[str, HubSource | S3Source | str]] = [
+    ("hf://acme/tiny@main", HubSource(REPO, "main")),
+    ("hf://acme/tiny@" + "a" * 40, HubSource(REPO, "a" * 40)),
+    ("hf://Org-1/model.v2@release/2026-12", HubSource("Org-1/model.v2", "release/2026-12")),
     ("hf://acme/tiny", "model source 'hf://acme/tiny': name the revision"),
     ("hf://acme/tiny@", "model source 'hf://acme/tiny@': name the revision"),
-    ("s3://bucket/model", "model source 's3://bucket/model': expected hf://"),
+    ("s3://models/llama/tiny", S3Source("models", "llama/tiny", None)),
+    (f"s3://models/tiny@sha256:{PIN}", S3Source("models", "tiny", PIN)),
+    ("s3://models", "model source 's3://models': name the prefix"),
+    ("s3://models/a/../b", "model source 's3://models/a/../b': name the prefix"),
+    ("s3://models/.hidden", "model source 's3://models/.hidden': name the prefix"),
+    ("s3://Models/tiny", "model source 's3://Models/tiny': 'Models' is not a bucket name"),
+    ("s3://models/tiny@abc", "model source 's3://models/tiny@abc': after '@' comes the sha256 of SHA256SUMS"),
+    ("gs://models/tiny", "model source 'gs://models/tiny': expected hf://<org>/<name>@<revision> or s3://"),
     ("hf://tiny@main", "model source 'hf://tiny@main': 'tiny' is not a Hub repository"),
     ("hf://acme/ti--ny@main", "model source 'hf://acme/ti--ny@main': 'acme/ti--ny' is not"),
     ("hf://acme/tiny@../x", "model source 'hf://acme/tiny@../x': '../x' is not a revision"),
@@ -34,10 +53,11 @@ SOURCES = [
 
 
 @pytest.mark.parametrize(("uri", "expected"), SOURCES)
-def test_a_source_is_a_hub_repository_at_a_revision(uri: str, expected: tuple[str, str] | str) -> None:
-    if isinstance(expected, tuple):
-        assert parse(uri) == HubSource(*expected)
+def test_a_source_is_a_hub_revision_or_an_s3_prefix(uri: str, expected: HubSource | S3Source | str) -> None:
+    if not isinstance(expected, str):
+        assert parse(uri) == expected
         assert str(parse(uri)) == uri
+        assert re.fullmatch(SOURCE_PATTERN, uri)  # the schema lets it by too
     else:
         with pytest.raises(SourceError) as err:
             parse(uri)
@@ -47,6 +67,49 @@ def test_a_source_is_a_hub_repository_at_a_revision(uri: str, expected: tuple[st
 def test_a_commit_is_pinned_and_a_branch_is_not() -> None:
     assert parse("hf://acme/tiny@" + "0" * 40).pinned
     assert not parse("hf://acme/tiny@main").pinned
+    assert parse(f"s3://models/tiny@sha256:{PIN}").pinned
+    assert not parse("s3://models/tiny").pinned
+
+
+@pytest.mark.parametrize(
+    ("uri", "patterns", "directory"),
+    [
+        ("hf://acme/tiny@main", (), "hf/acme/tiny/main"),
+        (f"s3://models/llama/tiny@sha256:{PIN}", (), f"s3/models/llama/tiny/@{PIN}"),
+        ("s3://models/tiny", (), "s3/models/tiny/@latest"),
+        ("s3://models/tiny", ("*.json",), "s3/models/tiny/@latest" + patterns_key(["*.json"])),
+    ],
+)
+def test_each_source_has_its_own_directory_in_the_cache(uri: str, patterns: tuple[str, ...], directory: str) -> None:
+    """'@' starts no prefix component, so no other source's directory is named like an S3 source's."""
+    assert str(revision_dir(parse(uri), patterns)) == directory
+
+
+SHA = "0" * 64
+# SHA256SUMS -> path -> sha256, or the start of the refusal
+SUMS: list[tuple[str, dict[str, str] | str]] = [
+    (
+        f"{SHA}  config.json\n{'F' * 64} *weights/model.safetensors\n",
+        {"config.json": SHA, "weights/model.safetensors": "f" * 64},
+    ),
+    (f"# made by sha256sum\n\n{SHA}  a b.txt\n", {"a b.txt": SHA}),
+    (f"{SHA}  ../etc/passwd\n", "line 1: '../etc/passwd' is not a path under the prefix"),
+    (f"{SHA}  /etc/passwd\n", "line 1: '/etc/passwd' is not a path under the prefix"),
+    (f"{SHA}  a/./b\n", "line 1: 'a/./b' is not a path"),
+    (f"{SHA}  a\n{SHA}  a\n", "line 2: 'a' is listed twice"),
+    ("abc  a\n", "line 1 is not '<sha256>  <path>'"),
+    ("\n", "it lists no file"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SUMS)
+def test_an_s3_manifest_lists_paths_under_the_prefix_only(text: str, expected: dict[str, str] | str) -> None:
+    if isinstance(expected, dict):
+        assert verify.parse_sums(text) == expected
+    else:
+        with pytest.raises(verify.ManifestError) as err:
+            verify.parse_sums(text)
+        assert str(err.value).startswith(expected)
 
 
 # file written, what the listing says -> the problem named (None: none)
@@ -70,6 +133,12 @@ def test_each_file_is_checked_by_its_own_hash(
     assert found == problem if problem is None else (found or "").startswith(problem)
 
 
+def hub_source(uri: str) -> HubSource:
+    source = parse(uri)
+    assert isinstance(source, HubSource)
+    return source
+
+
 @pytest.fixture
 def hub() -> Iterator[HubServer]:
     with HubServer() as server:
@@ -85,7 +154,7 @@ def lines() -> tuple[list[str], Callable[[str], None]]:
 def test_a_model_is_downloaded_checked_and_then_found_in_the_cache(hub: HubServer, tmp_path: Path) -> None:
     commit = hub.add(REPO, FILES)
     said, say = lines()
-    first = fetch(parse(f"hf://{REPO}@main"), tmp_path, ["*.json", "*.safetensors"], hub.url, None, say)
+    first = fetch(hub_source(f"hf://{REPO}@main"), tmp_path, ["*.json", "*.safetensors"], hub.url, None, say)
     assert (first.commit, first.downloaded) == (commit, True)
     assert sorted(p.name for p in first.path.iterdir()) == sorted([MANIFEST, "config.json", "model.safetensors"])
     assert (first.path / "model.safetensors").read_bytes() == WEIGHTS
@@ -93,10 +162,10 @@ def test_a_model_is_downloaded_checked_and_then_found_in_the_cache(hub: HubServe
     assert "verified 2 files against the Hub's listing" in said[-1]
     assert hub.downloads() == 2
 
-    again = fetch(parse(f"hf://{REPO}@main"), tmp_path, ["*.safetensors", "*.json"], hub.url, None, say)
+    again = fetch(hub_source(f"hf://{REPO}@main"), tmp_path, ["*.safetensors", "*.json"], hub.url, None, say)
     assert (again.path, again.downloaded) == (first.path, False)
     assert hub.downloads() == 2  # a second run of the same revision downloads nothing
-    pinned = fetch(parse(f"hf://{REPO}@{commit}"), tmp_path, ["*.json", "*.safetensors"], hub.url, None, say)
+    pinned = fetch(hub_source(f"hf://{REPO}@{commit}"), tmp_path, ["*.json", "*.safetensors"], hub.url, None, say)
     assert (pinned.downloaded, pinned.path.resolve()) == (False, first.path.resolve())
 
 
@@ -114,7 +183,7 @@ def test_a_tampered_file_is_refused_by_name_and_nothing_is_kept(
 ) -> None:
     hub.add(REPO, FILES)
     hub.tamper(REPO, path, served)
-    source = parse(f"hf://{REPO}@main")
+    source = hub_source(f"hf://{REPO}@main")
     with pytest.raises(FetchError) as refused:
         fetch(source, tmp_path, [], hub.url, None, print)
     assert refused.value.reason == "HashMismatch"
@@ -127,7 +196,7 @@ def test_a_private_model_needs_its_token_which_is_never_printed(
 ) -> None:
     token = "hf_secret_canary_4711"
     hub.add(REPO, FILES, token=token)
-    source = parse(f"hf://{REPO}@main")
+    source = hub_source(f"hf://{REPO}@main")
     with pytest.raises(FetchError, match="no repository acme/tiny that this token may read"):
         fetch(source, tmp_path, [], hub.url, None, print)
     caplog.set_level(logging.DEBUG)
@@ -142,7 +211,7 @@ def test_a_private_model_needs_its_token_which_is_never_printed(
 def test_an_unknown_revision_is_named(hub: HubServer, tmp_path: Path) -> None:
     hub.add(REPO, FILES)
     with pytest.raises(FetchError, match="acme/tiny has no revision 'v9'"):
-        fetch(parse(f"hf://{REPO}@v9"), tmp_path, [], hub.url, None, print)
+        fetch(hub_source(f"hf://{REPO}@v9"), tmp_path, [], hub.url, None, print)
 
 
 def test_pods_fetching_at_once_download_the_revision_once(hub: HubServer, tmp_path: Path) -> None:
@@ -150,7 +219,7 @@ def test_pods_fetching_at_once_download_the_revision_once(hub: HubServer, tmp_pa
     results: list[bool] = []
 
     def one() -> None:
-        results.append(fetch(parse(f"hf://{REPO}@main"), tmp_path, [], hub.url, None, lambda _: None).downloaded)
+        results.append(fetch(hub_source(f"hf://{REPO}@main"), tmp_path, [], hub.url, None, lambda _: None).downloaded)
 
     threads = [threading.Thread(target=one) for _ in range(3)]
     for t in threads:
@@ -208,14 +277,14 @@ def test_a_hub_that_cannot_be_reached_is_named(tmp_path: Path) -> None:
     with HubServer() as hub:
         gone = hub.url  # a port nothing listens on once the server stops
     with pytest.raises(FetchError, match=f"cannot fetch hf://acme/tiny@main from {gone}: "):
-        fetch(parse(f"hf://{REPO}@main"), tmp_path, [], gone, None, print)
+        fetch(hub_source(f"hf://{REPO}@main"), tmp_path, [], gone, None, print)
 
 
 def test_the_cache_is_readable_by_every_user_and_writable_by_the_group(hub: HubServer, tmp_path: Path) -> None:
     """The training container may run as another user than the initializer; runs of other users
     share the claim through a fsGroup."""
     hub.add(REPO, FILES)
-    fetched = fetch(parse(f"hf://{REPO}@main"), tmp_path, [], hub.url, None, lambda _: None)
+    fetched = fetch(hub_source(f"hf://{REPO}@main"), tmp_path, [], hub.url, None, lambda _: None)
     commit_dir = fetched.path.resolve()
     modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in [commit_dir, *commit_dir.rglob("*")]}
     assert set(modes.values()) <= {0o664, 0o775}

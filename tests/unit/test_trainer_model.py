@@ -70,6 +70,26 @@ def test_a_pinned_model_without_patterns_is_found_at_its_commit() -> None:
     assert env["MODEL_PATH"] == f"/weights/hf/acme/tiny/{COMMIT}"
 
 
+PIN = "ab" * 32
+
+
+@pytest.mark.parametrize("endpoint", [None, "http://s3.team-a:8333"])
+def test_an_s3_model_gets_its_credentials_from_its_secret_and_no_hub_setting(endpoint: str | None) -> None:
+    source = f"s3://models/llama/tiny@sha256:{PIN}"
+    pod = worker(source=source, files=None, credentialsSecret="s3-creds", endpoint=endpoint)
+    init = pod["spec"]["initContainers"][0]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"] if "valueFrom" in e}
+    assert refs["AWS_ACCESS_KEY_ID"] == {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"}
+    assert refs["AWS_REGION"] == {"name": "s3-creds", "key": "AWS_REGION", "optional": True}
+    values = {e["name"]: e["value"] for e in init["env"] if "value" in e}
+    # the model's endpoint as the S3-specific variable (over the Secret's), never the Hub's setting
+    assert values == ({"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {})
+    assert ("AWS_ENDPOINT_URL_S3" in refs) == (endpoint is None)
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["MODEL_PATH"] == f"/models/s3/models/llama/tiny/@{PIN}"
+    assert not any(name.startswith("AWS_") for name in env)  # the credentials are the initializer's alone
+
+
 def test_a_run_without_a_model_has_none_of_it() -> None:
     spec = trainer_spec(**{**SEED, "model": None})
     pod = pod_manifest(OWNER, spec, Replica("worker", 0), {}, SETTINGS)

@@ -22,15 +22,14 @@ from trainerop_common.api import Checkpoint, Contribution, PodContribution
 from trainerop_common.api.base import EnvVar
 from trainerop_common.api.trainer import CheckpointSpec, RenegotiationStatus, SaveRequest, TrainerSpec
 from trainerop_common.checkpoint_layout import (
-    CREDENTIAL_KEYS,
     MOUNT,
-    REQUIRED_CREDENTIAL_KEYS,
     Claim,
     Digest,
     StoredChecksum,
     checkpoint_dir,
     checkpoint_path,
     copy_key,
+    credential_env,
     missing_credential_keys,
 )
 from trainerop_common.clock import parse_time, rfc3339
@@ -317,21 +316,7 @@ def order(view: CheckpointView) -> tuple[int, int, str]:
 
 def _s3_credentials(secret: str | None) -> list[EnvVar]:
     """The AWS_* variables of the pods, from the Trainer's credentials Secret (region optional)."""
-    return [
-        EnvVar.model_validate(
-            {
-                "name": key,
-                "valueFrom": {
-                    "secretKeyRef": {
-                        "name": secret,
-                        "key": key,
-                        **({} if key in REQUIRED_CREDENTIAL_KEYS else {"optional": True}),
-                    }
-                },
-            }
-        )
-        for key in CREDENTIAL_KEYS
-    ]
+    return [EnvVar.model_validate(env) for env in credential_env(secret)]
 
 
 def contribution(obs: Observed, directory: str, resume_from: str) -> Contribution:

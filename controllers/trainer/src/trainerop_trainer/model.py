@@ -10,8 +10,9 @@ from typing import Any
 from trainerop_common.api.base import Condition
 from trainerop_common.api.model import ModelSpec
 from trainerop_common.api.trainer import TrainerSpec, TrainerStatus
+from trainerop_common.checkpoint_layout import S3_ENDPOINT_KEY, credential_env
 from trainerop_common.conditions import Desired, find
-from trainerop_common.models import INIT_CONTAINER, VERIFIED, SourceError, parse, revision_dir
+from trainerop_common.models import INIT_CONTAINER, S3_SCHEME, VERIFIED, SourceError, parse, revision_dir
 
 from .views import PodView
 
@@ -61,13 +62,7 @@ def init_container(
     args = ["--source", model.source, "--cache", CACHE_MOUNT]
     for pattern in model.files or ():
         args += ["--files", pattern]
-    env: list[dict[str, Any]] = []
-    endpoint = model.endpoint or settings.endpoint
-    if endpoint:
-        env.append({"name": "HF_ENDPOINT", "value": endpoint})
-    if model.token_secret:
-        ref = {"name": model.token_secret, "key": TOKEN_KEY}
-        env.append({"name": TOKEN_KEY, "valueFrom": {"secretKeyRef": ref}})
+    env = source_env(model, settings)
     return {
         "name": INIT_CONTAINER,
         "image": settings.image,
@@ -81,6 +76,24 @@ def init_container(
         "securityContext": dict(security),
         "terminationMessagePolicy": "FallbackToLogsOnError",  # a crash before the message: its log's tail
     }
+
+
+def source_env(model: ModelSpec, settings: ModelSettings) -> list[dict[str, Any]]:
+    """Where the initializer fetches from, and its credentials (from Secrets, never values)."""
+    if model.source.startswith(S3_SCHEME):
+        env = credential_env(model.credentials_secret)
+        if model.endpoint:  # as the S3-specific variable: it wins over the Secret's endpoints
+            over = {"name": S3_ENDPOINT_KEY, "value": model.endpoint}
+            env = [e for e in env if e["name"] != S3_ENDPOINT_KEY] + [over]
+        return env
+    env = []
+    endpoint = model.endpoint or settings.endpoint
+    if endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": endpoint})
+    if model.token_secret:
+        ref = {"name": model.token_secret, "key": TOKEN_KEY}
+        env.append({"name": TOKEN_KEY, "valueFrom": {"secretKeyRef": ref}})
+    return env
 
 
 def cache_volume(model: ModelSpec) -> dict[str, Any]:

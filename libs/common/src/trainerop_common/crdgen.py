@@ -61,15 +61,22 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     node = dict(node)
     if "$ref" in node:
         target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
-        node = {**_resolve(target, defs), **node}
+        node = _over(_resolve(target, defs), node)
     if "allOf" in node and len(node["allOf"]) == 1:
-        node = {**_resolve(node.pop("allOf")[0], defs), **node}
+        node = _over(_resolve(node.pop("allOf")[0], defs), node)
     if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
         options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
         if len(options) != 1:
             raise ValueError(f"cannot express a union of {options} in a structural schema")
-        node = {**_resolve(options[0], defs), **{k: v for k, v in node.items() if k != "default"}}
+        node = _over(_resolve(options[0], defs), {k: v for k, v in node.items() if k != "default"})
     return node
+
+
+def _over(model: dict[str, Any], field: dict[str, Any]) -> dict[str, Any]:
+    """A field's schema over its model's: the field's keys win, but the rules of both hold (a
+    model's CEL rules are not dropped by a field's own, such as an immutability rule)."""
+    rules = [*model.get("x-kubernetes-validations", ()), *field.get("x-kubernetes-validations", ())]
+    return {**model, **field, **({"x-kubernetes-validations": rules} if rules else {})}
 
 
 @functools.cache

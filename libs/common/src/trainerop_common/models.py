@@ -3,12 +3,24 @@ live in trainerop_sdk.models, which the initializer (without the operator's libr
 
 from trainerop_sdk.models import (
     INIT_CONTAINER,
+    S3_SCHEME,
     VERIFIED,
     HubSource,
+    S3Source,
     SourceError,
     parse,
     read_termination,
     revision_dir,
 )
 
-__all__ = ["INIT_CONTAINER", "VERIFIED", "HubSource", "SourceError", "parse", "read_termination", "revision_dir"]
+__all__ = [
+    "INIT_CONTAINER",
+    "S3_SCHEME",
+    "VERIFIED",
+    "HubSource",
+    "S3Source",
+    "SourceError",
+    "parse",
+    "read_termination",
+    "revision_dir",
+]

@@ -2,10 +2,13 @@
 before its training container starts (docs/design/trusted-artifacts.md, decision 4).
 
     trainerop-model-init --source hf://acme/tiny@main --cache /models [--files '*.json' ...]
+    trainerop-model-init --source s3://models/llama-tiny@sha256:<hex> --cache /models
 
-The token, when the model needs one, comes from the environment (``HF_TOKEN``, from a Secret);
-it is never printed. Progress goes to stdout; a failure is printed, written to the container's
-termination message (which the trainer reports), and exits 1."""
+The token, when the model needs one, comes from the environment (``HF_TOKEN``, from a Secret),
+and so do an S3 source's credentials (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_ENDPOINT_URL``, ``AWS_REGION``); neither is ever printed. Progress goes to stdout; a
+failure is printed, written to the container's termination message (which the trainer reports),
+and exits 1."""
 
 import argparse
 import contextlib
@@ -14,7 +17,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainerop_sdk.models import VERIFIED, SourceError, parse, termination_message
+from trainerop_sdk.models import VERIFIED, HubSource, S3Source, SourceError, parse, termination_message
+
+from .cache import Fetched, FetchError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TERMINATION_LOG = Path("/dev/termination-log")
@@ -42,7 +47,7 @@ def failed(reason: str, message: str, termination_log: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--source", required=True, help="hf://<org>/<name>@<revision>")
+    parser.add_argument("--source", required=True, help="hf://<org>/<name>@<revision> or s3://<bucket>/<prefix>")
     parser.add_argument("--cache", type=Path, default=Path("/models"), help="the shared cache volume's mount")
     parser.add_argument("--files", action="append", default=[], help="a glob of the files wanted (repeatable)")
     parser.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
@@ -52,19 +57,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = parse(args.source)
     except SourceError as err:
         return failed("InvalidSource", str(err), args.termination_log)
-    for key, value in CLIENT_SETTINGS.items():
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("HF_HOME", str(args.cache / ".hf-home"))  # the image's root is read-only
-    from .fetch import FetchError, fetch  # after the settings: the client reads them on import
-
     try:
-        fetched = fetch(source, args.cache, args.files, args.endpoint, os.environ.get("HF_TOKEN") or None, say)
+        fetched = fetch_hub(source, args) if isinstance(source, HubSource) else fetch_s3(source, args)
     except FetchError as err:
         return failed(err.reason, str(err), args.termination_log)
     how = "downloaded and checked" if fetched.downloaded else "found checked in the cache"
-    report(VERIFIED, f"{source} at commit {fetched.commit}: {fetched.files} files {how}", args.termination_log)
+    version = f"commit {fetched.commit}" if isinstance(source, HubSource) else f"manifest sha256:{fetched.commit}"
+    report(VERIFIED, f"{source} at {version}: {fetched.files} files {how}", args.termination_log)
     say(f"ready: {fetched.path}")
     return 0
+
+
+def fetch_hub(source: HubSource, args: argparse.Namespace) -> Fetched:
+    for key, value in CLIENT_SETTINGS.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("HF_HOME", str(args.cache / ".hf-home"))  # the image's root is read-only
+    from .fetch import fetch  # after the settings: the client reads them on import
+
+    return fetch(source, args.cache, args.files, args.endpoint, os.environ.get("HF_TOKEN") or None, say)
+
+
+def fetch_s3(source: S3Source, args: argparse.Namespace) -> Fetched:
+    from trainerop_sdk.s3 import Credentials
+
+    from .s3fetch import fetch_s3 as fetch
+
+    try:
+        creds = Credentials.from_env()
+    except ValueError as err:
+        raise FetchError("InvalidCredentials", f"{err}: the model's credentialsSecret") from None
+    return fetch(source, args.cache, args.files, creds, say)
 
 
 if __name__ == "__main__":

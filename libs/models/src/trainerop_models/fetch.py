@@ -1,26 +1,18 @@
-"""A model fetched once per revision into a shared cache, every file checked (I/O).
+"""A model of the Hugging Face Hub fetched once per revision into the shared cache, every file
+checked (I/O; the cache's layout and mechanics: :mod:`cache`).
 
-Layout of the cache (a volume the namespace's runs share)::
-
-    <cache>/hf/<org>/<name>/<commit>[-<patterns>]/            the files, and MANIFEST
-    <cache>/hf/<org>/<name>/<revision>[-<patterns>] -> <commit>...   a branch or tag: a link
-    <cache>/hf/<org>/<name>/.lock                             held while one fetch looks or writes
-
-Whoever holds the lock either finds the commit's directory with its manifest (nothing is
+Whoever holds the model's lock either finds the commit's directory with its manifest (nothing is
 downloaded) or downloads into ``.partial-…``, checks every file against the Hub's listing
-(:mod:`verify`), and only then renames it into place: a directory with a manifest is always
-whole and checked. A token is passed to the client and never written or logged.
+(:mod:`verify`), and only then renames it into place. A token is passed to the client and never
+written or logged.
 """
 
 import contextlib
-import fcntl
 import json
 import logging
-import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import HfApi, hf_hub_download
@@ -30,59 +22,26 @@ from huggingface_hub.hf_api import RepoFile
 from trainerop_sdk.models import HubSource, patterns_key, revision_dir
 
 from . import verify
+from .cache import (
+    MANIFEST,
+    Fetched,
+    FetchError,
+    Say,
+    cache_not_writable,
+    exclusive,
+    link,
+    shared,
+    shared_directories,
+)
+
+__all__ = ["MANIFEST", "FetchError", "Fetched", "fetch", "revision_path"]
 
 log = logging.getLogger("trainerop.models")
-
-MANIFEST = "trainer-operator-model.json"
-Say = Callable[[str], None]
-
-
-class FetchError(Exception):
-    """The model could not be fetched, or was refused; the message says which and what to do,
-    ``reason`` in a word (the Trainer's ModelVerified condition's reason)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Fetched:
-    path: Path  # the revision's directory, as a pod reads it (a link for a branch or tag)
-    commit: str
-    files: int
-    downloaded: bool
 
 
 def revision_path(cache: Path, source: HubSource, patterns: Sequence[str] = ()) -> Path:
     """Where a pod finds the model's files (``MODEL_PATH``)."""
     return cache / revision_dir(source, patterns)
-
-
-@contextlib.contextmanager
-def exclusive(lock: Path, say: Say) -> Iterator[None]:
-    """Hold ``lock`` (an flock: released by the kernel if the holder dies). Opened for reading,
-    which is all an flock needs: a pod of another user sharing the cache may take it too."""
-    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, SHARED_FILE)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("another pod is fetching this model: waiting for it")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def link(at: Path, target: str) -> None:
-    """Point ``at`` at its sibling ``target``, atomically (a reader sees the old or the new)."""
-    if at.name == target:
-        return
-    temporary = at.with_name(f".link-{os.getpid()}")
-    temporary.unlink(missing_ok=True)
-    temporary.symlink_to(target)
-    os.replace(temporary, at)
 
 
 def fetch(
@@ -193,29 +152,6 @@ def download(
 CLIENT_SIZE_CHECK = "Consistency check failed"  # the client's OSError for a file of another size
 
 
-# What the cache's files and directories are made: readable by every user (the training container
-# may run as another), writable by the group (runs of other users sharing the claim through a
-# fsGroup). The client may write its downloads 0600.
-SHARED_FILE, SHARED_DIRECTORY = 0o664, 0o775
-
-
-def shared_directories(cache: Path, leaf: Path) -> None:
-    """``leaf`` and the directories between it and ``cache``, those made now made shared."""
-    parts = leaf.relative_to(cache).parts
-    cache.mkdir(parents=True, exist_ok=True)  # the volume's mount: there already, in a pod
-    for depth in range(1, len(parts) + 1):
-        path = cache.joinpath(*parts[:depth])
-        with contextlib.suppress(FileExistsError):
-            path.mkdir()
-            path.chmod(SHARED_DIRECTORY)
-
-
-def shared(root: Path) -> None:
-    root.chmod(SHARED_DIRECTORY)
-    for path in root.rglob("*"):
-        path.chmod(SHARED_DIRECTORY if path.is_dir() and not path.is_symlink() else SHARED_FILE)
-
-
 def checked(partial: Path, expected: dict[str, verify.Expected]) -> None:
     bad = verify.problems(partial, expected)
     if bad:
@@ -248,12 +184,8 @@ def hub_errors(source: HubSource, endpoint: str) -> Iterator[None]:
         ) from None
     except FetchError:
         raise
-    except PermissionError as err:  # the claim's directories, made by another user or read-only
-        raise FetchError(
-            "CacheNotWritable",
-            f"cannot write the model cache: {err.strerror}: {err.filename} (the claim must be writable by the pods' "
-            "user: give its volume that user's group, e.g. a fsGroup in the pods' securityContext)",
-        ) from None
+    except PermissionError as err:
+        raise cache_not_writable(err) from None
     except Exception as err:  # the client's HTTP errors, its own, the network's, the disk's: said as they are
         raise FetchError(
             "HubUnavailable", f"cannot fetch {source} from {endpoint}: {type(err).__name__}: {err}"

@@ -3,10 +3,12 @@
 The Hub lists each file's git blob id (``oid``) and, for a file stored in LFS, the sha256 of its
 content (``lfs.oid``); the client checks only sizes after a download, so every file is checked
 here: LFS files by the sha256 of their content, the others by their git blob id (sha1 of
-``b"blob <size>\\0"`` and the content)."""
+``b"blob <size>\\0"`` and the content). An S3 source's files are checked against the sha256 its
+manifest SHA256SUMS lists (:func:`parse_sums`)."""
 
 import fnmatch
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,3 +70,36 @@ def problem(root: Path, want: Expected) -> str | None:
 def problems(root: Path, expected: Mapping[str, Expected]) -> list[str]:
     """Every file that is not what its source lists, by name."""
     return [p for want in sorted(expected.values(), key=lambda e: e.path) if (p := problem(root, want))]
+
+
+SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+MAX_SUMS_FILES = 100_000
+
+
+class ManifestError(ValueError):
+    """A SHA256SUMS that cannot be trusted as written; the message names the line."""
+
+
+def parse_sums(text: str) -> dict[str, str]:
+    """``sha256sum``'s output (``<hex>  <path>`` or ``<hex> *<path>`` per line) -> path -> sha256.
+    A path that leaves the prefix (absolute, ``..``), or is listed twice, refuses the manifest:
+    no file is ever written outside the model's directory."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        found = SUMS_LINE.match(line)
+        if found is None:
+            raise ManifestError(f"line {number} is not '<sha256>  <path>': {line[:120]!r}")
+        sha256, path = found.group(1).lower(), found.group(2)
+        parts = path.split("/")  # as written: "a/./b" and "a//b" would name a/b under another key
+        if any(p in ("", ".", "..") for p in parts) or "\\" in path:
+            raise ManifestError(f"line {number}: {path!r} is not a path under the prefix")
+        if path in out:
+            raise ManifestError(f"line {number}: {path!r} is listed twice")
+        out[path] = sha256
+        if len(out) > MAX_SUMS_FILES:
+            raise ManifestError(f"more than {MAX_SUMS_FILES} files")
+    if not out:
+        raise ManifestError("it lists no file")
+    return out

@@ -1,6 +1,8 @@
 """Where a model comes from, and where a pod finds it (pure): ``hf://org/name@revision``, a model
-repository of the Hugging Face Hub at a branch, tag or commit. The Trainer's schema, the trainer
-controller (``MODEL_PATH``) and the model initializer all read a source by these rules."""
+repository of the Hugging Face Hub at a branch, tag or commit; or ``s3://bucket/prefix``, the files
+a manifest ``SHA256SUMS`` under that prefix lists, optionally pinned by the manifest's own sha256
+(``s3://bucket/prefix@sha256:<hex>``). The Trainer's schema, the trainer controller
+(``MODEL_PATH``) and the model initializer all read a source by these rules."""
 
 import hashlib
 import re
@@ -9,13 +11,21 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 HF_SCHEME = "hf://"
+S3_SCHEME = "s3://"
 # The Hub's repository names: letters, digits, "-", "_" and "."; no "--" or ".."; at most 96 characters.
 NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 COMMIT = re.compile(r"[0-9a-f]{40}")
 REVISION = r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}"
+# S3: a bucket's name (3 to 63 lowercase letters, digits, '.' and '-'), a prefix of path
+# components, and optionally the sha256 of the prefix's manifest.
+BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+PREFIX = r"[A-Za-z0-9][A-Za-z0-9._=+-]*(?:/[A-Za-z0-9][A-Za-z0-9._=+-]*){0,31}"
+PIN = r"sha256:[0-9a-f]{64}"
 # The whole source as one expression (the schema's pattern); parse() says precisely what is wrong.
-SOURCE_PATTERN = f"^hf://{NAME}/{NAME}@{REVISION}$"
+SOURCE_PATTERN = f"^(hf://{NAME}/{NAME}@{REVISION}|s3://{BUCKET}/{PREFIX}(@{PIN})?)$"
 EXAMPLE = "hf://<org>/<name>@<revision>"
+S3_EXAMPLE = "s3://<bucket>/<prefix>[@sha256:<hex of its SHA256SUMS>]"
+SUMS = "SHA256SUMS"  # the manifest under an S3 source's prefix: "<sha256>  <path>" per file (sha256sum's)
 
 
 class SourceError(ValueError):
@@ -36,14 +46,39 @@ class HubSource:
         return f"{HF_SCHEME}{self.repo_id}@{self.revision}"
 
 
+@dataclass(frozen=True)
+class S3Source:
+    bucket: str
+    prefix: str  # without a trailing "/"
+    manifest_sha256: str | None  # the pin: what SHA256SUMS must hash to (None: as it is when fetched)
+
+    @property
+    def pinned(self) -> bool:
+        return self.manifest_sha256 is not None
+
+    @property
+    def manifest_key(self) -> str:
+        return f"{self.prefix}/{SUMS}"
+
+    def __str__(self) -> str:
+        pin = f"@sha256:{self.manifest_sha256}" if self.manifest_sha256 else ""
+        return f"{S3_SCHEME}{self.bucket}/{self.prefix}{pin}"
+
+
+Source = HubSource | S3Source
+
+
 def _name_ok(name: str) -> bool:
     return bool(re.fullmatch(NAME, name)) and "--" not in name and ".." not in name
 
 
-def parse(uri: str) -> HubSource:
-    """``hf://org/name@revision``; raises SourceError naming what is wrong."""
+def parse(uri: str) -> Source:
+    """``hf://org/name@revision`` or ``s3://bucket/prefix[@sha256:<hex>]``; raises SourceError
+    naming what is wrong."""
+    if uri.startswith(S3_SCHEME):
+        return parse_s3(uri)
     if not uri.startswith(HF_SCHEME):
-        raise SourceError(f"model source {uri!r}: expected {EXAMPLE}")
+        raise SourceError(f"model source {uri!r}: expected {EXAMPLE} or {S3_EXAMPLE}")
     repo_id, at, revision = uri.removeprefix(HF_SCHEME).partition("@")
     parts = repo_id.split("/")
     if len(parts) != 2 or not all(_name_ok(p) for p in parts):
@@ -61,6 +96,25 @@ def parse(uri: str) -> HubSource:
     return HubSource(repo_id, revision)
 
 
+def parse_s3(uri: str) -> S3Source:
+    location, at, pin = uri.removeprefix(S3_SCHEME).partition("@")
+    bucket, _, prefix = location.partition("/")
+    if not re.fullmatch(BUCKET, bucket) or ".." in bucket:
+        raise SourceError(f"model source {uri!r}: {bucket!r} is not a bucket name (3 to 63 of a-z, 0-9, '.', '-')")
+    prefix = prefix.rstrip("/")
+    if not re.fullmatch(PREFIX, prefix):
+        raise SourceError(
+            f"model source {uri!r}: name the prefix the model's files and its {SUMS} are under "
+            "(path components of letters, digits, '.', '_', '-', '=', '+', each starting with a letter or digit)"
+        )
+    if at and not re.fullmatch(PIN, pin):
+        raise SourceError(
+            f"model source {uri!r}: after '@' comes the sha256 of {SUMS}, as sha256:<64 lowercase hex> "
+            f"(sha256sum {SUMS})"
+        )
+    return S3Source(bucket, prefix, pin.removeprefix("sha256:") if at else None)
+
+
 def patterns_key(patterns: Sequence[str]) -> str:
     """A directory per set of file patterns: the same revision with other patterns is another fetch."""
     if not patterns:
@@ -68,11 +122,19 @@ def patterns_key(patterns: Sequence[str]) -> str:
     return "-" + hashlib.sha256("\n".join(sorted(set(patterns))).encode()).hexdigest()[:8]
 
 
-def revision_dir(source: HubSource, patterns: Sequence[str] = ()) -> PurePosixPath:
+def revision_dir(source: Source, patterns: Sequence[str] = ()) -> PurePosixPath:
     """Where, under the cache's root, a pod finds the model's files (``MODEL_PATH``): a directory
-    of the commit, or a link to it for a branch or tag."""
+    of the commit (of the manifest's sha256), or a link to it for a branch or tag (for an S3
+    source not pinned, ``latest``: the manifest as it was at the last fetch)."""
+    if isinstance(source, S3Source):
+        # "@…": no prefix component starts so, so no other source's directory is named alike
+        name = "@" + (source.manifest_sha256 or LATEST)
+        return PurePosixPath("s3", source.bucket, *source.prefix.split("/"), name + patterns_key(patterns))
     org, name = source.repo_id.split("/")
     return PurePosixPath("hf", org, name, source.revision.replace("/", "%2F") + patterns_key(patterns))
+
+
+LATEST = "latest"  # an S3 source not pinned: the link to its manifest's directory
 
 
 # What the model initializer leaves in its container's termination message, which the trainer

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -214,12 +214,25 @@ class S3Client:
 
     def sha256(self, key: str) -> Digest | None:
         """The sha256 and size of an object, read in chunks (None: it does not exist)."""
+        return self._read(key, lambda _: None)
+
+    def download(self, key: str, path: str) -> Digest | None:
+        """The object written to ``path`` as it is read, and its sha256 and size (None: it does
+        not exist, and nothing is written)."""
+        with open(path, "wb") as out:
+            found = self._read(key, out.write)
+        if found is None:
+            os.unlink(path)
+        return found
+
+    def _read(self, key: str, sink: Callable[[bytes], object]) -> Digest | None:
         request = self._open("GET", self._url(key))
         digest, size = hashlib.sha256(), 0
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 while chunk := response.read(CHUNK):
                     digest.update(chunk)
+                    sink(chunk)
                     size += len(chunk)
         except urllib.error.HTTPError as err:
             if err.code == 404:
