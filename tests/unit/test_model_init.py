@@ -99,16 +99,21 @@ SUMS: list[tuple[str, dict[str, str] | str]] = [
     (f"{SHA}  a\n{SHA}  a\n", "line 2: 'a' is listed twice"),
     ("abc  a\n", "line 1 is not '<sha256>  <path>'"),
     ("\n", "it lists no file"),
+    (f"{SHA}  a\n{SHA}  a/b\n", "line 2: 'a/b' is both a file and a directory"),
+    (f"{SHA}  a/b/c\n{SHA}  a/b\n", "line 2: 'a/b' is both a file and a directory"),
+    (f"{SHA}  a\tb\n", "line 1: 'a\\tb' is not a path"),
+    (f"{SHA}  trainer-operator-model.json\n", "line 1: 'trainer-operator-model.json' is the name of the operator's"),
+    (f"{SHA}  SHA256SUMS\n{SHA}  a\n", {"a": SHA}),  # sha256sum * run where it already was
 ]
 
 
 @pytest.mark.parametrize(("text", "expected"), SUMS)
 def test_an_s3_manifest_lists_paths_under_the_prefix_only(text: str, expected: dict[str, str] | str) -> None:
     if isinstance(expected, dict):
-        assert verify.parse_sums(text) == expected
+        assert verify.parse_sums(text, "SHA256SUMS", MANIFEST) == expected
     else:
         with pytest.raises(verify.ManifestError) as err:
-            verify.parse_sums(text)
+            verify.parse_sums(text, "SHA256SUMS", MANIFEST)
         assert str(err.value).startswith(expected)
 
 

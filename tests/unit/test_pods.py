@@ -139,6 +139,16 @@ def test_the_verified_digests_replace_the_images_the_trainer_and_its_overrides_n
     assert [c["image"] for c in pod["spec"]["initContainers"]] == [PodSettings().init_image]
 
 
+def test_an_image_volume_pulls_the_verified_digest_too() -> None:
+    digest = "sha256:" + "b" * 64
+    volumes = [{"name": "data", "image": {"reference": "dataset:7"}}]
+    spec = spec_with(podTemplateOverrides={"worker": {"spec": {"volumes": volumes}}})
+    pinned = {"dataset:7": f"docker.io/library/dataset@{digest}"}
+    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"verify": contribution(images=pinned)}, PodSettings())
+    (data,) = [v for v in pod["spec"]["volumes"] if v["name"] == "data"]
+    assert data["image"]["reference"] == pinned["dataset:7"]
+
+
 def test_a_concern_s_fragment_for_a_role_goes_over_its_fragment_for_every_role() -> None:
     """Contribution.roles: Kueue sends the master and the workers to different flavors' nodes."""
     quota = Contribution.model_validate(

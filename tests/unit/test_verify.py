@@ -1,18 +1,22 @@
 """The verify controller's pure parts: references as runtimes read them, where a mirror keeps
 them, which policies govern an image, the run's images, and the gate's decision."""
 
+import asyncio
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from tests.factories import trainer_spec
+from trainerop_common.api.base import Condition
 from trainerop_common.api.trainer import VerifyStatus
 from trainerop_common.signatures import Verdict
-from trainerop_verify.controller import checked_digests
+from trainerop_verify.controller import checked_digests, gate_open
 from trainerop_verify.decide import Decision, Inspection, Observed, decide
 from trainerop_verify.policy import Policy, fingerprint, run_images
 from trainerop_verify.references import Location, Reference, ReferenceError, location, parse, parse_mirrors
-from trainerop_verify.registry import challenge
+from trainerop_verify.registry import Registry, RegistryError, challenge, whole
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
@@ -31,6 +35,9 @@ D2 = "sha256:" + "2" * 64
         ("10.0.0.5:5000/a/b:v1", "10.0.0.5:5000", "a/b", "v1", None),
         (f"jax@{D1}", "docker.io", "library/jax", None, D1),
         (f"ghcr.io/o/jax:dev@{D1}", "ghcr.io", "o/jax", "dev", D1),
+        ("Registry.Corp.IO/team/x:v1", "registry.corp.io", "team/x", "v1", None),  # a host: any case
+        ("registry.corp.io:443/team/x", "registry.corp.io", "team/x", "latest", None),  # HTTPS's own port
+        ("Index.Docker.io/team/x", "docker.io", "team/x", "latest", None),
     ],
 )
 def test_references_read_as_a_runtime_reads_them(
@@ -101,6 +108,23 @@ def test_a_changed_policy_changes_the_fingerprint() -> None:
     assert fingerprint([policy("a"), policy("b")]) == fingerprint([policy("b"), policy("a")])
 
 
+def test_a_registry_written_otherwise_is_governed_all_the_same() -> None:
+    """A policy over registry.corp.io/* governs the image however its host is written: no way
+    past it by case or by the default port."""
+    strict = policy(globs=("registry.corp.io/*",))
+    for image in ("Registry.Corp.io/team/x:v1", "registry.corp.io:443/team/x:v1"):
+        decision = judge({image: Inspection(D1, unsigned())}, (strict,), images=(image,))
+        assert decision.conditions[0].reason == "Unschedulable", image
+
+
+def test_too_many_images_are_refused_not_truncated() -> None:
+    images = tuple(f"img{i}:1" for i in range(33))
+    decision = judge({}, images=images)
+    assert decision.conditions[0].reason == "Unschedulable"
+    assert "names 33 images; ImagePolicies check at most 32" in decision.conditions[0].message
+    assert judge({}, policies=(), images=images).conditions[0].reason == "NoPolicy"
+
+
 def test_the_run_images_are_its_own_and_its_roles_overrides() -> None:
     spec = trainer_spec(
         image="jax:dev",
@@ -110,12 +134,13 @@ def test_the_run_images_are_its_own_and_its_roles_overrides() -> None:
                 "spec": {
                     "containers": [{"name": "jax", "image": "jax:other"}, {"name": "side", "image": "sidecar:1"}],
                     "initContainers": [{"name": "warm", "image": "jax:dev"}, {"name": "none"}],
+                    "volumes": [{"name": "data", "image": {"reference": "dataset:7"}}, {"name": "empty"}],
                 }
             },
             "parameterServer": {"spec": {"containers": [{"name": "ps", "image": "unused:1"}]}},  # no such role
         },
     )
-    assert run_images(spec) == ("jax:dev", "jax:other", "sidecar:1")
+    assert run_images(spec) == ("dataset:7", "jax:dev", "jax:other", "sidecar:1")
 
 
 SIGNED = {"signed": Verdict("team", "signed by team")}
@@ -239,22 +264,27 @@ def test_an_image_not_inspected_yet_is_waited_for() -> None:
     assert (decision.conditions[0].reason, decision.retry) == ("RegistryUnavailable", True)
 
 
+SECTION = {"generation": 3, "policies": "fp", "images": [{"image": "a", "digest": D1}]}
+
+
 @pytest.mark.parametrize(
-    ("section", "generation", "fp", "kept"),
+    ("section", "generation", "opened", "kept"),
     [
-        (None, 3, "fp", {}),
-        ({"generation": 3, "policies": "fp", "images": [{"image": "a", "digest": D1}]}, 3, "fp", {"a": D1}),
-        ({"generation": 2, "policies": "fp", "images": [{"image": "a", "digest": D1}]}, 3, "fp", {}),
-        ({"generation": 3, "policies": "old", "images": [{"image": "a", "digest": D1}]}, 3, "fp", {}),
-        ({"generation": 3, "policies": "fp", "images": [{"image": "a", "digest": D1, "problem": "x"}]}, 3, "fp", {}),
+        (None, 3, True, {}),
+        (SECTION, 3, True, {"a": D1}),
+        (SECTION, 4, True, {}),
+        (SECTION, 3, False, {}),
+        ({**SECTION, "images": [{"image": "a", "digest": D1, "problem": "unsigned (Warn)"}]}, 3, True, {"a": D1}),
     ],
-    ids=["none", "same generation and policies", "new generation", "policies changed", "refused: resolved again"],
+    ids=["none", "same generation, gate open", "new generation", "gate closed: resolved again", "warned: kept"],
 )
 def test_an_accepted_digest_is_kept_for_its_generation(
-    section: dict[str, Any] | None, generation: int, fp: str, kept: dict[str, str]
+    section: dict[str, Any] | None, generation: int, opened: bool, kept: dict[str, str]
 ) -> None:
+    """Kept whatever the policies do meanwhile (a changed policy checks the same digests again),
+    so later pods pull what the running ones run."""
     status = VerifyStatus.model_validate(section) if section is not None else None
-    assert checked_digests(status, generation, fp) == kept
+    assert checked_digests(status, generation, opened) == kept
 
 
 @pytest.mark.parametrize(
@@ -275,3 +305,60 @@ def test_an_accepted_digest_is_kept_for_its_generation(
 )
 def test_a_registry_that_asks_for_a_token_says_where_to_get_it(header: str, params: dict[str, str] | None) -> None:
     assert challenge(header) == params
+
+
+def gate(status: str, generation: int) -> Condition:
+    return Condition.model_validate(
+        {
+            "type": "ImagesVerified",
+            "status": status,
+            "reason": "R",
+            "observedGeneration": generation,
+            "lastTransitionTime": "2026-12-05T00:00:00Z",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("condition", "opened"),
+    [(None, False), (gate("True", 3), True), (gate("True", 2), False), (gate("False", 3), False)],
+)
+def test_the_gate_is_open_only_for_the_current_generation(condition: Condition | None, opened: bool) -> None:
+    assert gate_open(condition, 3) is opened
+
+
+async def test_a_registry_body_is_read_to_its_end_however_it_arrives() -> None:
+    """A manifest sent in pieces (chunked, a pause between them) is read whole, and one past the
+    limit is refused, not cut."""
+    payload = b'{"layers": [' + b" " * 100_000 + b"]}"
+
+    async def pieces(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for start in range(0, len(payload), 30_000):
+            await response.write(payload[start : start + 30_000])
+            await asyncio.sleep(0.01)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/m", pieces)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/m") as response:
+            assert await whole(response, "m", len(payload)) == payload
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/m") as response:
+            with pytest.raises(RegistryError, match="larger than 1000 bytes"):
+                await whole(response, "m", 1000)
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_token_is_asked_of_an_https_realm_only() -> None:
+    with pytest.raises(RegistryError, match="which is not HTTPS") as refused:
+        await Registry("", 1.0)._token({"realm": "http://10.0.0.1/token"}, Location("r.example", "team/x"))
+    assert refused.value.retry is False

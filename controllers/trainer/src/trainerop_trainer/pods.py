@@ -372,11 +372,15 @@ def pod_manifest(
 
 
 def pin_images(spec: dict[str, Any], pinned: Mapping[str, str]) -> None:
-    """Each container's image as the verify concern resolved it (by digest), the overrides' too:
-    what was verified is what runs."""
+    """Each container's image, and each image volume's, as the verify concern resolved it (by
+    digest), the overrides' too: what was verified is what runs."""
     for container in (*spec.get("containers", ()), *spec.get("initContainers", ())):
         if isinstance(container, dict) and container.get("image") in pinned:
             container["image"] = pinned[container["image"]]
+    for volume in spec.get("volumes", ()):
+        image = volume.get("image") if isinstance(volume, dict) else None
+        if isinstance(image, dict) and image.get("reference") in pinned:
+            image["reference"] = pinned[image["reference"]]
 
 
 def claim_name(owner: Owner, replica: Replica) -> str:

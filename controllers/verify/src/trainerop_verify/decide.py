@@ -26,6 +26,8 @@ CONDITION = GATE_CONDITIONS["verify"]
 SECTION = StatusSection(("verify",), (CONDITION,))
 REFUSED = "Unschedulable"  # the product's word for a run whose images may not run
 UNREACHABLE = "RegistryUnavailable"
+MAX_IMAGES = 32  # status.verify.images and the contribution's images hold this many
+MAX_NAMES = 16  # keys and policies listed per image
 
 
 @dataclass(frozen=True)
@@ -91,14 +93,22 @@ def judge(image: str, policies: Sequence[Policy], seen: Inspection | None) -> Ju
     check = ImageCheck(
         image=image,
         digest=seen.digest,
-        signed_by=signed or None,
-        policies=names,
+        signed_by=signed[:MAX_NAMES] or None,
+        policies=names[:MAX_NAMES] if names else None,
         problem=(enforced or warned or "")[:512] or None,
     )
     return Judged(check, enforced, warned, seen.failure if seen.retry and not unreadable else None)
 
 
 def decide(obs: Observed) -> Decision:
+    if obs.policies and len(obs.images) > MAX_IMAGES:
+        message = (
+            f"the run names {len(obs.images)} images; ImagePolicies check at most {MAX_IMAGES} a run: "
+            "build fewer images, or run it in a namespace without policies"
+        )
+        problem = Desired.false(CONDITION, REFUSED, message)
+        said = {"generation": obs.generation, "policies": obs.fingerprint}
+        return Decision({"verify": said}, (problem,), problem, refused=True)
     judged = {image: judge(image, obs.policies, obs.inspections.get(image)) for image in obs.images}
     section: dict[str, Any] = {
         "generation": obs.generation,

@@ -39,17 +39,22 @@ def fingerprint(policies: Iterable[Policy]) -> str:
 
 
 def run_images(spec: TrainerSpec) -> tuple[str, ...]:
-    """The images the Trainer names for its pods: spec.image and every container and init
-    container image of the podTemplateOverrides of the roles it has (sorted, once each)."""
+    """The images the Trainer names for its pods: spec.image, and every container, init container
+    and image volume (``volumes[].image.reference``) of the podTemplateOverrides of the roles it
+    has (sorted, once each)."""
     found = {spec.image}
     for role, count in role_counts(spec).items():
         pod = (role_override(spec, role) or {}).get("spec") if count else None
         if isinstance(pod, Mapping):
             found.update(_images(pod.get("containers")))
             found.update(_images(pod.get("initContainers")))
+            found.update(_images([v.get("image") for v in _items(pod.get("volumes"))], key="reference"))
     return tuple(sorted(found))
 
 
-def _images(containers: Any) -> list[str]:
-    items: Sequence[Any] = containers if isinstance(containers, list) else ()
-    return [c["image"] for c in items if isinstance(c, Mapping) and isinstance(c.get("image"), str) and c["image"]]
+def _items(value: Any) -> Sequence[Mapping[str, Any]]:
+    return [i for i in value if isinstance(i, Mapping)] if isinstance(value, list) else []
+
+
+def _images(objects: Any, key: str = "image") -> list[str]:
+    return [o[key] for o in _items(objects) if isinstance(o.get(key), str) and o[key]]

@@ -1,7 +1,9 @@
 """Image references as a container runtime reads them (pure): ``jax:dev`` is
 ``docker.io/library/jax:dev``, a first component with a dot, a colon or ``localhost`` is a
 registry, a reference without tag or digest means ``:latest``; and where a registry's content is
-read from when the cluster pulls through a mirror (``--registry-mirrors``)."""
+read from when the cluster pulls through a mirror (``--registry-mirrors``). A registry's name is
+a host: written in any case, or with HTTPS's own port 443, it is the same registry, and so the
+same name for the policies' globs."""
 
 import re
 from collections.abc import Mapping
@@ -46,6 +48,7 @@ def parse(ref: str) -> Reference:
         registry, path = first, remainder
     else:
         registry, path = DOCKER_HUB, rest
+    registry = registry.lower().removesuffix(":443")
     registry = DOCKER_HUB if registry in DOCKER_HUB_ALIASES else registry
     last = path.rsplit("/", 1)[-1]
     tag = last.partition(":")[2] if ":" in last else None

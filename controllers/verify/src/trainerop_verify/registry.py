@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from .metrics import REGISTRY_SECONDS
-from .references import Location
+from .references import DIGEST, Location
 
 # A tag may name any of these; the digest a runtime pulls is that of what the registry returns.
 MANIFEST_TYPES = (
@@ -70,7 +70,7 @@ class Registry:
         if answer.status == 404:
             raise RegistryError(f"{where.host} has no {where.repository}:{tag}", retry=False)
         digest = answer.headers.get("Docker-Content-Digest", "")
-        if answer.status != 200 or not digest.startswith("sha256:"):
+        if answer.status != 200 or not DIGEST.match(digest):
             raise RegistryError(f"{where.host} answered {answer.status} for the tag {tag} without a digest", True)
         return digest
 
@@ -114,29 +114,44 @@ class Registry:
         url = f"https://{where.host}/v2/{where.repository}/{path}"
         try:
             async with self._session().request("HEAD" if head else "GET", url, headers=headers) as response:
-                body = b"" if head or response.status != 200 else await response.content.read(limit + 1)
-                if limit and len(body) > limit:
-                    raise RegistryError(f"{url} is larger than {limit} bytes", retry=False)
+                body = b"" if head or response.status != 200 else await whole(response, url, limit)
                 return Answer(response.status, dict(response.headers), body)
         except (aiohttp.ClientError, TimeoutError, OSError) as err:
             raise RegistryError(f"{where.host} did not answer ({type(err).__name__}: {err})", retry=True) from None
 
     async def _token(self, asked: Mapping[str, str], where: Location) -> str:
+        """An anonymous pull token from the realm the registry names (HTTPS only, no redirects:
+        the realm is the registry's word, and the controller fetches nothing else on it)."""
+        realm = asked["realm"]
+        if not realm.startswith("https://"):
+            raise RegistryError(f"{where.host} asks for a token from {realm}, which is not HTTPS", retry=False)
         params = {
             "service": asked.get("service", ""),
             "scope": asked.get("scope", f"repository:{where.repository}:pull"),
         }
         try:
-            async with self._session().get(asked["realm"], params=params) as response:
-                found = await response.json(content_type=None) if response.status == 200 else {}
+            async with self._session().get(realm, params=params, allow_redirects=False) as response:
+                status = response.status
+                found = await response.json(content_type=None) if status == 200 else {}
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as err:
-            raise RegistryError(f"{asked['realm']} gave no token ({type(err).__name__}: {err})", retry=True) from None
+            raise RegistryError(f"{realm} gave no token ({type(err).__name__}: {err})", retry=True) from None
         token = found.get("token") or found.get("access_token") if isinstance(found, dict) else None
         if not isinstance(token, str):
-            raise RegistryError(f"{asked['realm']} gave no token for {where.repository}", retry=False)
+            said_no = status in (200, 401, 403)  # it answered, without a token: asking again changes nothing
+            raise RegistryError(f"{realm} gave no token for {where.repository} ({status})", retry=not said_no)
         return token
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
             self.session = aiohttp.ClientSession(timeout=self.timeout, connector=aiohttp.TCPConnector(ssl=self.context))
         return self.session
+
+
+async def whole(response: aiohttp.ClientResponse, url: str, limit: int) -> bytes:
+    """The whole body, to its end (one read returns what has arrived so far), of at most ``limit`` bytes."""
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        body += chunk
+        if limit and len(body) > limit:
+            raise RegistryError(f"{url} is larger than {limit} bytes", retry=False)
+    return bytes(body)

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import shutil
-import urllib.error
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +34,9 @@ def fetch_s3(source: S3Source, cache: Path, patterns: Sequence[str], creds: Cred
 
 
 def fetched_under_lock(source: S3Source, where: Path, patterns: Sequence[str], client: S3Client, say: Say) -> Fetched:
+    if source.pinned and (where / MANIFEST).is_file():  # its directory is the pin's: no request at all
+        say(f"{source} is in the cache: nothing to download")
+        return Fetched(where, str(source.manifest_sha256), files_in(where), downloaded=False)
     sums = client.get(source.manifest_key)
     if sums is None:
         raise FetchError(
@@ -53,7 +55,7 @@ def fetched_under_lock(source: S3Source, where: Path, patterns: Sequence[str], c
     if (final / MANIFEST).is_file():
         link(where, final.name)
         say(f"{source} (manifest sha256:{found}) is in the cache: nothing to download")
-        return Fetched(where, found, len(json.loads((final / MANIFEST).read_text()).get("files") or {}), False)
+        return Fetched(where, found, files_in(final), downloaded=False)
     expected = wanted_files(source, sums, patterns)
     say(f"downloading {len(expected)} files of {source} (manifest sha256:{found})")
     partial = where.parent / f".partial-{final.name}"
@@ -75,10 +77,14 @@ def fetched_under_lock(source: S3Source, where: Path, patterns: Sequence[str], c
     return Fetched(where, found, len(expected), downloaded=True)
 
 
+def files_in(directory: Path) -> int:
+    return len(json.loads((directory / MANIFEST).read_text()).get("files") or {})
+
+
 def wanted_files(source: S3Source, sums: bytes, patterns: Sequence[str]) -> dict[str, str]:
     """The manifest's files the patterns take (path -> sha256)."""
     try:
-        listed = verify.parse_sums(sums.decode("utf-8"))
+        listed = verify.parse_sums(sums.decode("utf-8"), SUMS, MANIFEST)
     except (verify.ManifestError, UnicodeDecodeError) as err:
         raise FetchError("InvalidManifest", f"{source.manifest_key} cannot be used: {err}") from None
     wanted = {path: sha for path, sha in listed.items() if verify.wanted(path, patterns)}
@@ -106,8 +112,11 @@ def download(client: S3Client, source: S3Source, expected: Mapping[str, str], in
         say(f"downloaded {path} ({got.size / 2**20:.1f} MiB)")
 
     into.mkdir(parents=True)
-    with ThreadPoolExecutor(PARALLEL_DOWNLOADS) as pool:
+    pool = ThreadPoolExecutor(PARALLEL_DOWNLOADS)
+    try:
         list(pool.map(one, sorted(expected)))
+    finally:  # after a refusal, the files not started are not fetched
+        pool.shutdown(cancel_futures=True)
 
 
 @contextlib.contextmanager
@@ -126,7 +135,7 @@ def s3_errors(source: S3Source, endpoint: str) -> Iterator[None]:
         raise FetchError("StorageUnavailable", f"cannot fetch {source} from {endpoint}: {err}") from None
     except PermissionError as err:
         raise cache_not_writable(err) from None
-    except (urllib.error.URLError, OSError) as err:  # the network's, the disk's: said as they are
+    except Exception as err:  # the network's (a body cut short too), the disk's, a bad endpoint: said as they are
         raise FetchError(
             "StorageUnavailable", f"cannot fetch {source} from {endpoint}: {type(err).__name__}: {err}"
         ) from None

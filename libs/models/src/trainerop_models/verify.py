@@ -80,11 +80,14 @@ class ManifestError(ValueError):
     """A SHA256SUMS that cannot be trusted as written; the message names the line."""
 
 
-def parse_sums(text: str) -> dict[str, str]:
+def parse_sums(text: str, itself: str = "SHA256SUMS", reserved: str = "") -> dict[str, str]:
     """``sha256sum``'s output (``<hex>  <path>`` or ``<hex> *<path>`` per line) -> path -> sha256.
-    A path that leaves the prefix (absolute, ``..``), or is listed twice, refuses the manifest:
-    no file is ever written outside the model's directory."""
+    A path that leaves the prefix (absolute, ``..``), has a control character, is listed twice,
+    is a file and a directory at once, or is ``reserved`` (the cache's own manifest) refuses the
+    manifest: no file is ever written outside the model's directory. A line naming the manifest
+    ``itself`` is left out (``sha256sum *`` run where it already was)."""
     out: dict[str, str] = {}
+    directories: set[str] = set()
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.startswith("#"):
             continue
@@ -92,14 +95,29 @@ def parse_sums(text: str) -> dict[str, str]:
         if found is None:
             raise ManifestError(f"line {number} is not '<sha256>  <path>': {line[:120]!r}")
         sha256, path = found.group(1).lower(), found.group(2)
-        parts = path.split("/")  # as written: "a/./b" and "a//b" would name a/b under another key
-        if any(p in ("", ".", "..") for p in parts) or "\\" in path:
-            raise ManifestError(f"line {number}: {path!r} is not a path under the prefix")
-        if path in out:
-            raise ManifestError(f"line {number}: {path!r} is listed twice")
+        if path == itself:
+            continue
+        parents = {path.rsplit("/", depth)[0] for depth in range(1, path.count("/") + 1)}
+        problem = path_problem(path, out, reserved) or (
+            "is both a file and a directory in it" if path in directories or parents & out.keys() else None
+        )
+        if problem:
+            raise ManifestError(f"line {number}: {path!r} {problem}")
         out[path] = sha256
+        directories |= parents
         if len(out) > MAX_SUMS_FILES:
             raise ManifestError(f"more than {MAX_SUMS_FILES} files")
     if not out:
         raise ManifestError("it lists no file")
     return out
+
+
+def path_problem(path: str, listed: Mapping[str, str], reserved: str) -> str | None:
+    parts = path.split("/")  # as written: "a/./b" and "a//b" would name a/b under another key
+    if any(p in ("", ".", "..") for p in parts) or "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "is not a path under the prefix"
+    if path in listed:
+        return "is listed twice"
+    if path == reserved:
+        return "is the name of the operator's own manifest in the cache: rename it"
+    return None
