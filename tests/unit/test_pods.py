@@ -147,6 +147,11 @@ def test_an_image_volume_pulls_the_verified_digest_too() -> None:
     pod = pod_manifest(OWNER, spec, Replica("worker", 0), {"verify": contribution(images=pinned)}, PodSettings())
     (data,) = [v for v in pod["spec"]["volumes"] if v["name"] == "data"]
     assert data["image"]["reference"] == pinned["dataset:7"]
+    overrides = spec.pod_template_overrides
+    assert overrides is not None
+    assert overrides.worker is not None
+    untouched = [{"name": "data", "image": {"reference": "dataset:7"}}]
+    assert overrides.worker["spec"]["volumes"] == untouched  # the Trainer's own (a cached body's) as written
 
 
 def test_a_concern_s_fragment_for_a_role_goes_over_its_fragment_for_every_role() -> None:

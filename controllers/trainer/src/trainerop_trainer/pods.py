@@ -28,6 +28,7 @@ from trainerop_common.contracts import (
     TRAINER_NAME_LABEL,
     TRAINER_UID_LABEL,
 )
+from trainerop_common.image_fields import IMAGE_LISTS, image_slots
 from trainerop_common.names import OPERATOR, PART_OF, component, replica_claim_name
 from trainerop_common.topology import Role, is_master_replica, role_override
 
@@ -372,15 +373,16 @@ def pod_manifest(
 
 
 def pin_images(spec: dict[str, Any], pinned: Mapping[str, str]) -> None:
-    """Each container's image, and each image volume's, as the verify concern resolved it (by
-    digest), the overrides' too: what was verified is what runs."""
-    for container in (*spec.get("containers", ()), *spec.get("initContainers", ())):
-        if isinstance(container, dict) and container.get("image") in pinned:
-            container["image"] = pinned[container["image"]]
-    for volume in spec.get("volumes", ()):
-        image = volume.get("image") if isinstance(volume, dict) else None
-        if isinstance(image, dict) and image.get("reference") in pinned:
-            image["reference"] = pinned[image["reference"]]
+    """Each image the pod names (containers, init containers, image volumes) as the verify concern
+    resolved it (by digest), the overrides' too: what was verified is what runs. The lists are
+    copied first: an override's entries may still be the Trainer's own objects."""
+    if not pinned:
+        return
+    for name in IMAGE_LISTS:
+        if name in spec:
+            spec[name] = copy.deepcopy(spec[name])
+    for holder, key in image_slots(spec):
+        holder[key] = pinned.get(holder[key], holder[key])
 
 
 def claim_name(owner: Owner, replica: Replica) -> str:

@@ -3,12 +3,13 @@
 import fnmatch
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from trainerop_common.api.images import ImagePolicy, PolicyMode
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.image_fields import image_slots
 from trainerop_common.topology import role_counts, role_override
 
 
@@ -46,15 +47,5 @@ def run_images(spec: TrainerSpec) -> tuple[str, ...]:
     for role, count in role_counts(spec).items():
         pod = (role_override(spec, role) or {}).get("spec") if count else None
         if isinstance(pod, Mapping):
-            found.update(_images(pod.get("containers")))
-            found.update(_images(pod.get("initContainers")))
-            found.update(_images([v.get("image") for v in _items(pod.get("volumes"))], key="reference"))
+            found.update(holder[key] for holder, key in image_slots(pod))
     return tuple(sorted(found))
-
-
-def _items(value: Any) -> Sequence[Mapping[str, Any]]:
-    return [i for i in value if isinstance(i, Mapping)] if isinstance(value, list) else []
-
-
-def _images(objects: Any, key: str = "image") -> list[str]:
-    return [o[key] for o in _items(objects) if isinstance(o.get(key), str) and o[key]]

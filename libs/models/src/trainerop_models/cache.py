@@ -15,7 +15,9 @@ renamed into place once every file is checked.
 
 import contextlib
 import fcntl
+import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,3 +99,35 @@ def shared(root: Path) -> None:
     root.chmod(SHARED_DIRECTORY)
     for path in root.rglob("*"):
         path.chmod(SHARED_DIRECTORY if path.is_dir() and not path.is_symlink() else SHARED_FILE)
+
+
+def cached(where: Path, final: Path) -> int | None:
+    """How many files ``final`` holds when it is whole (its manifest is written: it was checked),
+    with ``where`` linked to it; None: it is not in the cache."""
+    if not (final / MANIFEST).is_file():
+        return None
+    link(where, final.name)
+    return len(json.loads((final / MANIFEST).read_text()).get("files") or {})
+
+
+@contextlib.contextmanager
+def partial_directory(final: Path) -> Iterator[Path]:
+    """Where ``final``'s download goes until it is checked: emptied first (a fetch that died
+    there), removed if anything fails (nothing of a refused download is kept)."""
+    partial = final.with_name(f".partial-{final.name}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def into_place(partial: Path, final: Path, where: Path, manifest: str) -> None:
+    """The checked download with its manifest renamed into place, ``where`` linked to it: a
+    directory with a manifest is always whole."""
+    (partial / MANIFEST).write_text(manifest)
+    shared(partial)
+    shutil.rmtree(final, ignore_errors=True)  # a directory without a manifest is not whole
+    partial.rename(final)
+    link(where, final.name)

@@ -28,9 +28,10 @@ from .cache import (
     FetchError,
     Say,
     cache_not_writable,
+    cached,
     exclusive,
-    link,
-    shared,
+    into_place,
+    partial_directory,
     shared_directories,
 )
 
@@ -62,28 +63,18 @@ def fetched_under_lock(
     api = HfApi(endpoint=endpoint, token=token or False)
     commit = source.revision if source.pinned else resolve(api, source)
     final = where.parent / (commit + patterns_key(patterns))
-    if (final / MANIFEST).is_file():
-        link(where, final.name)
+    files = cached(where, final)
+    if files is not None:
         say(f"{source} (commit {commit}) is in the cache: nothing to download")
-        files = len(json.loads((final / MANIFEST).read_text()).get("files") or {})
         return Fetched(where, commit, files, downloaded=False)
     expected = listing(api, source, commit, patterns)
     size = sum(e.size for e in expected.values())
     say(f"downloading {len(expected)} files ({size / 2**20:.1f} MiB) of {source} (commit {commit})")
-    partial = where.parent / f".partial-{final.name}"
-    shutil.rmtree(partial, ignore_errors=True)  # a fetch that died here
-    try:
+    with partial_directory(final) as partial:
         download(source, commit, expected, partial, endpoint, token, say)
         checked(partial, expected)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # nothing of a refused download is kept
-        raise
     shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's own bookkeeping
-    (partial / MANIFEST).write_text(manifest(source, commit, patterns, expected))
-    shared(partial)
-    shutil.rmtree(final, ignore_errors=True)  # a directory without a manifest is not whole
-    partial.rename(final)
-    link(where, final.name)
+    into_place(partial, final, where, manifest(source, commit, patterns, expected))
     say(f"verified {len(expected)} files against the Hub's listing: {where}")
     return Fetched(where, commit, len(expected), downloaded=True)
 
@@ -154,8 +145,7 @@ CLIENT_SIZE_CHECK = "Consistency check failed"  # the client's OSError for a fil
 
 def checked(partial: Path, expected: dict[str, verify.Expected]) -> None:
     bad = verify.problems(partial, expected)
-    if bad:
-        shutil.rmtree(partial, ignore_errors=True)
+    if bad:  # (partial_directory removes what was downloaded)
         raise FetchError(
             "HashMismatch",
             f"refused: {'; '.join(bad)} (the file is corrupted or was tampered with on its way; nothing was kept)",

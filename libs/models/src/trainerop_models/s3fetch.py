@@ -10,7 +10,6 @@ can write the bucket. The credentials are the pod's environment (``AWS_*``), nev
 import contextlib
 import hashlib
 import json
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +18,18 @@ from trainerop_sdk.models import SUMS, S3Source, patterns_key, revision_dir
 from trainerop_sdk.s3 import Credentials, S3Client, S3Error
 
 from . import verify
-from .cache import MANIFEST, Fetched, FetchError, Say, cache_not_writable, exclusive, link, shared, shared_directories
+from .cache import (
+    MANIFEST,
+    Fetched,
+    FetchError,
+    Say,
+    cache_not_writable,
+    cached,
+    exclusive,
+    into_place,
+    partial_directory,
+    shared_directories,
+)
 
 PARALLEL_DOWNLOADS = 4
 
@@ -34,9 +44,10 @@ def fetch_s3(source: S3Source, cache: Path, patterns: Sequence[str], creds: Cred
 
 
 def fetched_under_lock(source: S3Source, where: Path, patterns: Sequence[str], client: S3Client, say: Say) -> Fetched:
-    if source.pinned and (where / MANIFEST).is_file():  # its directory is the pin's: no request at all
+    files = cached(where, where) if source.pinned else None  # its directory is the pin's: no request at all
+    if files is not None:
         say(f"{source} is in the cache: nothing to download")
-        return Fetched(where, str(source.manifest_sha256), files_in(where), downloaded=False)
+        return Fetched(where, str(source.manifest_sha256), files, downloaded=False)
     sums = client.get(source.manifest_key)
     if sums is None:
         raise FetchError(
@@ -52,33 +63,19 @@ def fetched_under_lock(source: S3Source, where: Path, patterns: Sequence[str], c
             "source names (it changed since it was pinned, or was tampered with); nothing was downloaded",
         )
     final = where.parent / (f"@{found}" + patterns_key(patterns))
-    if (final / MANIFEST).is_file():
-        link(where, final.name)
+    files = cached(where, final)
+    if files is not None:
         say(f"{source} (manifest sha256:{found}) is in the cache: nothing to download")
-        return Fetched(where, found, files_in(final), downloaded=False)
+        return Fetched(where, found, files, downloaded=False)
     expected = wanted_files(source, sums, patterns)
     say(f"downloading {len(expected)} files of {source} (manifest sha256:{found})")
-    partial = where.parent / f".partial-{final.name}"
-    shutil.rmtree(partial, ignore_errors=True)  # a fetch that died here
-    try:
+    with partial_directory(final) as partial:
         download(client, source, expected, partial, say)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # nothing of a refused download is kept
-        raise
-    files = {path: {"sha256": sha} for path, sha in sorted(expected.items())}
-    (partial / MANIFEST).write_text(
-        json.dumps({"source": str(source), "manifest": found, "files": files, "patterns": list(patterns)}, indent=1)
-    )
-    shared(partial)
-    shutil.rmtree(final, ignore_errors=True)  # a directory without a manifest is not whole
-    partial.rename(final)
-    link(where, final.name)
+    listed = {path: {"sha256": sha} for path, sha in sorted(expected.items())}
+    manifest = {"source": str(source), "manifest": found, "files": listed, "patterns": list(patterns)}
+    into_place(partial, final, where, json.dumps(manifest, indent=1))
     say(f"verified {len(expected)} files against {SUMS}: {where}")
     return Fetched(where, found, len(expected), downloaded=True)
-
-
-def files_in(directory: Path) -> int:
-    return len(json.loads((directory / MANIFEST).read_text()).get("files") or {})
 
 
 def wanted_files(source: S3Source, sums: bytes, patterns: Sequence[str]) -> dict[str, str]:
