@@ -9,6 +9,11 @@ set -euo pipefail
 if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$BIN_DIR"; exit 0; fi
 if [[ "${1:-}" == "--print-s3-bin-dir" ]]; then echo "$S3_BIN_DIR"; exit 0; fi
 
+# One build at a time: a second caller (CI's background preparation, a test session) waits for it.
+mkdir -p "$CACHE_ROOT"
+exec 9>"$CACHE_ROOT/.build-k8s.lock"
+flock -n 9 || { log "waiting for another build of these binaries to finish"; flock 9; }
+
 build_weed() {
   # seaweedfs's go.mod has replace directives, so `go install pkg@version` is refused: build
   # from a copy of the module as the main module.

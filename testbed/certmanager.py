@@ -52,6 +52,14 @@ def binary() -> Path:
     built = target / BINARY
     if built.exists():
         return built
+    with cluster.build_lock(built):
+        if not built.exists():
+            _build(target)
+    return built
+
+
+def _build(target: Path) -> None:
+    built = target / BINARY
     if f"{MODULE} {VERSION}" not in (SOURCE / "go.mod").read_text():
         raise cluster.ClusterError(f"{SOURCE / 'go.mod'} does not require {MODULE} {VERSION} (VERSION here)")
     go_command = go()
@@ -81,7 +89,6 @@ def binary() -> Path:
     partial.rename(built)
     elapsed = int(time.monotonic() - started)
     cluster.say(f"built {built} in {elapsed // 60}m{elapsed % 60:02d}s")
-    return built
 
 
 def module_dir() -> Path:

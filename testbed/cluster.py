@@ -17,7 +17,9 @@ processes and registers fake GPU nodes that kwok keeps alive. Each component log
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import fcntl
 import ipaddress
 import json
 import os
@@ -30,7 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +54,13 @@ CACHE_ROOT = (
     if os.environ.get("TRAINER_OPERATOR_CACHE")
     else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainer-operator"
 )
+# A pytest-xdist worker (gw0, gw1, ...: `pytest -n 2`) runs a cluster of its own, so the tests run
+# concurrently and each still has a whole cluster: worker N's ports are 100 above worker 0's, and its
+# run directory is RUN_DIR-gwN.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 RUN_DIR = Path(os.environ.get("TRAINER_OPERATOR_RUN_DIR", CACHE_ROOT / "cluster"))
-PORT_BASE = int(os.environ.get("TRAINER_OPERATOR_PORT_BASE", "16440"))
+RUN_DIR = RUN_DIR.with_name(f"{RUN_DIR.name}-gw{WORKER}") if WORKER else RUN_DIR
+PORT_BASE = int(os.environ.get("TRAINER_OPERATOR_PORT_BASE", "16440")) + 100 * WORKER
 FAKE_NODES = int(os.environ.get("TRAINER_OPERATOR_FAKE_NODES", "16"))
 FAKE_NODE_PODS = 110  # pods a fake node holds (a kubelet's default --max-pods)
 
@@ -102,6 +109,21 @@ class ClusterError(Exception):
     pass
 
 
+@contextlib.contextmanager
+def build_lock(target: Path) -> Iterator[None]:
+    """Held while ``target`` (a cache entry) is built, so that a second process needing it (CI's
+    background preparation, a test, another test worker) waits for the first build instead of
+    building it again. Builders look for ``target`` again once they hold the lock."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process that is building {target}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 # --- binaries ------------------------------------------------------------------------------------
 
 
@@ -128,8 +150,11 @@ def services_address(create: bool = False) -> str:
     if f" {SERVICES_ADDRESS}/" in on_lo:
         return SERVICES_ADDRESS
     if create and os.geteuid() == 0:
-        subprocess.run(["ip", "addr", "add", f"{SERVICES_ADDRESS}/32", "dev", "lo"], check=True)
-        return SERVICES_ADDRESS
+        # Another cluster coming up at the same time (a second test worker) may add it first.
+        added = subprocess.run(["ip", "addr", "add", f"{SERVICES_ADDRESS}/32", "dev", "lo"], capture_output=True)
+        if added.returncode == 0 or services_address() == SERVICES_ADDRESS:
+            return SERVICES_ADDRESS
+        raise ClusterError(f"could not add {SERVICES_ADDRESS} to lo: {added.stderr.decode().strip()}")
     return "127.0.0.1"
 
 

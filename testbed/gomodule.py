@@ -50,19 +50,31 @@ def module_dir(go_command: str, module: str, version: str, cwd: Path | None = No
     return Path(info["Dir"])
 
 
-def installed(what: str, rebuild: str, package_at: str, target: Path, binary: str, ldflags: str = "-s -w") -> Path:
-    """``binary`` of ``package_at`` (``module/cmd/x@version``), installed with `go install` once
-    into ``target`` (a cache folder of its own); ``what`` and ``rebuild`` go into the messages."""
+def installed(
+    what: str, rebuild: str, package_at: str, target: Path, binary: str, ldflags: str = "-s -w", tags: str = ""
+) -> Path:
+    """``binary`` of ``package_at`` (``module/cmd/x@version``), installed with `go install` (build
+    ``tags``, if any) once into ``target`` (a cache folder of its own, named for all of that);
+    ``what`` and ``rebuild`` go into the messages."""
     built = target / binary
     if built.exists():
         return built
+    with cluster.build_lock(built):
+        if not built.exists():
+            flags = [*(["-tags", tags] if tags else []), "-ldflags", ldflags, package_at]
+            _install(what, rebuild, flags, target, binary)
+    return built
+
+
+def _install(what: str, rebuild: str, flags: list[str], target: Path, binary: str) -> None:
+    built = target / binary
     go_command = go(what, rebuild)
     cluster.say(f"building {what} from its Go module (once; several minutes)")
     started = time.monotonic()
     partial = target / f".partial-{os.getpid()}"  # go install writes here; moved when complete
     partial.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
-        [go_command, "install", "-trimpath", "-ldflags", ldflags, package_at],
+        [go_command, "install", "-trimpath", *flags],
         env=go_env() | {"GOBIN": str(partial)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -71,7 +83,7 @@ def installed(what: str, rebuild: str, package_at: str, target: Path, binary: st
     if result.returncode != 0:
         tail = "\n".join(result.stdout.strip().splitlines()[-30:])
         raise cluster.ClusterError(
-            f"building {what} failed (go install {package_at}, exit {result.returncode}):\n"
+            f"building {what} failed (go install {flags[-1]}, exit {result.returncode}):\n"
             f"{tail}\nCheck that the Go module proxy is reachable (GOPROXY), then run `{rebuild}` again."
         )
     (partial / binary).rename(built)
@@ -79,7 +91,6 @@ def installed(what: str, rebuild: str, package_at: str, target: Path, binary: st
         partial.rmdir()
     elapsed = int(time.monotonic() - started)
     cluster.say(f"built {built} in {elapsed // 60}m{elapsed % 60:02d}s")
-    return built
 
 
 def main(

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from testbed import cluster, containerd, packages, registry
+from testbed import cluster, containerd, gomodule, packages, registry
 from testbed import images as built
 
 NODE = "real-0"
@@ -244,18 +244,13 @@ def corefile(kubeconfig: Path) -> str:
 
 def coredns_binary() -> Path:
     """CoreDNS built from its Go module, once, into the cache (about 3 minutes on 2 cores)."""
-    target = cluster.CACHE_ROOT / f"coredns-{COREDNS_VERSION}"
-    binary = target / "coredns"
-    if not binary.exists():
-        cluster.say(f"building CoreDNS {COREDNS_VERSION} from its Go module (once; a few minutes)")
-        target.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["go", "install", f"github.com/coredns/coredns@{COREDNS_VERSION}"],
-            env={**os.environ, "GOBIN": str(target)},
-            cwd=target,
-            check=True,
-        )
-    return binary
+    return gomodule.installed(
+        f"CoreDNS {COREDNS_VERSION}",
+        "python -m testbed.node up",
+        f"github.com/coredns/coredns@{COREDNS_VERSION}",
+        cluster.CACHE_ROOT / f"coredns-{COREDNS_VERSION}",
+        "coredns",
+    )
 
 
 def dns(run: Path, admin: Path) -> None:
@@ -281,6 +276,14 @@ def kube_proxy_binary() -> Path:
     binary = target / "kube-proxy"
     if binary.exists():
         return binary
+    with cluster.build_lock(binary):
+        if not binary.exists():
+            _build_kube_proxy(kubelet, target)
+    return binary
+
+
+def _build_kube_proxy(kubelet: Path, target: Path) -> None:
+    binary = target / "kube-proxy"
     version = subprocess.run([str(kubelet), "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
     minor = version.split(".")[1]
     ldflags = "-s -w"
@@ -293,13 +296,13 @@ def kube_proxy_binary() -> Path:
     shutil.copytree(cluster.REPO / "hack" / "k8s-tools", work, ignore=shutil.ignore_patterns("bin"))
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(binary), "k8s.io/kubernetes/cmd/kube-proxy"],
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", f"{binary}.tmp", "k8s.io/kubernetes/cmd/kube-proxy"],
         cwd=work,
         env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
         check=True,
     )
+    Path(f"{binary}.tmp").rename(binary)  # complete, or not there: a reader never runs half a binary
     shutil.rmtree(work, ignore_errors=True)
-    return binary
 
 
 def kube_proxy(run: Path) -> None:

@@ -31,14 +31,18 @@ URL = f"http://127.0.0.1:{PORT}"
 
 
 def binary() -> Path:
-    """The Prometheus server, installed once into the cache (several minutes on 2 cores the first time)."""
-    target = cluster.CACHE_ROOT / f"prometheus-{VERSION}"
+    """The Prometheus server, installed once into the cache (a few minutes on 2 cores the first
+    time). Built without the service discoveries of clouds and platforms (Prometheus's own
+    ``remove_all_sd`` tag): the tests' targets are static, and the discoveries' SDKs were most of
+    the build."""
+    target = cluster.CACHE_ROOT / f"prometheus-{VERSION}-static-sd"
     return gomodule.installed(
         f"Prometheus {VERSION}",
         "python -m testbed.prometheus build",
         f"{MODULE}/cmd/prometheus@{VERSION}",
         target,
         BINARY,
+        tags="remove_all_sd",
     )
 
 

@@ -31,7 +31,9 @@ MODULE = "github.com/distribution/distribution/v3"
 BINARY = "registry"
 PORT = cluster.PORT_BASE + 50
 MIRRORED = ("docker.io", "registry.k8s.io")  # the upstream registries it stands in for
-STORAGE = cluster.CACHE_ROOT / "registry"
+# Kept in the cache (a push then sends only the layers that changed); a second test worker's
+# cluster (cluster.WORKER) keeps its registry's in its own run directory.
+STORAGE = cluster.RUN_DIR / "registry-storage" if cluster.WORKER else cluster.CACHE_ROOT / "registry"
 
 
 def address() -> str:

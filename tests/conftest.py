@@ -7,6 +7,11 @@ ServiceAccounts, RBAC) and runs the controllers as separate processes, each
 authenticated as its own ServiceAccount so RBAC is exercised for real.
 
 TRAINEROP_KEEP_CLUSTER=1 leaves a cluster the session started running for the next session.
+
+Under pytest-xdist (``-n 2``, as tox runs the integration tests) each worker brings up a local
+cluster of its own (testbed/cluster.py WORKER: its own ports and run directory), so the tests run
+concurrently and each still has a whole cluster: its capacity, its controllers to restart, its
+metrics. Against $KUBECONFIG the tests run in one process (``-n 0``).
 """
 
 from __future__ import annotations
@@ -27,12 +32,18 @@ def cluster() -> Iterator[Cluster]:
     user_kubeconfig = os.environ.get("KUBECONFIG")
     if user_kubeconfig and not os.path.isfile(user_kubeconfig):
         pytest.fail(f"KUBECONFIG={user_kubeconfig} does not exist; unset it to test against the local cluster")
+    if user_kubeconfig and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("against $KUBECONFIG run the tests in one process (-n 0): each worker would start the controllers")
     started = False
     if not user_kubeconfig:
         if cluster_tool.main(["up"]) != 0:
             pytest.fail("the local cluster did not come up; see the messages above")
         started = True
         os.environ["KUBECONFIG"] = str(cluster_tool.RUN_DIR / "admin.kubeconfig")
+    # The audit controller's status.audit may lag its records by --summary-delay-seconds (30 by
+    # default: a few seconds of actions cost one status write); tests that wait for the count would
+    # wait that long each. Every controller the tests start (and restart) inherits this.
+    os.environ.setdefault("TRAINEROP_SUMMARY_DELAY_SECONDS", "2")
     try:
         localdev.install()
         ports = localdev.start()

@@ -10,11 +10,23 @@ from testbed import registry
 from tests.harness import Cluster
 from tests.integration.buckets import new_bucket
 
+# Files whose fixtures build a program the first time (cert-manager, the registry, cosign, Kueue,
+# Prometheus: minutes each on a cold cache). They run last, so that CI's background builds
+# (testbed/prepare.py, in that order) are done by then and no test worker sits waiting for one.
+BUILD_ON_FIRST_USE = (
+    "test_cert_manager.py",
+    "test_image_verification.py",
+    "test_signing.py",
+    "test_kueue.py",
+    "test_proactive.py",
+)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: "tests/integration/" in str(item.path) and item.path.name in BUILD_ON_FIRST_USE)
 
 
 @pytest.fixture
