@@ -3,8 +3,9 @@
 
     tox 2>&1 | python3 hack/command_durations.py [--out FILE]
 
-tox prints ``ENV: commands[N]> COMMAND`` as each command starts; a command lasts until the next
-one starts or the output ends. The table goes to stdout after everything else (and to FILE).
+tox prints ``ENV: commands[N]> COMMAND`` as each command starts (and ``ENV: install_deps> pip
+install ...`` as it installs the environment); each lasts until the next one starts or the output
+ends. The table goes to stdout after everything else (and to FILE).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-COMMAND_STARTS = re.compile(r"^(?P<env>[\w.-]+): commands\[\d+\]> (?P<command>.+)$")
+COMMAND_STARTS = re.compile(r"^(?P<env>[\w.-]+): (?:commands\[\d+\]|(?P<install>install_deps))> (?P<command>.+)$")
 
 
 def durations(lines: Iterable[str], clock: Iterator[float]) -> Iterator[tuple[str, float] | str]:
@@ -28,7 +29,8 @@ def durations(lines: Iterable[str], clock: Iterator[float]) -> Iterator[tuple[st
             now = next(clock)
             if current:
                 yield current[0], now - current[1]
-            current = (f"{started['env']}: {started['command']}", now)
+            what = "installing the environment" if started["install"] else started["command"]
+            current = (f"{started['env']}: {what}", now)
         yield line
     if current:
         yield current[0], next(clock) - current[1]

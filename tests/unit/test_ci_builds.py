@@ -87,12 +87,13 @@ def test_ci_says_how_long_each_tox_command_took() -> None:
         "1536 passed\n",
         "  ci: OK (99.00 seconds)\n",
     ]
-    clock = iter([10.0, 12.5, 100.0])
+    clock = iter([10.0, 12.5, 100.0, 101.5])
     out = list(durations.durations(lines, clock))
     assert [item for item in out if isinstance(item, str)] == lines  # everything passes through
     assert [item for item in out if not isinstance(item, str)] == [
-        ("ci: ruff check .", 2.5),
-        ("ci: pytest tests/unit -p no:cacheprovider", 87.5),
+        ("ci: installing the environment", 2.5),
+        ("ci: ruff check .", 87.5),
+        ("ci: pytest tests/unit -p no:cacheprovider", 1.5),
     ]
     table = durations.table([("ci: ruff check .", 2.5), ("ci: pytest tests/unit", 87.5)])
     assert table.splitlines()[1:] == [
