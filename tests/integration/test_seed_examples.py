@@ -74,7 +74,15 @@ def test_kubectl_get_shows_what_the_trainer_is_doing(cluster: Cluster, namespace
     cluster.kubectl("apply", "-n", namespace, "-f", str(SEED / "trainer.yaml"))
     eventually(lambda: converged(cluster, namespace, "llama-7b-finetune"), what="every controller to report")
 
-    rows = table(cluster.kubectl("get", "trainers", "-n", namespace))
+    # The seed Trainer's pods fill five whole nodes: while an earlier test's deleted namespace still
+    # holds GPUs they are Unschedulable, and the reason says so; then it follows the phase.
+    reasons = {"Pending": "Starting", "Running": "Running"}
+
+    def shown() -> list[dict[str, str]] | None:
+        rows = table(cluster.kubectl("get", "trainers", "-n", namespace))
+        return rows if rows and reasons.get(rows[0]["PHASE"]) == rows[0]["REASON"] else None
+
+    rows = eventually(shown, what="the reason to follow the phase once the pods have room")
     assert list(rows[0]) == [
         "NAME",
         "FRAMEWORK",
@@ -92,7 +100,7 @@ def test_kubectl_get_shows_what_the_trainer_is_doing(cluster: Cluster, namespace
     assert row["NAME"] == "llama-7b-finetune"
     assert row["WORKERS"] == "4"
     assert row["PHASE"] in ("Pending", "Running")
-    assert row["REASON"] == {"Pending": "Starting", "Running": "Running"}[row["PHASE"]]  # the reason follows the phase
+    assert row["REASON"] == reasons[row["PHASE"]]  # the reason follows the phase
     assert row["PROGRESS"] == "0"  # no heartbeat from kwok's pods
 
     wide = cluster.kubectl("get", "trainers", "-n", namespace, "-o", "wide").splitlines()[0]
