@@ -49,13 +49,7 @@ def source_hash() -> str:
 def binary() -> Path:
     """cert-manager-local, built once into the cache (several minutes on 2 cores the first time)."""
     target = cluster.CACHE_ROOT / f"cert-manager-{VERSION}-{source_hash()}"
-    built = target / BINARY
-    if built.exists():
-        return built
-    with cluster.build_lock(built):
-        if not built.exists():
-            _build(target)
-    return built
+    return cluster.built_once(target / BINARY, lambda: _build(target))
 
 
 def _build(target: Path) -> None:

@@ -124,6 +124,16 @@ def build_lock(target: Path) -> Iterator[None]:
         yield
 
 
+def built_once(target: Path, build: Callable[[], None]) -> Path:
+    """``target``, made by ``build`` unless it exists, under ``build_lock``: a build another
+    process finished meanwhile is not made again. ``build`` must make ``target`` whole or not at all."""
+    if not target.exists():
+        with build_lock(target):
+            if not target.exists():
+                build()
+    return target
+
+
 # --- binaries ------------------------------------------------------------------------------------
 
 

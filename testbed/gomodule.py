@@ -56,14 +56,8 @@ def installed(
     """``binary`` of ``package_at`` (``module/cmd/x@version``), installed with `go install` (build
     ``tags``, if any) once into ``target`` (a cache folder of its own, named for all of that);
     ``what`` and ``rebuild`` go into the messages."""
-    built = target / binary
-    if built.exists():
-        return built
-    with cluster.build_lock(built):
-        if not built.exists():
-            flags = [*(["-tags", tags] if tags else []), "-ldflags", ldflags, package_at]
-            _install(what, rebuild, flags, target, binary)
-    return built
+    flags = [*(["-tags", tags] if tags else []), "-ldflags", ldflags, package_at]
+    return cluster.built_once(target / binary, lambda: _install(what, rebuild, flags, target, binary))
 
 
 def _install(what: str, rebuild: str, flags: list[str], target: Path, binary: str) -> None:

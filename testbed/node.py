@@ -273,13 +273,7 @@ def kube_proxy_binary() -> Path:
     it: kube-proxy's extra go.sum lines must not change the key of the binary cache)."""
     kubelet = cluster.bin_dir() / "kubelet"
     target = cluster.CACHE_ROOT / "kube-proxy" / cluster.bin_dir().parent.name
-    binary = target / "kube-proxy"
-    if binary.exists():
-        return binary
-    with cluster.build_lock(binary):
-        if not binary.exists():
-            _build_kube_proxy(kubelet, target)
-    return binary
+    return cluster.built_once(target / "kube-proxy", lambda: _build_kube_proxy(kubelet, target))
 
 
 def _build_kube_proxy(kubelet: Path, target: Path) -> None:

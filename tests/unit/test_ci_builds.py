@@ -49,6 +49,19 @@ def test_a_second_builder_waits_for_the_first_and_then_finds_its_build(tmp_path:
     assert (tmp_path / "found").read_text() == "yes"
 
 
+def test_a_build_in_the_cache_is_not_made_again(tmp_path: Path) -> None:
+    target = tmp_path / "tool" / "binary"
+    builds: list[Path] = []
+
+    def build() -> None:
+        builds.append(target)
+        target.write_text("built")
+
+    assert cluster.built_once(target, build) == target
+    assert cluster.built_once(target, build) == target
+    assert builds == [target]
+
+
 def test_every_image_and_every_cluster_binary_is_prepared_once() -> None:
     names = [step.name for step in prepare.STEPS]
     assert len(names) == len(set(names))
