@@ -174,3 +174,21 @@ def test_a_held_seal_lists_only_the_records_still_held() -> None:
     assert trimmed_seals(replaced) == []
     now = "2026-12-01T12:00:07.000000Z"
     assert next_seal(NS, replaced, now) == next_seal(NS, kept, now)  # d only, chained to seal 2
+
+
+@pytest.mark.parametrize("as_held", [False, True])
+def test_when_retention_deletes_every_seal_the_chain_goes_on_and_no_name_is_written_again(as_held: bool) -> None:
+    """Retention by count can delete a namespace's every seal (the oldest records go first). The
+    next seal follows the newest one deleted, named by retention's record; it used to start again at
+    audit-seal-00000001, writing a deleted record again under its name (seen in CI, issue 50)."""
+    records = [*prune("audit-seal-00000002")(prune("audit-seal-00000001")(trail()))]
+    assert not [r for r in records if r["spec"]["action"] == "Sealed"]
+    records = [held(r) for r in records] if as_held else records
+    follows = next_seal(NS, records, "2026-12-01T12:00:09.000000Z")
+    assert follows is not None
+    assert follows["metadata"]["name"] == "audit-seal-00000003"
+    assert follows["spec"]["seal"]["previous"] == "audit-seal-00000002"
+    assert "previousHash" not in follows["spec"]["seal"]  # gone with the seal
+    whole = prune("audit-seal-00000002")(prune("audit-seal-00000001")(trail()))
+    (verdict,) = verify([*whole, stored(follows, 9)])
+    assert verdict.broken is None

@@ -59,6 +59,8 @@ def held(record: dict[str, Any]) -> dict[str, Any]:
         return held_seal(record)
     meta, spec = record.get("metadata") or {}, record.get("spec") or {}
     kept = {k: spec[k] for k in ("stageTimestamp", "time", "action") if k in spec}
+    if seals := [n for n in spec.get("deletedRecords") or () if sequence_of(n) is not None]:
+        kept["deletedRecords"] = seals  # the seals retention deleted: the chain goes on from them
     if ref := spec.get("objectRef"):
         kept["objectRef"] = {"uid": ref.get("uid"), "resource": ref.get("resource")}
     if trainer := spec.get("trainer"):
@@ -126,8 +128,31 @@ def _older_than(record: Mapping[str, Any], when: datetime) -> bool:
     return bool(created) and parse_time(str(created)) <= when
 
 
+SEAL_PREFIX = "audit-seal-"
+
+
 def seal_name(sequence: int) -> str:
-    return f"audit-seal-{sequence:08d}"
+    return f"{SEAL_PREFIX}{sequence:08d}"
+
+
+def sequence_of(name: str) -> int | None:
+    """The sequence a seal's name gives (None: not a seal's name)."""
+    digits = name.removeprefix(SEAL_PREFIX)
+    return int(digits) if digits != name and digits.isdigit() else None
+
+
+def chain_head(records: Sequence[Mapping[str, Any]]) -> tuple[int, Mapping[str, Any] | None, str | None]:
+    """(the newest sequence, the newest seal if it is still there, the newest seal's name) among
+    ``records`` of one namespace. A seal retention deleted counts (its record names it): the next
+    seal follows it, never takes its name again. (0, None, None) before the first seal."""
+    chain = seals_of(records)
+    pruned = [n for r in records for n in (r.get("spec") or {}).get("deletedRecords") or ()]
+    newest_pruned = max((s for n in pruned if (s := sequence_of(n)) is not None), default=0)
+    last = chain[-1] if chain else None
+    newest_held = int(last["spec"]["seal"]["sequence"]) if last else 0
+    if newest_pruned > newest_held:
+        return newest_pruned, None, seal_name(newest_pruned)
+    return newest_held, last, last["metadata"]["name"] if last else None
 
 
 def next_seal(namespace: str, records: Sequence[Mapping[str, Any]], now: str) -> dict[str, Any] | None:
@@ -142,8 +167,8 @@ def next_seal(namespace: str, records: Sequence[Mapping[str, Any]], now: str) ->
     )[:SEAL_RECORDS]
     if not new:
         return None
-    last = chain[-1] if chain else None
-    sequence = int(last["spec"]["seal"]["sequence"]) + 1 if last else 1
+    newest, last, previous = chain_head(mine)
+    sequence = newest + 1
     record = audit_record(
         name=seal_name(sequence),
         namespace=namespace,
@@ -160,8 +185,8 @@ def next_seal(namespace: str, records: Sequence[Mapping[str, Any]], now: str) ->
     )
     record["spec"]["seal"] = {
         "sequence": sequence,
-        "previous": last["metadata"]["name"] if last else None,
-        "previousHash": hash_of(last) if last else None,
+        "previous": previous,
+        "previousHash": hash_of(last) if last else None,  # a pruned seal's hash is gone with it
         "records": {r["metadata"]["name"]: hash_of(r) for r in new},
     }
     record["spec"]["seal"] = {k: v for k, v in record["spec"]["seal"].items() if v is not None}
