@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import api_reads
 from trainerop_common.contracts import RUNNER_SERVICE_ACCOUNT
 
 T = TypeVar("T")
@@ -43,14 +44,25 @@ class Cluster:
         return result.stdout
 
     def get(self, kind: str, name: str, namespace: str | None = None, managed_fields: bool = False) -> dict[str, Any]:
+        """What `kubectl get KIND NAME -o json` prints (read without a kubectl process: tests/api_reads.py)."""
         ns = ["-n", namespace] if namespace else []
         flags = ["--show-managed-fields"] if managed_fields else []
+        if (read := api_reads.reader(self.kubeconfig)) is not None:
+            try:
+                return read.get(kind, name, namespace, managed_fields)
+            except api_reads.ReadError as err:
+                raise KubectlError(("get", kind, name, *ns, "-o", "json", *flags), str(err)) from err
         out: dict[str, Any] = json.loads(self.kubectl("get", kind, name, *ns, "-o", "json", *flags))
         return out
 
     def names(self, kind: str, namespace: str | None = None) -> set[str]:
         """Names of the objects of ``kind`` that exist now (exact names, never a substring match)."""
         ns = ["-n", namespace] if namespace else []
+        if (read := api_reads.reader(self.kubeconfig)) is not None:
+            try:
+                return read.names(kind, namespace)
+            except api_reads.ReadError as err:
+                raise KubectlError(("get", kind, *ns, "-o", "name"), str(err)) from err
         return {line.rpartition("/")[2] for line in self.kubectl("get", kind, *ns, "-o", "name").split()}
 
     def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None) -> None:
