@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         # (the repetitions' bookkeeping is tabled in tests/unit/test_bench_repeats.py).
         args.nodes, args.kubeflow, args.label, args.repeat = 16, False, "smoke", 1
         args.ceiling_concurrency = "8"
-        args.resync_seconds = 30  # the no-op resync round comes sooner
+        args.resync_seconds = 10  # the no-op resync round comes sooner
     CONTROLLER_ENV["TRAINEROP_RESYNC_SECONDS"] = f"{args.resync_seconds:g}"
     sizes = [int(n) for n in args.trainers.split(",") if n]
     if not os.environ.get("KUBECONFIG"):
