@@ -18,6 +18,14 @@ def node_dir() -> Path:
     return path
 
 
+def image_store() -> Path:
+    """containerd's root — its images, content and snapshots — kept across clusters in the cache
+    (``cluster down`` removes the run directory): a fresh node pulled the PyTorch and TensorFlow
+    images' 5 GB again every session. Pods' containers in it are removed by ``node up`` and ``down``;
+    a pull by name still takes a new build of the same tag (only missing layers are fetched)."""
+    return cluster.CACHE_ROOT / "node-containerd"
+
+
 def socket(run: Path) -> Path:
     return run / "containerd" / "containerd.sock"
 

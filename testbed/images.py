@@ -123,7 +123,7 @@ def publish(run: Path, ref: str, built: str) -> None:
     """``ref`` as built pushed to the registry and pulled by the node's containerd through it (by
     name, as the kubelet would; a pod naming it then finds this build), unless the node holds this
     build already."""
-    stamp = run / "published" / f"{ref.rsplit('/', 1)[-1].replace(':', '-')}.id"
+    stamp = containerd.image_store() / "published" / f"{ref.rsplit('/', 1)[-1].replace(':', '-')}.id"
     if stamp.exists() and stamp.read_text() == built and ref in containerd.ctr(run, "images", "ls", "-q").split():
         return
     t0 = time.monotonic()

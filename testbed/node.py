@@ -14,7 +14,8 @@ Go module, once, into the cache). CoreDNS serves cluster.local on 10.0.0.10 (add
 kubelet's clusterDNS, so headless Services resolve in pods. The node is named real-0, labelled and tainted
 trainer.operator.kubeflow.org/real-node=true (NoSchedule), so only pods that tolerate the taint
 run there; kwok's fake GPU nodes keep everything else. Its state and logs live in
-~/.cache/trainer-operator/cluster/node.
+~/.cache/trainer-operator/cluster/node; containerd's root (its images) in
+~/.cache/trainer-operator/node-containerd, kept across clusters.
 
 What this machine needed (found by trying): containerd's CRI with restrict_oom_score_adj (the
 sandbox forbids a negative oom_score_adj, which containerd sets on every pod sandbox), shared mount
@@ -71,7 +72,7 @@ KUBE_PROXY_HEALTH = cluster.PORT_BASE + 27  # and + 28: its metrics
 def containerd_config(run: Path) -> str:
     """containerd 1.6's configuration (version 2) for the kubelet's CRI."""
     return f"""version = 2
-root = "{run / "containerd" / "root"}"
+root = "{containerd.image_store() / "root"}"
 state = "{run / "containerd" / "state"}"
 [grpc]
   address = "{containerd.socket(run)}"
@@ -375,6 +376,7 @@ def up(_: argparse.Namespace) -> int:
         timeout=60,
     )
     cluster.start(run, daemon)
+    remove_containers(run)  # an earlier node's, if it was not taken down
     images(run)
     dns(run, admin)
     if not (pki / f"kubelet-{NODE}.crt").exists():
@@ -404,8 +406,9 @@ def up(_: argparse.Namespace) -> int:
 
 
 def remove_containers(run: Path) -> None:
-    """Kill every container of the node: containerd's shims outlive containerd, and the next
-    cluster starts from empty state that knows nothing of them (the pods' processes would run on)."""
+    """Kill and remove every container of the node: containerd's shims outlive containerd, and the
+    next cluster starts from empty state that knows nothing of them (the pods' processes would run
+    on); containerd's root, kept across clusters (its images), would still list them."""
     listing = subprocess.run(containerd.ctr_argv(run, "tasks", "ls", "-q"), capture_output=True, text=True)
     if cluster.running_pid(run, "containerd") is not None and listing.returncode == 0:
         tasks = listing.stdout.split()
@@ -415,6 +418,9 @@ def remove_containers(run: Path) -> None:
             subprocess.run(containerd.ctr_argv(run, "tasks", "delete", "--force", task), capture_output=True)
         if tasks:
             cluster.say(f"killed {len(tasks)} containers")
+        containers = subprocess.run(containerd.ctr_argv(run, "containers", "ls", "-q"), capture_output=True, text=True)
+        for container in containers.stdout.split():
+            subprocess.run(containerd.ctr_argv(run, "containers", "delete", container), capture_output=True)
     # A shim whose containerd is already gone (an earlier, interrupted down).
     shims = subprocess.run(
         ["pgrep", "-f", f"containerd-shim.*-address {containerd.socket(run)}"], capture_output=True, text=True
@@ -450,7 +456,8 @@ def down(_: argparse.Namespace) -> int:
     subprocess.run(["ip", "addr", "del", f"{DNS_IP}/32", "dev", "lo"], capture_output=True)
     # What the kubelet and containerd left mounted (volumes, sandbox /dev/shm, overlay roots).
     mounts = subprocess.run(["findmnt", "-rno", "TARGET"], capture_output=True, text=True).stdout.split()
-    for target in sorted((m for m in mounts if m.startswith(str(run))), key=len, reverse=True):
+    held = (str(run), str(containerd.image_store()))
+    for target in sorted((m for m in mounts if m.startswith(held)), key=len, reverse=True):
         subprocess.run(["umount", "-l", target], capture_output=True)
     return 0
 

@@ -21,6 +21,11 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 
 
+class NotYetError(Exception):
+    """Raised by a check given to `eventually` to say why it is not there yet: the reason is what a
+    timeout reports."""
+
+
 class KubectlError(Exception):
     def __init__(self, args: tuple[str, ...], stderr: str) -> None:
         super().__init__(f"kubectl {' '.join(args)}: {stderr}")
@@ -122,7 +127,7 @@ def eventually(check: Callable[[], T | None], timeout: float = 60, what: str = "
     while time.monotonic() < deadline:
         try:
             value = check()
-        except (KubectlError, KeyError, IndexError) as err:
+        except (KubectlError, KeyError, IndexError, NotYetError) as err:
             last = err
         else:
             if value:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from testbed import localdev
-from tests.harness import REPO, Cluster, KubectlError, condition, eventually
+from tests.harness import REPO, Cluster, KubectlError, NotYetError, condition, eventually
 
 SEED = REPO / "examples" / "seed"
 SEED_TRAINER: dict[str, Any] = yaml.safe_load((SEED / "trainer.yaml").read_text())
@@ -50,11 +50,15 @@ def pods(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
     return {p["metadata"]["name"]: p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")}
 
 
-def running(cluster: Cluster, namespace: str, workers: int) -> dict[str, Any] | None:
+def running(cluster: Cluster, namespace: str, workers: int) -> dict[str, Any]:
     obj = trainer(cluster, namespace)
     status = obj.get("status", {})
-    ok = status.get("phase") == "Running" and status.get("topology", {}).get("readyWorkers") == workers
-    return obj if ok else None
+    if status.get("phase") == "Running" and status.get("topology", {}).get("readyWorkers") == workers:
+        return obj
+    said = {
+        c["type"]: f"{c['status']} {c.get('reason', '')}: {c.get('message', '')}" for c in status.get("conditions", ())
+    }
+    raise NotYetError(f"phase {status.get('phase')}, {status.get('topology', {}).get('readyWorkers')} ready; {said}")
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:

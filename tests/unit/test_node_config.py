@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cluster, node
+from testbed import cluster, containerd, node
 
 
 def test_containerd_keeps_oom_scores_it_may_set_and_uses_debians_cni_plugins() -> None:
@@ -17,6 +17,15 @@ def test_containerd_keeps_oom_scores_it_may_set_and_uses_debians_cni_plugins() -
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
     assert cri["cni"]["bin_dir"] == "/usr/lib/cni"
     assert config["grpc"]["address"] == "/run/x/containerd/containerd.sock"
+
+
+def test_containerds_images_outlive_the_cluster_and_its_state_does_not() -> None:
+    """`cluster down` removes the run directory: containerd's root (images, snapshots) is kept in
+    the cache beside it, so the next node does not pull the example images' 5 GB again (issue 50)."""
+    config = tomllib.loads(node.containerd_config(Path("/run/x")))
+    assert Path(config["root"]) == containerd.image_store() / "root"
+    assert not Path(config["root"]).is_relative_to(cluster.RUN_DIR)
+    assert config["state"] == "/run/x/containerd/state"
 
 
 def test_the_kubelet_runs_on_cgroup_v1_with_cgroupfs_and_taints_its_node() -> None:
