@@ -127,7 +127,10 @@ def test_a_profile_deleted_under_a_waiting_trainer_holds_it_until_it_is_back(clu
     cond = condition(obj, "ProfileResolved")
     assert cond["status"] == "False"
     assert f"no TrainingProfile '{PROFILE}' in namespace '{namespace}'" in cond["message"]
-    assert condition(obj, "Created")["reason"] == "WaitingForGates"
+    created = eventually(  # the trainer's status write, not the profile controller's
+        lambda: condition(cluster.get("trainer", NAME, namespace), "Created"), what="the Created condition"
+    )
+    assert created["reason"] == "WaitingForGates"
     assert pods(cluster, namespace) == {}
     eventually(
         lambda: any(e["reason"] == "ProfileNotFound" and e["type"] == "Warning" for e in events(cluster, namespace)),

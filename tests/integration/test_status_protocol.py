@@ -299,7 +299,10 @@ def test_a_quota_policy_that_is_too_small_closes_the_gate(cluster: Cluster, name
         assert "40 nvidia.com/gpu" in cond["message"]
         assert f"QuotaPolicy {policy_name} allows less per namespace" in cond["message"]
         assert "spot: more than the budget (16 nvidia.com/gpu)" in cond["message"]
-        created = condition(cluster.get("trainer", NAME, namespace), "Created")
+        # The trainer's own first status write may land after the quota's refusal.
+        created = eventually(
+            lambda: condition(cluster.get("trainer", NAME, namespace), "Created"), what="the Created condition"
+        )
         assert created["reason"] == "WaitingForGates"
         assert cluster.kubectl("get", "pods", "-n", namespace, "-o", "name") == ""
 
