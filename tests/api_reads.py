@@ -95,11 +95,11 @@ class Reader:
     """Reads of one kubeconfig's cluster; the connection and the kinds are found again after a
     failure (a cluster brought up again has other certificates, a CRD installed since is new)."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, client: httpx.Client, namespace: str) -> None:
         self.kubeconfig = kubeconfig
         self.lock = threading.Lock()
-        self.client: httpx.Client | None = None
-        self.namespace = "default"
+        self.client: httpx.Client | None = client
+        self.namespace = namespace
         self.kinds: dict[str, Resource] = {}
 
     def get(self, kind: str, name: str, namespace: str | None, managed_fields: bool = False) -> dict[str, Any]:
@@ -177,11 +177,11 @@ def reader(kubeconfig: Path) -> Reader | None:
     with _READERS_LOCK:
         if kubeconfig not in _READERS:
             try:
-                http_client(kubeconfig)[0].close()
+                client, namespace = http_client(kubeconfig)
             except OSError:  # not there yet (kubectl would fail alike): not remembered
                 return None
             except (UnreadableConfigError, KeyError, StopIteration, ValueError):
                 _READERS[kubeconfig] = None
             else:
-                _READERS[kubeconfig] = Reader(kubeconfig)
+                _READERS[kubeconfig] = Reader(kubeconfig, client, namespace)
         return _READERS[kubeconfig]

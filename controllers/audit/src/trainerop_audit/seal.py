@@ -141,13 +141,19 @@ def sequence_of(name: str) -> int | None:
     return int(digits) if digits != name and digits.isdigit() else None
 
 
-def chain_head(records: Sequence[Mapping[str, Any]]) -> tuple[int, Mapping[str, Any] | None, str | None]:
-    """(the newest sequence, the newest seal if it is still there, the newest seal's name) among
-    ``records`` of one namespace. A seal retention deleted counts (its record names it): the next
-    seal follows it, never takes its name again. (0, None, None) before the first seal."""
-    chain = seals_of(records)
-    pruned = [n for r in records for n in (r.get("spec") or {}).get("deletedRecords") or ()]
-    newest_pruned = max((s for n in pruned if (s := sequence_of(n)) is not None), default=0)
+def pruned_names(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The names retention's records say it deleted."""
+    return {n for r in records for n in (r.get("spec") or {}).get("deletedRecords") or ()}
+
+
+def chain_head(
+    chain: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]]
+) -> tuple[int, Mapping[str, Any] | None, str | None]:
+    """(the newest sequence, the newest seal if it is still there, the newest seal's name) of one
+    namespace's ``chain`` (its seals in order) and ``records``. A seal retention deleted counts (its
+    record names it): the next seal follows it, never takes its name again. (0, None, None) before
+    the first seal."""
+    newest_pruned = max((s for n in pruned_names(records) if (s := sequence_of(n)) is not None), default=0)
     last = chain[-1] if chain else None
     newest_held = int(last["spec"]["seal"]["sequence"]) if last else 0
     if newest_pruned > newest_held:
@@ -167,7 +173,7 @@ def next_seal(namespace: str, records: Sequence[Mapping[str, Any]], now: str) ->
     )[:SEAL_RECORDS]
     if not new:
         return None
-    newest, last, previous = chain_head(mine)
+    newest, last, previous = chain_head(chain, mine)
     sequence = newest + 1
     record = audit_record(
         name=seal_name(sequence),
@@ -249,7 +255,7 @@ def _late_problem(chain: Sequence[Mapping[str, Any]], late: Sequence[Mapping[str
 def _first_problem(mine: Sequence[Mapping[str, Any]]) -> tuple[str | None, int]:
     """(the first broken link, records no seal covers yet)."""
     by_name = {r["metadata"]["name"]: r for r in mine}
-    pruned = {n for r in mine for n in (r.get("spec") or {}).get("deletedRecords") or ()}
+    pruned = pruned_names(mine)
     chain = seals_of(mine)
     for before, seal in zip([None, *chain], chain, strict=False):
         problem = _link_problem(before, seal, pruned) or _sealed_problem(seal, by_name, pruned)
