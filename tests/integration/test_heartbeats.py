@@ -169,6 +169,9 @@ def test_a_run_no_node_takes_waits_without_pods_by_default(cluster: Cluster, nam
 
     status = eventually(waiting, timeout=90, what="the Trainer to wait for its gates")
     assert status["phase"] == "Pending"
-    gate = condition(cluster.get("trainer", "nowhere", namespace), "QuotaAdmitted")
+    # The quota controller's refusal may land after the trainer's own status write.
+    gate = eventually(
+        lambda: condition(cluster.get("trainer", "nowhere", namespace), "QuotaAdmitted"), what="the quota's condition"
+    )
     assert (gate["status"], gate["reason"]) == ("False", "WaitingForCapacity")
     assert cluster.kubectl("get", "pods", "-n", namespace, "-o", "name").strip() == ""

@@ -111,7 +111,10 @@ def test_spot_first_then_on_demand_then_waiting(cluster: Cluster, namespace: str
     )
     assert cond["status"] == "False"
     assert "spot: not enough free nodes; on-demand: not enough free nodes" in cond["message"]
-    created = condition(cluster.get("trainer", "third", namespace), "Created")
+    # The trainer's own first status write may land after the quota's refusal.
+    created = eventually(
+        lambda: condition(cluster.get("trainer", "third", namespace), "Created"), what="the Created condition"
+    )
     assert created["reason"] == "WaitingForGates"
     assert pods_of(cluster, namespace, "third") == []
 
