@@ -127,6 +127,32 @@ def test_spot_first_then_on_demand_then_waiting(cluster: Cluster, namespace: str
     assert status["used"] == {"onDemand": {GPU: "8", "pods": "1"}, "spot": {GPU: "8", "pods": "1"}}
 
 
+def test_a_sidecar_in_an_override_is_charged_against_the_budget(cluster: Cluster, namespace: str, policy: Any) -> None:
+    """Issue 51: a budget of 2 GPUs; 2 workers of 1 GPU whose override adds a sidecar (an init
+    container with restartPolicy Always) asking 7 GPUs would hold 16. It is never admitted: it
+    waits as more than the budget, with no pod."""
+    policy(budgets={"spot": {GPU: 2}, "onDemand": {GPU: 2}})
+    body = run("sidecar", workers=2, gpus=1)
+    sidecar = {"name": "hog", "image": "busybox:1.36", "restartPolicy": "Always", "resources": {"limits": {GPU: 7}}}
+    body["spec"]["podTemplateOverrides"] = {"worker": {"spec": {"initContainers": [sidecar]}}}
+    cluster.apply(body, namespace)
+    cond = eventually(
+        lambda: (c := quota(cluster, namespace, "sidecar")[1]).get("reason") == "ExceedsQuota" and c,
+        what="the run refused as more than the budget",
+    )
+    assert cond["status"] == "False"
+    assert f"the run needs 2 pods (16 {GPU}) but QuotaPolicy quota-{namespace} allows less" in cond["message"]
+    assert pods_of(cluster, namespace, "sidecar") == []
+
+    def said() -> set[tuple[str, str]]:
+        return {
+            (e["type"], e["reason"]) for e in events(cluster, namespace) if e["involvedObject"]["name"] == "sidecar"
+        }
+
+    eventually(lambda: ("Warning", "ExceedsQuota") in said(), what="the ExceedsQuota Event")
+    assert ("Normal", "Admitted") not in said()
+
+
 def test_a_run_is_packed_into_one_nvlink_clique(cluster: Cluster, namespace: str, policy: Any) -> None:
     """The kwok nodes carry NVIDIA's clique label (4 nodes a clique, 2 of them on-demand): a run
     that requires one clique gets one, and says so in its status; one no clique holds waits."""

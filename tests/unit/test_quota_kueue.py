@@ -426,3 +426,13 @@ def test_the_plan_leaves_kueue_s_runs_to_kueue_only_where_kueue_is_on() -> None:
     assert on.decisions[t.uid].condition.reason == "AdmittedByKueue"
     assert off.policies["team"].pending == 1
     assert "team" not in on.policies  # the QuotaPolicy's summary does not count a run Kueue admits
+
+
+def test_a_run_kueue_would_queue_whose_pods_cannot_be_sized_is_held_without_a_workload() -> None:
+    """Resource claims in an override cannot be counted: the run is held, no Workload is made."""
+    claims = {"worker": {"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "any-gpu"}]}}}
+    t = replace(job(), spec=trainer_spec(topology={"workers": 1}, podTemplateOverrides=claims))
+    assert kueue.actions(t, "team", None, False, {}) == []
+    d = plan(replace(world([t], []), kueue=True, flavors=FLAVORS)).decisions[t.uid]
+    assert (d.condition.status, d.condition.reason) == ("False", "InvalidResources")
+    assert "resourceClaims" in d.condition.message

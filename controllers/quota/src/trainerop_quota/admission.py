@@ -2,16 +2,35 @@
 
 A Trainer's ``spec.scheduling`` must make sense under the QuotaPolicy that governs its namespace:
 a priority class the policy defines, and a preference that leaves some capacity type the policy
-budgets for. Under no policy, scheduling has no effect (a warning, not a refusal).
+budgets for. Under no policy, scheduling has no effect (a warning, not a refusal). Under a policy,
+its podTemplateOverrides may not hold resource claims, which the quota cannot count (the plan
+holds such a run too: ``capacity.role_requests``).
 """
 
 from trainerop_common.admission import Request, Verdict
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.topology import role_counts
 
+from .capacity import uncounted_claims
 from .model import PolicyInfo, preference
 
 
 def check_scheduling(request: Request, spec: TrainerSpec, policy: PolicyInfo | None) -> Verdict:
+    """The verdict on a Trainer's scheduling and, under a policy, on the resource claims of its
+    roles' overrides."""
+    verdict = scheduling_verdict(request, spec, policy)
+    claims = claim_problems(request, spec) if policy is not None else []
+    return Verdict(problems=(*verdict.problems, *claims), warnings=verdict.warnings)
+
+
+def claim_problems(request: Request, spec: TrainerSpec) -> list[str]:
+    """The resource claims in the overrides of the roles the run has, when the request changes them."""
+    if not (request.changed("podTemplateOverrides") or request.changed("topology")):
+        return []
+    return [problem for role, n in role_counts(spec).items() if n for problem in uncounted_claims(spec, role)]
+
+
+def scheduling_verdict(request: Request, spec: TrainerSpec, policy: PolicyInfo | None) -> Verdict:
     scheduling = spec.scheduling
     if scheduling is None or not request.changed("scheduling"):
         return Verdict()

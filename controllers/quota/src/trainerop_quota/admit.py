@@ -134,12 +134,3 @@ def ungoverned(p: Planner, t: TrainerInfo) -> Decision:
         contribution = t.quota.contribution.model_copy(update={"grant": t.grant.model_copy(update={"placement": None})})
         keep = t.quota.model_copy(update={"policy": None, "cost": None, "contribution": contribution}).to_k8s()
     return Decision(keep, condition("True", "NoQuotaPolicy", "no QuotaPolicy covers this namespace"))
-
-
-def invalid(t: TrainerInfo) -> str | None:
-    """Why the run's pods cannot be sized (a malformed quantity in an override), if so."""
-    try:
-        shape(t, worker_bounds(t.spec)[1], None)
-    except ValueError as err:
-        return f"cannot size the run's pods: {err}; fix spec.resources or spec.podTemplateOverrides"
-    return None

@@ -16,7 +16,7 @@ from trainerop_common.api.quota import CapacityType
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.contracts import TRAINING_CONTAINER
 from trainerop_common.quantity import parse_quantity
-from trainerop_common.topology import Role, role_override
+from trainerop_common.topology import Role, override_name, role_override
 
 from .taints import Taint
 
@@ -116,55 +116,135 @@ def total(parts: Iterable[tuple[Mapping[str, Decimal], int]]) -> Resources:
     return out
 
 
+def resource_parts(resources: Any) -> Mapping[str, Any]:
+    """A container's ``resources`` (none: empty); ValueError where it or its requests or limits is
+    not an object (an override's fields are not checked by the API server's schema)."""
+    resources = resources or {}
+    if not isinstance(resources, Mapping) or not all(
+        isinstance(resources.get(part) or {}, Mapping) for part in ("requests", "limits")
+    ):
+        raise ValueError(f"resources {resources!r} are not requests and limits")
+    return resources
+
+
 def container_requests(resources: Mapping[str, Any] | None) -> Resources:
     """requests, with limits standing in where a request is missing (as the API server defaults)."""
-    resources = resources or {}
+    resources = resource_parts(resources)
     out = {name: parse_quantity(v) for name, v in (resources.get("limits") or {}).items()}
     out.update({name: parse_quantity(v) for name, v in (resources.get("requests") or {}).items()})
     return out
 
 
-def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    """What the scheduler counts for a pod: its containers' sum or its largest init container,
-    whichever is larger per resource, plus the pod overhead."""
-    spec = pod.get("spec") or {}
-    out: Resources = {}
-    for c in spec.get("containers") or ():
-        _add(out, container_requests(c.get("resources")))
-    for c in spec.get("initContainers") or ():
-        for name, amount in container_requests(c.get("resources")).items():
-            out[name] = max(out.get(name, Decimal(0)), amount)
-    _add(out, {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items()})
+def _objects(items: Any) -> list[Mapping[str, Any]]:
+    """The objects of a list of a pod spec (an override's entry that is not one is left to the API server)."""
+    return [item for item in items or () if isinstance(item, Mapping)] if isinstance(items, list) else []
+
+
+def _raise_to(into: Resources, more: Mapping[str, Decimal]) -> None:
+    for name, amount in more.items():
+        into[name] = max(into.get(name, Decimal(0)), amount)
+
+
+def is_sidecar(container: Mapping[str, Any]) -> bool:
+    """An init container that runs for the pod's whole life (KEP-753): restartPolicy Always."""
+    return container.get("restartPolicy") == "Always"
+
+
+def spec_requests(spec: Mapping[str, Any]) -> Resources:
+    """What the scheduler counts for a pod of ``spec`` (its effective requests, KEP-753): the init
+    containers in order, each sidecar adding to the sidecars started so far; a regular init
+    container asks its own requests plus those sidecars. Per resource, the larger of the largest
+    regular init container's and the containers' sum plus every sidecar's; plus the overhead and
+    one ``pods``. Limits stand in for missing requests (``container_requests``)."""
+    running: Resources = {}  # the containers and the sidecars: held for the pod's whole life
+    for c in _objects(spec.get("containers")):
+        _add(running, container_requests(c.get("resources")))
+    started: Resources = {}  # the sidecars started so far
+    initializing: Resources = {}  # the most any regular init container asks, with the sidecars before it
+    for c in _objects(spec.get("initContainers")):
+        own = container_requests(c.get("resources"))
+        if is_sidecar(c):
+            _add(started, own)
+            _add(running, own)
+        else:
+            _raise_to(initializing, total(((own, 1), (started, 1))))
+    out = dict(running)
+    _raise_to(out, initializing)
+    _add(out, container_requests({"requests": spec.get("overhead")}))  # the RuntimeClass's, read as requests
     out["pods"] = Decimal(1)
     return out
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Resources:
+    """What the scheduler counts for a pod (``spec_requests``)."""
+    return spec_requests(pod.get("spec") or {})
 
 
 def _as_dict(r: ResourceRequirements | None) -> dict[str, Any]:
     return r.model_dump(exclude_none=True) if r is not None else {}
 
 
+def override_spec(spec: TrainerSpec, role: Role) -> Mapping[str, Any]:
+    """The pod spec fragment of the role's podTemplateOverrides (empty without one)."""
+    own = (role_override(spec, role) or {}).get("spec")
+    return own if isinstance(own, Mapping) else {}
+
+
+CLAIMS_FIX = "the quota cannot count resource claims; request devices as extended resources (nvidia.com/gpu) instead"
+
+
+def uncounted_claims(spec: TrainerSpec, role: Role) -> list[str]:
+    """The resource claims (Dynamic Resource Allocation) of the role's override, each by its field:
+    what a claim holds is not among a pod's requests, so the quota cannot count it."""
+    own = override_spec(spec, role)
+    path = f"spec.podTemplateOverrides.{override_name(role)}.spec"
+    out = [f"{path}.resourceClaims: {CLAIMS_FIX}"] if own.get("resourceClaims") else []
+    for kind in ("containers", "initContainers"):
+        for i, c in enumerate(own.get(kind) or ()):
+            resources = c.get("resources") if isinstance(c, Mapping) else None
+            if isinstance(resources, Mapping) and resources.get("claims"):
+                out.append(f"{path}.{kind}[{i}].resources.claims: {CLAIMS_FIX}")
+    return out
+
+
+def sidecars_first(inits: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """An override's init containers in the order a planned pod is counted in: its sidecars first.
+    One named like an init container the trainer adds itself is merged into that one, which runs
+    ahead of the override's own, so the order in the override is not the pod's; counted with every
+    sidecar started before every regular init container, a planned pod never asks less than it will."""
+    return [c for c in inits if is_sidecar(c)] + [c for c in inits if not is_sidecar(c)]
+
+
 def role_requests(
     spec: TrainerSpec, role: Role, profile: PodContribution | None, grant: ResourceRequirements | None = None
 ) -> Resources:
-    """One pod of ``role``: the training container as the trainer builds it (the profile's resources,
-    the Trainer's own over them, the grant over those, the role's override over all) plus the other
-    containers an override adds."""
+    """One pod of ``role`` (``spec_requests``): the training container as the trainer builds it (the
+    profile's resources, the Trainer's own over them, the grant over those, the role's override over
+    all), the other containers and the init containers the override adds (its sidecars counted
+    first: ``sidecars_first``). Raises ValueError for what cannot be counted: a malformed quantity,
+    a resource claim (``uncounted_claims``)."""
+    claims = uncounted_claims(spec, role)
+    if claims:
+        raise ValueError("; ".join(claims))
+    own = override_spec(spec, role)
+    main = TRAINING_CONTAINER[spec.framework]
+    containers = _objects(own.get("containers"))
+    layers: list[Mapping[str, Any]] = [
+        _as_dict(profile.resources if profile else None),
+        _as_dict(spec.resources),
+        _as_dict(grant),
+    ]
+    layers += [resource_parts(c.get("resources")) for c in containers if c.get("name") == main]
     merged: dict[str, dict[str, Any]] = {"requests": {}, "limits": {}}
-    for layer in (_as_dict(profile.resources if profile else None), _as_dict(spec.resources), _as_dict(grant)):
+    for layer in layers:
         for part in ("requests", "limits"):
             merged[part].update(layer.get(part) or {})
-    containers = ((role_override(spec, role) or {}).get("spec") or {}).get("containers") or []
-    main = TRAINING_CONTAINER[spec.framework]
-    out: Resources = {}
-    for c in containers:
-        if c.get("name") == main:
-            for part in ("requests", "limits"):
-                merged[part].update((c.get("resources") or {}).get(part) or {})
-        else:
-            _add(out, container_requests(c.get("resources")))
-    _add(out, container_requests(merged))
-    out["pods"] = Decimal(1)
-    return out
+    planned = {
+        **own,
+        "containers": [{"name": main, "resources": merged}, *(c for c in containers if c.get("name") != main)],
+        "initContainers": sidecars_first(_objects(own.get("initContainers"))),
+    }
+    return spec_requests(planned)
 
 
 def adjusted(

@@ -21,7 +21,8 @@ from dataclasses import replace
 from trainerop_common.api.trainer import RenegotiationStatus
 
 from . import kueue
-from .admit import admit, invalid, released, ungoverned
+from .admit import admit, released, ungoverned
+from .ledger import invalid
 from .model import (
     CONDITION,
     SECTION,
@@ -88,13 +89,16 @@ def sort_out(p: Planner, obs: Observed) -> list[tuple[TrainerInfo, PolicyInfo]]:
         if t.namespace not in by_namespace:
             by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
         policy = by_namespace[t.namespace]
-        if obs.kueue and t.queue is not None:  # Kueue decides (docs/design/placement.md, decision 6)
+        queue = t.queue if obs.kueue else None
+        if queue is not None and (
+            over(t) or invalid(t) is None
+        ):  # Kueue decides (docs/design/placement.md, decision 6)
             w = obs.workloads.get(t.uid)
             nodes = (p.sites, obs.levels) if w is not None and w.topology_assigned else ({}, ())
-            p.decisions[t.uid] = kueue.decide(t, t.queue, w, obs.flavors, obs.priorities, nodes)
+            p.decisions[t.uid] = kueue.decide(t, queue, w, obs.flavors, obs.priorities, nodes)
         elif over(t):
             p.decisions[t.uid] = released(p, t, policy)
-        elif not placed_by_plan(t, policy, obs.ungoverned):
+        elif queue is None and not placed_by_plan(t, policy, obs.ungoverned):
             p.decisions[t.uid] = ungoverned(p, t)
         elif (problem := invalid(t)) is not None:
             p.decisions[t.uid] = Decision(

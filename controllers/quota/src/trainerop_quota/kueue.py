@@ -23,7 +23,7 @@ from trainerop_common.topology import Role, worker_bounds
 
 from .capacity import quantity_text
 from .kueue_views import GENERATION_ANNOTATION, FlavorView, PodSetAdmission, PodSetUpdate, WorkloadView
-from .ledger import shape
+from .ledger import invalid, shape
 from .model import Decision, TrainerInfo, condition, over
 from .packing import RING_ORDER, Site, Slot, score
 
@@ -288,7 +288,8 @@ def actions(
         return []  # the Workload goes with its owner
     known = priorities or {}
     if w is None:
-        if over(t) or unknown_priority(t, known) is not None:
+        # A run whose pods cannot be sized is held as InvalidResources (decide.sort_out): no Workload.
+        if over(t) or unknown_priority(t, known) is not None or invalid(t) is not None:
             return []
         return [WorkloadAction("create", t.namespace, workload_name(t), workload_manifest(t, queue, known))]
     if t.finished:
@@ -299,7 +300,7 @@ def actions(
         out.append(WorkloadAction("deactivate" if suspended else "activate", t.namespace, w.name))
     if w.cluster_queue is not None and w.evicted is not None and not pods_left:
         out.append(WorkloadAction("release", t.namespace, w.name))
-    elif w.cluster_queue is None and w.generation != t.generation and not suspended:
+    elif w.cluster_queue is None and w.generation != t.generation and not suspended and invalid(t) is None:
         out.append(WorkloadAction("replace", t.namespace, w.name, workload_manifest(t, queue, known)))
     return out
 

@@ -277,6 +277,15 @@ def shape(t: TrainerInfo, workers: int, resources: ResourceRequirements | None) 
     )
 
 
+def invalid(t: TrainerInfo) -> str | None:
+    """Why the run's pods cannot be sized (a malformed quantity, or resource claims, in an override), if so."""
+    try:
+        shape(t, worker_bounds(t.spec)[1], None)
+    except ValueError as err:
+        return f"cannot size the run's pods: {err}; fix spec.resources or spec.podTemplateOverrides"
+    return None
+
+
 def options(t: TrainerInfo, policy: PolicyInfo, kinds: Sequence[CapacityType]) -> list[Option]:
     """Every admissible option, best first: capacity order, then full-size pods, then most workers."""
     lo, hi = worker_bounds(t.spec)
