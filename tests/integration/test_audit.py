@@ -1,6 +1,7 @@
-"""The audit trail: users' requests recorded with their identity by the audit webhook, operator
-actions with the acting controller's identity, records nobody can change and only audit admins
-delete, one JSON line per record on stdout, and retention that records itself."""
+"""The audit trail: users' requests recorded with their identity by the audit webhook (believed
+from the API server's client certificate, or, without one, corroborated by reading the object),
+operator actions with the acting controller's identity, records nobody can change and only audit
+admins delete, one JSON line per record on stdout, and retention that records itself."""
 
 import json
 import ssl
@@ -23,6 +24,18 @@ NAME = "audited"
 API = "trainer.operator.kubeflow.org/v1alpha1"
 TRAINER = trainer_manifest(NAME, topology={"workers": 1})
 SA = "system:serviceaccount:trainer-operator-system:trainer-operator-"
+
+
+@pytest.fixture(params=["api-server-certificate", "corroborated"])
+def identity(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]:
+    """How the audit webhook establishes who asked: the local controllers check the API server's
+    client certificate; "corroborated": the audit controller restarted without
+    --webhook-client-ca-file, as where client certificates are impossible."""
+    if request.param == "corroborated":
+        localdev.restart("audit", {"TRAINEROP_WEBHOOK_CLIENT_CA_FILE": ""})
+    yield str(request.param)
+    if request.param == "corroborated":
+        localdev.restart("audit")
 
 
 def records(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
@@ -66,7 +79,9 @@ def first_record(cluster: Cluster, namespace: str) -> str:
     return str(find(cluster, namespace, "the Trainer's creation record", action="Created")["metadata"]["name"])
 
 
-def test_users_requests_are_recorded_with_their_identity_and_verb(cluster: Cluster, namespace: str) -> None:
+def test_users_requests_are_recorded_with_their_identity_and_verb(
+    cluster: Cluster, namespace: str, identity: str
+) -> None:
     user = a_user(cluster, namespace)
     as_user = (f"--as={user}", "--as-group=team-a", "-n", namespace)
     cluster.kubectl("apply", "--dry-run=server", "-f", "-", *as_user, stdin=json.dumps(TRAINER))
@@ -87,6 +102,7 @@ def test_users_requests_are_recorded_with_their_identity_and_verb(cluster: Clust
     }
     assert len(spec["auditID"]) == 36
     assert created["metadata"]["name"] == f"{NAME}-created-{uid[:8]}"  # one creation record, the webhook's
+    assert created["spec"]["details"] == {"identity": identity}
     merge = ("patch", "trainer", NAME, "--type=merge", "-p")
     cluster.kubectl(*merge, '{"spec":{"epochs":2}}', *as_user)
     cluster.kubectl("scale", "trainer", NAME, "--replicas=2", *as_user)
@@ -115,7 +131,7 @@ def test_users_requests_are_recorded_with_their_identity_and_verb(cluster: Clust
         assert (found["verb"], found["objectRef"].get("subresource"), found.get("details")) == (
             verb,
             subresource,
-            details,
+            {**(details or {}), "identity": identity},
         ), action
     # The admin's own profile creation is recorded too, and no dry run is.
     admin = find(cluster, namespace, "the admin's profile", action="Created", objectRef__resource="trainingprofiles")
@@ -124,7 +140,9 @@ def test_users_requests_are_recorded_with_their_identity_and_verb(cluster: Clust
     assert len(creations) == 2, [r["metadata"]["name"] for r in creations]
 
 
-def test_a_namespace_deletion_leaves_its_trainers_deletion_on_record(cluster: Cluster, namespace: str) -> None:
+def test_a_namespace_deletion_leaves_its_trainers_deletion_on_record(
+    cluster: Cluster, namespace: str, identity: str
+) -> None:
     first_record(cluster, namespace)
     uid = cluster.get("trainer", NAME, namespace)["metadata"]["uid"]
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
@@ -132,6 +150,7 @@ def test_a_namespace_deletion_leaves_its_trainers_deletion_on_record(cluster: Cl
     deleted = find(cluster, "trainer-operator-system", "the Trainer's deletion", action="Deleted", objectRef__uid=uid)
     assert deleted["spec"]["user"]["username"] == "system:serviceaccount:kube-system:namespace-controller"
     assert deleted["spec"]["objectRef"]["namespace"] == namespace
+    assert deleted["spec"]["details"] == {"identity": identity}
 
 
 def test_an_audit_record_cannot_be_changed_even_by_a_cluster_admin(cluster: Cluster, namespace: str) -> None:
@@ -153,7 +172,9 @@ def test_an_audit_record_cannot_be_changed_even_by_a_cluster_admin(cluster: Clus
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
 
-def test_users_read_audit_records_and_only_audit_admins_delete_them(cluster: Cluster, namespace: str) -> None:
+def test_users_read_audit_records_and_only_audit_admins_delete_them(
+    cluster: Cluster, namespace: str, identity: str
+) -> None:
     record = first_record(cluster, namespace)
     user, auditor = a_user(cluster, namespace), f"auditor-{uuid.uuid4().hex[:6]}"
     assert record in cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "name", f"--as={user}")
@@ -191,6 +212,7 @@ def test_users_read_audit_records_and_only_audit_admins_delete_them(cluster: Clu
     deletion = find(cluster, namespace, "the deletion of the record", action="Deleted", objectRef__name=record)
     assert deletion["spec"]["user"]["username"] == auditor
     assert deletion["spec"]["objectRef"]["resource"] == "auditlogs"
+    assert deletion["spec"]["details"] == {"identity": identity}
 
 
 def test_every_record_is_one_json_line_on_the_controllers_stdout(cluster: Cluster, namespace: str) -> None:
@@ -289,24 +311,28 @@ def test_retention_keeps_the_newest_records_and_records_what_it_deleted(
     assert not deleted & {r["metadata"]["name"] for r in records(cluster, namespace)}
 
 
-def forged_review(namespace: str, name: str) -> bytes:
-    """What a pod could send the audit webhook pretending to be the API server: a create by someone
-    else, of a Trainer that does not exist."""
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "kind": "Trainer"},
-            "resource": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "resource": "trainers"},
-            "operation": "CREATE",
-            "namespace": namespace,
-            "name": name,
-            "userInfo": {"username": "someone-else"},
-            "object": {**trainer_manifest(name), "metadata": {"name": name, "namespace": namespace, "uid": "u"}},
-        },
+def admission_review(operation: str, namespace: str, username: str, **objects: Any) -> bytes:
+    """What a pod could send the audit webhook pretending to be the API server: ``username``'s
+    request on a Trainer (``object``, ``oldObject``)."""
+    name = next(o["metadata"]["name"] for o in objects.values())
+    request = {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "kind": "Trainer"},
+        "resource": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "resource": "trainers"},
+        "operation": operation,
+        "namespace": namespace,
+        "name": name,
+        "userInfo": {"username": username},
     }
-    return json.dumps(review).encode()
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request | objects}
+    ).encode()
+
+
+def forged_review(namespace: str, name: str) -> bytes:
+    """A create by someone else, of a Trainer that does not exist."""
+    trainer = {**trainer_manifest(name), "metadata": {"name": name, "namespace": namespace, "uid": "u"}}
+    return admission_review("CREATE", namespace, "someone-else", object=trainer)
 
 
 def post_to_audit_webhook(body: bytes, cert: tuple[str, str] | None = None) -> dict[str, Any]:
@@ -349,6 +375,35 @@ def test_a_forged_review_sent_straight_to_the_audit_webhook_writes_nothing(clust
     assert not [
         r for r in records(cluster, namespace) if str(r["spec"]["objectRef"].get("name", "")).startswith("forged")
     ]
+
+
+@pytest.mark.parametrize("identity", ["corroborated"], indirect=True)
+def test_without_the_certificate_a_forged_deletion_writes_nothing_and_a_real_one_is_corroborated(
+    cluster: Cluster, namespace: str, identity: str
+) -> None:
+    """Where the API server cannot present a client certificate, a review is believed only when
+    the object read from the API bears it out: a forged deletion of a Trainer that stays is not."""
+    cluster.apply(TRAINER, namespace)
+    trainer = cluster.get("trainer", NAME, namespace)  # its real uid and resourceVersion
+    uid = trainer["metadata"]["uid"]
+    find(cluster, namespace, "the creation, corroborated", action="Created", details__identity=identity)
+    doubted = {"operation": "DELETE", "outcome": "uncorroborated"}
+    before = cluster.metric("audit", "audit_webhook_requests_total", doubted)
+    forged = admission_review("DELETE", namespace, "alice@example.com", oldObject=trainer)
+    assert post_to_audit_webhook(forged)["response"]["allowed"] is True  # no client certificate
+    # Counted once the controller has looked for the deletion (10 s at most) and not seen it.
+    eventually(
+        lambda: cluster.metric("audit", "audit_webhook_requests_total", doubted) == before + 1,
+        what="the forged deletion counted as uncorroborated",
+    )
+    assert not [r for r in records(cluster, namespace) if r["spec"]["action"] == "Deleted"]
+    assert cluster.get("trainer", NAME, namespace)["metadata"]["uid"] == uid
+    # A user's real deletion, through the API server, is recorded and says how it was believed.
+    user = a_user(cluster, namespace)
+    cluster.kubectl("delete", "trainer", NAME, "-n", namespace, f"--as={user}", "--wait=false")
+    deleted = find(cluster, namespace, "the real deletion", action="Deleted", objectRef__uid=uid)["spec"]
+    assert (deleted["user"]["username"], deleted["details"]) == (user, {"identity": "corroborated"})
+    assert not [r for r in records(cluster, namespace) if r["spec"]["user"]["username"] == "alice@example.com"]
 
 
 def verify_trail(namespace: str) -> subprocess.CompletedProcess[str]:

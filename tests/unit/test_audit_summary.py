@@ -9,6 +9,7 @@ from typing import Any, cast
 from trainerop_audit.config import AuditConfig
 from trainerop_audit.controller import HELD, AuditController, observed
 from trainerop_common.clock import FixedClock
+from trainerop_common.config import WebhookConfig
 from trainerop_common.runtime import Runtime
 
 WANTED = {"records": 2, "recorded": {"created": True, "restarts": 0, "conditions": {"Running": "t1"}}}
@@ -25,7 +26,8 @@ class Writer:
 def controller() -> tuple[AuditController, FixedClock, Writer]:
     clock, writer = FixedClock(datetime(2026, 1, 1, tzinfo=UTC)), Writer()
     trainers: dict[tuple[str, str], Any] = {("ns", "t"): {}}
-    runtime = SimpleNamespace(kube=None, clock=clock, writer=writer, trainers=trainers)
+    config = SimpleNamespace(webhook=WebhookConfig())
+    runtime = SimpleNamespace(kube=None, clock=clock, writer=writer, trainers=trainers, config=config)
     return AuditController(cast(Runtime, runtime), AuditConfig(summary_delay_seconds=30.0)), clock, writer
 
 

@@ -1,6 +1,7 @@
-"""Recording users' requests: the record is written before the review is answered, a failed write
-is retried in the background, an update the API server retries is recorded once, and nothing ever
-raises (the webhook never denies)."""
+"""Recording users' requests: with the API server's certificate checked the record is written
+before the review is answered; without it a review is recorded only once the object read from the
+API bears it out, after the answer. A failed write is retried in the background, an update the API
+server retries is recorded once, and nothing ever raises (the webhook never denies)."""
 
 import asyncio
 from datetime import UTC, datetime
@@ -8,8 +9,10 @@ from typing import Any
 
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
+from prometheus_client import REGISTRY
 
 from tests.factories import trainer_body
+from trainerop_audit.record import record_name
 from trainerop_audit.user_recorder import UserRecorder
 from trainerop_common.clock import FixedClock
 
@@ -50,8 +53,27 @@ def api_error(code: int) -> ApiError:
     return ApiError(status=Status(code=code, message="refused", reason="x"))
 
 
-def recorder(writes: Writes) -> UserRecorder:
-    return UserRecorder(writes, FixedClock(datetime(2026, 11, 30, tzinfo=UTC)), "ops", retry_delays=(0, 0))
+class Reads:
+    """Stands in for reading the object from the API: each read answers the next of ``states``
+    (the last one again once they are used up); what was read is kept."""
+
+    def __init__(self, *states: dict[str, Any] | None) -> None:
+        self.states = list(states)
+        self.calls: list[tuple[str, str | None, str]] = []
+
+    async def __call__(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        self.calls.append((resource, namespace, name))
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+def recorder(writes: Writes, reads: Reads | None = None) -> UserRecorder:
+    clock = FixedClock(datetime(2026, 11, 30, tzinfo=UTC))
+    return UserRecorder(writes, clock, "ops", retry_delays=(0, 0), read=reads, after_delays=(0, 0, 0))
+
+
+def counted(operation: str, outcome: str) -> float:
+    labels = {"operation": operation, "outcome": outcome}
+    return REGISTRY.get_sample_value("audit_webhook_requests_total", labels) or 0.0
 
 
 async def test_a_request_is_recorded_before_it_is_answered() -> None:
@@ -61,6 +83,7 @@ async def test_a_request_is_recorded_before_it_is_answered() -> None:
     assert record["spec"]["user"] == {"username": "alice"}
     assert record["spec"]["auditID"] == REVIEW["request"]["uid"]
     assert record["spec"]["stageTimestamp"] == "2026-11-30T00:00:00.000000Z"
+    assert record["spec"]["details"] == {"identity": "api-server-certificate"}
 
 
 async def test_a_failed_write_is_retried_and_a_later_attempt_prints_what_it_finds() -> None:
@@ -97,3 +120,60 @@ async def test_a_refused_write_is_not_retried_and_a_broken_review_does_not_raise
     assert await users.review({"request": broken}) == "failed"
     assert writes.calls == [False]  # the refusal was final
     assert writes.records == []
+
+
+async def test_without_the_certificate_a_review_is_recorded_once_the_api_bears_it_out() -> None:
+    writes, reads = Writes(), Reads(REVIEW["request"]["oldObject"], None)  # there when asked, then gone
+    users = recorder(writes, reads)
+    assert await users.review(REVIEW) == "corroborating"  # answered after one read, nothing written yet
+    assert (reads.calls, writes.records) == ([("trainers", "team-a", "llama")], [])
+    name = record_name("llama", "Deleted", REVIEW["request"]["uid"])
+    assert users.pending(name)
+    assert await users.settled() == ["recorded"]
+    (record,) = writes.records
+    assert record["metadata"]["name"] == name
+    assert not users.pending(name)
+    assert record["spec"]["details"] == {"identity": "corroborated"}
+    assert record["spec"]["user"] == {"username": "alice"}
+
+
+async def test_a_forged_deletion_of_an_object_that_stays_writes_nothing() -> None:
+    before = counted("DELETE", "uncorroborated")
+    writes, reads = Writes(), Reads(REVIEW["request"]["oldObject"])  # never deleted
+    users = recorder(writes, reads)
+    assert await users.review(REVIEW) == "corroborating"
+    assert await users.settled() == ["uncorroborated"]
+    assert len(reads.calls) == 4  # before, and each read after the answer
+    assert writes.calls == []
+    assert counted("DELETE", "uncorroborated") == before + 1
+
+
+async def test_a_review_the_object_contradicts_on_arrival_is_not_followed() -> None:
+    writes, reads = Writes(), Reads(trainer_body("llama", "team-a", uid="another"))
+    users = recorder(writes, reads)
+    assert await users.review(REVIEW) == "uncorroborated"
+    assert (len(reads.calls), writes.calls, await users.settled()) == (1, [], [])
+
+
+async def test_a_creation_is_pending_while_it_is_corroborated() -> None:
+    created = trainer_body("llama", "team-a", uid="0123456789")
+    review = {"request": {**REVIEW["request"], "operation": "CREATE", "object": created, "oldObject": None}}
+    writes, reads = Writes(), Reads(None, None, created)  # appears at the second read after the answer
+    users = recorder(writes, reads)
+    assert await users.review(review) == "corroborating"
+    assert users.pending("llama-created-01234567")  # the controller's unobserved-creation record waits
+    assert await users.settled() == ["recorded"]
+    assert writes.records[0]["metadata"]["name"] == "llama-created-01234567"
+    assert not users.pending("llama-created-01234567")
+
+
+async def test_a_flood_of_reviews_is_corroborated_only_up_to_a_bound(monkeypatch: Any) -> None:
+    """Reviews that pass the first read each wait for the object's change: beyond the bound a
+    review is not believed, so a flood sent to the port cannot grow the controller without end."""
+    monkeypatch.setattr("trainerop_audit.user_recorder.MAX_CORROBORATING", 2)
+    created = trainer_body("llama", "team-a", uid="0123456789")
+    review = {"request": {**REVIEW["request"], "operation": "CREATE", "object": created, "oldObject": None}}
+    users = recorder(Writes(), Reads(None, None, None, created))
+    outcomes = [await users.review(review) for _ in range(3)]
+    assert outcomes == ["corroborating", "corroborating", "uncorroborated"]
+    await users.settled()

@@ -16,6 +16,7 @@ import kopf
 from lightkube import ApiError
 from prometheus_client import Counter, Gauge
 
+from trainerop_common.api import KINDS
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339, rfc3339_micro
 from trainerop_common.conditions import parse
@@ -40,6 +41,7 @@ RECORDS = Counter("audit_records_total", "AuditLog records created.", ["source"]
 PRUNED = Counter("audit_records_pruned_total", "AuditLog records deleted by retention.")
 HELD = Gauge("audit_summaries_held", "Trainers whose status.audit does not yet say all their records.")
 RECORDS_HELD = Gauge("audit_records_held", "AuditLog records held in memory (not sealed ones of gone Trainers).")
+KIND_OF = {info.plural: info.kind for info in KINDS}  # the operator's kinds by resource (the webhook's reviews)
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -83,8 +85,13 @@ class AuditController:
         # Grouped by the Trainer they are about: a reconcile reads its own records, not the namespace's.
         self.records = ObjectCache.for_kind(runtime.kube, "AuditLog", index=lambda r: subject_uid(r) or "", keep=held)
         self.retention = Retention(config.retention_days, config.retention_records)
+        # With the API server's client certificate checked, its reviews are believed; else corroborated.
+        certified = bool(runtime.config.webhook.webhook_client_ca_file)
         self.users = UserRecorder(
-            lambda record, again: self.write(record, "user", print_existing=again), runtime.clock, OPERATOR_NAMESPACE
+            lambda record, again: self.write(record, "user", print_existing=again),
+            runtime.clock,
+            OPERATOR_NAMESPACE,
+            read=None if certified else self.read_object,
         )
         # Set once this controller knows its own identity (or cannot): retention waits for it, so that
         # the audit webhook tells its deletes from a user's.
@@ -119,6 +126,10 @@ class AuditController:
         if created or print_existing:
             emit(record)
         return created
+
+    async def read_object(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """One of the operator's objects as the API server has it now (a review's corroboration)."""
+        return await self.rt.kube.get(KIND_OF[resource], name, namespace)
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.records.register(registry, self._record_changed)

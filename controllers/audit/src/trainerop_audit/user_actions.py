@@ -31,16 +31,21 @@ NAMESPACE_CONTROLLER = "system:serviceaccount:kube-system:namespace-controller"
 IGNORED_ANNOTATIONS = {"kubectl.kubernetes.io/last-applied-configuration"}
 
 
-def changed_paths(old: Any, new: Any, path: str, depth: int = 3) -> list[str]:
-    """Dotted paths (to ``depth`` levels) whose values differ; never the values themselves."""
+def changed_keys(old: Any, new: Any, path: tuple[str, ...], depth: int = 3) -> list[tuple[str, ...]]:
+    """The keys (to ``depth`` levels below ``path``) whose values differ; never the values themselves."""
     if old == new:
         return []
     if depth <= 0 or not isinstance(old, Mapping) or not isinstance(new, Mapping):
         return [path]
     out = []
     for key in sorted(set(old) | set(new)):
-        out += changed_paths(old.get(key), new.get(key), f"{path}.{key}", depth - 1)
+        out += changed_keys(old.get(key), new.get(key), (*path, str(key)), depth - 1)
     return out
+
+
+def changed_paths(old: Any, new: Any, path: str, depth: int = 3) -> list[str]:
+    """Dotted paths (to ``depth`` levels) whose values differ; never the values themselves."""
+    return [".".join(keys) for keys in changed_keys(old, new, (path,), depth)]
 
 
 def _suspended(obj: Mapping[str, Any]) -> bool:
@@ -51,13 +56,23 @@ def _workers(obj: Mapping[str, Any]) -> Any:
     return ((obj.get("spec") or {}).get("topology") or {}).get("workers")
 
 
-def _metadata_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def _metadata_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, ...]]:
     out = []
     for part in ("labels", "annotations"):
         before = {k: v for k, v in (old.get(part) or {}).items() if k not in IGNORED_ANNOTATIONS}
         after = {k: v for k, v in (new.get(part) or {}).items() if k not in IGNORED_ANNOTATIONS}
-        out += changed_paths(before, after, f"metadata.{part}", 1)
+        out += changed_keys(before, after, ("metadata", part), 1)
     return out
+
+
+def changed_fields(subresource: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """What an update of an object (``subresource`` ""), or of its status ("status"), changes that
+    a user controls: the keys of its spec, labels and annotations (other than kubectl's
+    last-applied copy), or of its status."""
+    if subresource == "status":
+        return changed_keys(old.get("status"), new.get("status"), ("status",))
+    keys = changed_keys(old.get("spec"), new.get("spec"), ("spec",))
+    return keys + _metadata_changes(old.get("metadata") or {}, new.get("metadata") or {})
 
 
 def update_action(
@@ -67,18 +82,16 @@ def update_action(
     if subresource == "scale":
         before, after = (old.get("spec") or {}).get("replicas"), (new.get("spec") or {}).get("replicas")
         return None if before == after else ("Scaled", {"from": str(before), "to": str(after)})
-    if subresource == "status":
-        # The controllers' own status writes do not come here (the webhook's matchCondition); anyone
-        # else writing status could fake an operator action, so that is recorded.
-        changes = changed_paths(old.get("status"), new.get("status"), "status")
-        return ("Updated", {"changed": ", ".join(changes)}) if changes else None
-    if subresource:
+    if subresource not in ("", "status"):
         return None
-    changes = changed_paths(old.get("spec"), new.get("spec"), "spec")
-    changes += _metadata_changes(old.get("metadata") or {}, new.get("metadata") or {})
+    # The controllers' own status writes do not come here (the webhook's matchCondition); anyone
+    # else writing status could fake an operator action, so that is recorded.
+    changes = [".".join(keys) for keys in changed_fields(subresource, old, new)]
     if not changes:
         return None
     details = {"changed": ", ".join(changes)}
+    if subresource == "status":
+        return "Updated", details
     if resource == "trainers" and _suspended(old) != _suspended(new):
         return ("Suspended" if _suspended(new) else "Resumed"), details
     if resource == "trainers" and all(c.startswith("spec.topology.workers") for c in changes):

@@ -63,7 +63,7 @@ class WebhookConfig:
         "",
         "CA of the client certificate the API server presents to webhooks (its AdmissionConfiguration's "
         "kubeConfigFile): a review whose caller holds none of it has no side effect (the audit webhook records "
-        "nothing from it); empty: any caller that reaches the port is believed",
+        "nothing from it); empty: the audit webhook records a review only once the API bears it out (docs/audit.md)",
     )
     webhook_service: str = flag(
         "", "the webhooks' Service, named in self-signed certificates (default: trainer-operator-<controller>-webhook)"
