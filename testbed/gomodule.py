@@ -11,7 +11,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import cluster
@@ -87,20 +88,34 @@ def _install(what: str, rebuild: str, flags: list[str], target: Path, binary: st
     cluster.say(f"built {built} in {elapsed // 60}m{elapsed % 60:02d}s")
 
 
+@dataclass(frozen=True)
+class Command:
+    """A command of a program's own, beside ``build`` and ``crds``: its help and what runs it (its exit status)."""
+
+    help: str
+    run: Callable[[], int]
+
+
 def main(
     argv: list[str] | None,
     description: str,
     what: str,
     binary: Callable[[], Path],
     crd_files: Callable[[], list[Path]],
+    more: Mapping[str, Command] | None = None,
 ) -> int:
     """The command line of a module built program: ``build`` (once into the cache; its path) and
-    ``crds`` (the paths of its CRD YAMLs); progress and errors on stderr, the paths on stdout."""
+    ``crds`` (the paths of its CRD YAMLs); progress and errors on stderr, the paths on stdout.
+    ``more``: the program's own commands, by name (each prints and exits as it says)."""
     parser = argparse.ArgumentParser(description=description)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", help=f"build {what} once into the cache; print its path")
     commands.add_parser("crds", help=f"print the paths of {what}'s CRD YAMLs")
+    for name, command in (more or {}).items():
+        commands.add_parser(name, help=command.help)
     args = parser.parse_args(argv)
+    if more and args.command in more:
+        return more[args.command].run()
     try:
         with contextlib.redirect_stdout(sys.stderr):
             paths = [binary()] if args.command == "build" else crd_files()

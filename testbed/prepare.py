@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import certmanager, cluster, cosign, images, kueue, node, prometheus, registry
+from testbed import certmanager, cluster, cosign, images, kubescore, kueue, node, prometheus, registry
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,12 @@ def _image(name: str) -> Callable[[], object]:
     return lambda: images.build(name)
 
 
-# The integration tests use the first six in about this order (test files run alphabetically);
-# the e2e tests use the rest.
+# The lint tier uses the first two (kubectl renders the overlays kube-score checks); the
+# integration tests use the first and the next five in about this order (test files run
+# alphabetically); the e2e tests use the rest.
 STEPS = (
-    Step("kubernetes", "every cluster (Kubernetes, etcd, kwok, SeaweedFS)", cluster.ensure_binaries),
+    Step("kubernetes", "every cluster (Kubernetes, etcd, kwok, SeaweedFS); lint's kubectl", cluster.ensure_binaries),
+    Step("kube-score", "lint: python -m testbed.kubescore check", kubescore.binary),
     Step("cert-manager", "integration test_cert_manager", certmanager.binary),
     Step("registry", "integration test_image_verification, test_signing; the real node", registry.binary),
     Step("cosign", "integration test_image_verification, test_signing; e2e", cosign.binary),
