@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from testbed import cluster as cluster_tool
-from testbed import localdev
+from testbed import deploy, localdev, node
 from tests.harness import Cluster
 
 
@@ -85,3 +85,24 @@ def namespace(cluster: Cluster) -> Iterator[str]:
 def other_namespace(cluster: Cluster) -> Iterator[str]:
     """A second fresh namespace (another team's), for isolation tests."""
     yield from _scratch_namespace(cluster)
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> Iterator[str]:
+    """The real node (testbed/node.py): real containers, for tests/e2e and tests/attack."""
+    if os.geteuid() != 0 and not os.environ.get("CI"):
+        pytest.skip("the real node runs a kubelet and containerd: run the e2e tests as root (CI does)")
+    if node.main(["up"]) != 0:
+        pytest.fail("the real node did not come up; see the message above")
+    yield node.NODE
+    node.main(["down"])
+
+
+@pytest.fixture(scope="session")
+def operator_in_cluster(cluster: Cluster, real_node: str) -> Iterator[None]:
+    """deploy/overlays/dev with the controllers' image; the local controllers stop meanwhile."""
+    localdev.stop()
+    if deploy.main(["up"]) != 0:
+        pytest.fail("the operator did not come up in the cluster; see the message above")
+    yield
+    deploy.main(["down"])

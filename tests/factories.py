@@ -65,3 +65,13 @@ def trainer_body(
     if status is not None:
         body["status"] = status
     return body
+
+
+def quota_policy(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A QuotaPolicy over ``namespace`` alone."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "QuotaPolicy",
+        "metadata": {"name": name},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, **spec},
+    }

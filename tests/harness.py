@@ -87,9 +87,9 @@ class Cluster:
         return read_metric(self.metrics_ports[controller], name, labels, timeout)
 
 
-def metric_families(port: int, timeout: float = 5) -> list[Metric]:
-    """What the /metrics endpoint at ``port`` exposes, parsed by prometheus_client's own parser."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as response:
+def metric_families(port: int, timeout: float = 5, host: str = "127.0.0.1") -> list[Metric]:
+    """What the /metrics endpoint at ``host``:``port`` exposes, parsed by prometheus_client's own parser."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as response:
         return list(text_string_to_metric_families(response.read().decode()))
 
 
@@ -98,9 +98,9 @@ def exposed_names(families: list[Metric]) -> set[str]:
     return {f.name + "_total" if f.type == "counter" else f.name for f in families}
 
 
-def read_metric(port: int, name: str, labels: dict[str, str], timeout: float = 5) -> float:
-    """Current value of one sample on the /metrics endpoint at ``port`` (0 when absent)."""
-    for family in metric_families(port, timeout):
+def read_metric(port: int, name: str, labels: dict[str, str], timeout: float = 5, host: str = "127.0.0.1") -> float:
+    """Current value of one sample on the /metrics endpoint at ``host``:``port`` (0 when absent)."""
+    for family in metric_families(port, timeout, host):
         for sample in family.samples:
             if sample.name == name and sample.labels == labels:
                 return float(sample.value)

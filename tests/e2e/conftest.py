@@ -2,15 +2,15 @@
 testbed/node.py's node (containerd, runc, the kubelet, kube-proxy, CoreDNS). Needs root and the
 Debian packages testbed/packages.py names; the fixture fails saying what is missing. Tests that train
 use the operator as users deploy it: the controllers as pods from their image
-(testbed/deploy.py, deploy/overlays/dev), not the local processes of the integration tests."""
+(testbed/deploy.py, deploy/overlays/dev), not the local processes of the integration tests. The
+fixtures real_node and operator_in_cluster are tests/conftest.py's: tests/attack shares them."""
 
-import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from testbed import containerd, deploy, images, localdev, node
+from testbed import containerd, images, node
 from tests.harness import Cluster
 
 
@@ -18,26 +18,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/e2e/" in str(item.path):
             item.add_marker(pytest.mark.e2e)
-
-
-@pytest.fixture(scope="session")
-def real_node(cluster: Cluster) -> Iterator[str]:
-    if os.geteuid() != 0 and not os.environ.get("CI"):
-        pytest.skip("the real node runs a kubelet and containerd: run the e2e tests as root (CI does)")
-    if node.main(["up"]) != 0:
-        pytest.fail("the real node did not come up; see the message above")
-    yield node.NODE
-    node.main(["down"])
-
-
-@pytest.fixture(scope="session")
-def operator_in_cluster(cluster: Cluster, real_node: str) -> Iterator[None]:
-    """deploy/overlays/dev with the controllers' image; the local controllers stop meanwhile."""
-    localdev.stop()
-    if deploy.main(["up"]) != 0:
-        pytest.fail("the operator did not come up in the cluster; see the message above")
-    yield
-    deploy.main(["down"])
 
 
 @pytest.fixture(scope="session")

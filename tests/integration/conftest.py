@@ -7,6 +7,7 @@ import pytest
 
 from testbed import cluster as cluster_tool
 from testbed import registry
+from tests.factories import quota_policy
 from tests.harness import Cluster
 from tests.integration.buckets import new_bucket
 
@@ -35,14 +36,7 @@ def policy(cluster: Cluster, namespace: str) -> Iterator[Any]:
     name = f"quota-{namespace}"
 
     def apply(**spec: Any) -> str:
-        cluster.apply(
-            {
-                "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-                "kind": "QuotaPolicy",
-                "metadata": {"name": name},
-                "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, **spec},
-            }
-        )
+        cluster.apply(quota_policy(name, namespace, **spec))
         return name
 
     yield apply

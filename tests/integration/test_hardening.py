@@ -22,8 +22,10 @@ import yaml
 from testbed import localdev
 from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, KubectlError, dry_run_pod, eventually
+from trainerop_common.api import PodContribution
+from trainerop_common.contracts import SAVE_AT_STEP_ANNOTATION, TRAINER_UID_LABEL
 from trainerop_trainer.guard import guard_manifest
-from trainerop_trainer.pods import Owner, runner_manifests
+from trainerop_trainer.pods import CONTAINER_SECURITY, Owner, pod_security, runner_manifests
 
 SNAPSHOTS = Path(__file__).parent / "rbac"
 SYSTEM = localdev.NAMESPACE
@@ -244,7 +246,11 @@ def with_runner_account(cluster: Cluster, namespace: str) -> None:
     cluster.apply(account, namespace)
 
 
+ROOTLESS_ADMIN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
+
+
 def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
+    """A pod of the shape the trainer makes (Pod Security restricted), with ``spec`` over it."""
     owner = {
         "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
         "kind": "Trainer",
@@ -258,7 +264,8 @@ def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": "t-worker-0", "ownerReferences": [owner]},
         "spec": {
             "serviceAccountName": "trainer-operator-runner",
-            "containers": [{"name": "trainer", "image": "busybox:1.36"}],
+            "securityContext": pod_security(PodContribution()),
+            "containers": [{"name": "trainer", "image": "busybox:1.36", "securityContext": CONTAINER_SECURITY}],
             **spec,
         },
     }
@@ -277,6 +284,25 @@ def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
             "privileged container",
         ),
         ({"containers": [{"name": "t", "image": "i", "ports": [{"containerPort": 80, "hostPort": 80}]}]}, "host port"),
+        # Pod Security restricted, in a namespace that says no level of its own
+        ({"securityContext": {"runAsUser": 0, "runAsNonRoot": False}}, "run as non-root"),
+        ({"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "Unconfined"}}}, "are confined"),
+        ({"securityContext": {"runAsNonRoot": True}}, "RuntimeDefault or a Localhost seccomp profile"),
+        (
+            {"containers": [{"name": "t", "image": "i", "securityContext": ROOTLESS_ADMIN}]},
+            "beyond Pod Security baseline",
+        ),
+        ({"containers": [{"name": "t", "image": "i"}]}, "drop every capability"),
+        ({"volumes": [{"name": "v", "nfs": {"server": "nfs", "path": "/"}}]}, "volume types Pod Security restricted"),
+        (
+            {
+                "securityContext": {
+                    **pod_security(PodContribution()),
+                    "sysctls": [{"name": "kernel.msgmax", "value": "1"}],
+                }
+            },
+            "no sysctls",
+        ),
     ],
 )
 def test_the_trainer_controllers_identity_creates_only_the_pods_it_makes(
@@ -314,6 +340,152 @@ def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pod
         "spec": {"ports": [{"port": 80}], "externalIPs": ["1.2.3.4"]},
     }
     assert "headless Services without external IPs" in as_trainer_controller(cluster, namespace, service)
+
+
+def refusal_of(cluster: Cluster, *request: str, controller: str = "trainer") -> str:
+    """A server-side dry run of a kubectl request made with the controller's own credentials: ""
+    when the API server accepts it, else its refusal."""
+    try:
+        cluster.kubectl(*request, "--dry-run=server", as_controller=controller)
+    except KubectlError as err:
+        return str(err)
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("level", "container", "refusal"),
+    [
+        ("baseline", {"securityContext": {"runAsUser": 0}}, ""),  # root: baseline allows it
+        # refused by the API server's PodSecurity admission (the label) before this policy: both say baseline
+        ("baseline", {"securityContext": ROOTLESS_ADMIN}, "baseline"),
+        ("baseline", {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "baseline"),
+        ("privileged", {"securityContext": {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}}}, ""),
+    ],
+)
+def test_a_namespaces_own_pod_security_level_lets_its_training_pods_do_more(
+    cluster: Cluster, namespace: str, level: str, container: dict[str, Any], refusal: str
+) -> None:
+    cluster.kubectl("label", "namespace", namespace, f"pod-security.kubernetes.io/enforce={level}", "--overwrite")
+    trainer = cluster.get("namespace", namespace)["metadata"]["uid"]
+    with_runner_account(cluster, namespace)
+    pod = training_pod(trainer, securityContext={}, containers=[{"name": "t", "image": "i", **container}])
+    said = as_trainer_controller(cluster, namespace, pod)
+    assert (refusal in said) if refusal else said == "", said
+
+
+@pytest.mark.parametrize("where", ["kube-system", SYSTEM])
+def test_the_trainer_controllers_identity_stays_out_of_the_clusters_and_the_operators_namespaces(
+    cluster: Cluster, where: str
+) -> None:
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "trainer-operator-runner"}}
+    pod = training_pod("u", serviceAccountName="default")  # an account that exists there
+    lease = json.loads(cluster.kubectl("get", "leases", "-n", "kube-system", "-o", "json"))["items"][0]["metadata"]
+    said = [
+        as_trainer_controller(cluster, where, account),
+        as_trainer_controller(cluster, where, pod),
+        refusal_of(cluster, "patch", "lease", lease["name"], "-n", "kube-system", "--type=merge", "-p", "{}"),
+        refusal_of(cluster, "delete", "lease", lease["name"], "-n", "kube-system"),
+    ]
+    for refusal in said:
+        assert "acts only in tenants' namespaces" in refusal, refusal
+
+
+def test_the_trainer_controllers_identity_writes_no_lease_and_deletes_only_its_own(
+    cluster: Cluster, namespace: str
+) -> None:
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "t-worker-0", "labels": {"trainer-name": "t"}},
+        "spec": {},
+    }
+    assert "writes no leases" in as_trainer_controller(cluster, namespace, lease)
+    unlabelled = {**lease, "metadata": {"name": "someone-elses"}}
+    cluster.apply(lease, namespace)
+    cluster.apply(unlabelled, namespace)
+    assert refusal_of(cluster, "delete", "lease", "t-worker-0", "-n", namespace) == ""  # a rank's heartbeat
+    assert "heartbeat Leases" in refusal_of(cluster, "delete", "lease", "someone-elses", "-n", namespace)
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "database"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    cluster.apply(plain, namespace)
+    assert "deletes only pods a Trainer controls" in refusal_of(cluster, "delete", "pod", "database", "-n", namespace)
+    cluster.apply(
+        trainer_manifest("running", topology={"workers": 1}, runPolicy={"ttlSecondsAfterFinished": 0}), namespace
+    )
+    assert "only finished Trainers" in refusal_of(cluster, "delete", "trainer", "running", "-n", namespace)
+
+
+def test_the_checkpoint_controllers_identity_writes_only_save_requests_on_ranks_leases(
+    cluster: Cluster, namespace: str
+) -> None:
+    rank = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "t-worker-0", "labels": {"trainer-name": "t", TRAINER_UID_LABEL: "u-1"}},
+        "spec": {"holderIdentity": "t-worker-0"},
+    }
+    cluster.apply(rank, namespace)
+    save = {"annotations": {SAVE_AT_STEP_ANNOTATION: "40"}}
+    control_plane = sorted(cluster.names("leases", "kube-system"))[0]
+
+    def patch(name: str, where: str, metadata: dict[str, Any], spec: dict[str, Any] | None = None) -> str:
+        """As the controller does: a patch without reading the Lease first (it may not get one)."""
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, **metadata}}
+        body = json.dumps(lease | ({"spec": spec} if spec else {}))
+        try:
+            cluster.kubectl(
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=checkpoint",
+                "--dry-run=server",
+                "-n",
+                where,
+                "-f",
+                "-",
+                stdin=body,
+                as_controller="checkpoint",
+            )
+        except KubectlError as err:
+            return str(err)
+        return ""
+
+    assert patch("t-worker-0", namespace, save) == ""
+    assert "only the save request" in patch("t-worker-0", namespace, {}, {"holderIdentity": "someone"})
+    assert "heartbeat Leases" in patch(control_plane, "kube-system", save)
+
+
+@pytest.mark.parametrize(
+    ("patch", "refusal"),
+    [
+        ([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": "Zm9v"}], ""),
+        ([{"op": "replace", "path": "/webhooks/0/rules/0/resources", "value": ["*"]}], "only the caBundle"),
+        ([{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}], "only the caBundle"),
+        (
+            [{"op": "add", "path": "/webhooks/0/objectSelector", "value": {"matchLabels": {"a": "b"}}}],
+            "only the caBundle",
+        ),
+        ([{"op": "add", "path": "/metadata/labels/x", "value": "y"}], "only the caBundle"),
+    ],
+)
+def test_a_controller_changes_only_the_ca_bundle_of_its_webhook_configuration(
+    cluster: Cluster, patch: list[dict[str, Any]], refusal: str
+) -> None:
+    said = refusal_of(
+        cluster,
+        "patch",
+        "mutatingwebhookconfiguration",
+        "trainer-operator-profile",
+        "--type=json",
+        "-p",
+        json.dumps(patch),
+        controller="profile",
+    )
+    assert (refusal in said) if refusal else said == "", said
 
 
 def test_the_trainer_controllers_identity_guards_only_its_own_trainers_pods_from_drains(

@@ -11,7 +11,7 @@ import pytest
 
 from testbed import cluster as cluster_tool
 from testbed import localdev
-from tests.factories import trainer_manifest
+from tests.factories import quota_policy, trainer_manifest
 from tests.harness import Cluster, condition, eventually
 
 GATES = ("ProfileResolved", "QuotaAdmitted", "CheckpointReady")
@@ -54,15 +54,7 @@ def test_a_canary_secret_reaches_no_log_event_status_or_audit_record(
     )
     policy = f"canary-{namespace}"
     cluster.apply(
-        {
-            "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
-            "kind": "QuotaPolicy",
-            "metadata": {"name": policy},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "budgets": {"spot": {"nvidia.com/gpu": 64}, "onDemand": {"nvidia.com/gpu": 64}},
-            },
-        }
+        quota_policy(policy, namespace, budgets={"spot": {"nvidia.com/gpu": 64}, "onDemand": {"nvidia.com/gpu": 64}})
     )
     try:
         cluster.apply(

@@ -1,0 +1,110 @@
+"""Forged audit records, against the deployed audit controller: an AdmissionReview sent straight
+to the audit pod's webhook port — from the host, and from a pod in the cluster — without the
+API server. deploy/overlays/dev sets no client CA (managed clusters cannot present one), so the
+review alone is not believed: the controller corroborates it with the API (docs/audit.md)."""
+
+import json
+import ssl
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from testbed import localdev, node
+from tests.factories import trainer_manifest
+from tests.harness import Cluster, eventually, read_metric
+
+WEBHOOK_PORT = 9443  # deploy/controllers/audit/deployment.yaml
+METRICS_PORT = 8080
+UNCORROBORATED = {"operation": "DELETE", "outcome": "uncorroborated"}
+# What a pod runs to send a review: no client certificate, the serving certificate not checked.
+SENDER = """
+import ssl, sys, urllib.request
+context = ssl.create_default_context()
+context.check_hostname = False
+context.verify_mode = ssl.CERT_NONE
+request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={"Content-Type": "application/json"})
+print(urllib.request.urlopen(request, context=context, timeout=10).read().decode())
+"""
+
+
+@pytest.fixture
+def pods_namespace(cluster: Cluster) -> Iterator[str]:
+    """A namespace whose pods run on the real node: the attacker's."""
+    name = f"attacker-{uuid.uuid4().hex[:8]}"
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [node.team_namespace(name)]})
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+def audit_pod_ip(cluster: Cluster) -> str:
+    selector = "app.kubernetes.io/name=trainer-operator-audit"
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", localdev.NAMESPACE, "-l", selector, "-o", "json"))["items"]
+    (ip,) = {p["status"]["podIP"] for p in pods if p["status"].get("phase") == "Running"}
+    return str(ip)
+
+
+def forged_deletion(trainer: dict[str, Any]) -> str:
+    """alice's deletion of ``trainer``, as the API server would send it: its real uid and resourceVersion."""
+    meta = trainer["metadata"]
+    request = {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "kind": "Trainer"},
+        "resource": {"group": "trainer.operator.kubeflow.org", "version": "v1alpha1", "resource": "trainers"},
+        "operation": "DELETE",
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+        "oldObject": trainer,
+    }
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+
+
+def from_the_host(url: str, review: str) -> dict[str, Any]:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(url, data=review.encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def from_a_pod(cluster: Cluster, namespace: str, url: str, review: str) -> dict[str, Any]:
+    container = {
+        "name": "sender",
+        "image": "trainer-operator:dev",  # on the node: the operator's own image has Python
+        "command": ["python", "-c", SENDER, url, review],
+        "securityContext": {"runAsUser": 65532, "runAsNonRoot": True},
+    }
+    cluster.apply(node.pod_on_the_node("sender", container), namespace)
+    eventually(
+        lambda: cluster.get("pod", "sender", namespace)["status"].get("phase") == "Succeeded" or None,
+        timeout=90,
+        what="the attacker's pod to send its review",
+    )
+    answer: dict[str, Any] = json.loads(cluster.kubectl("logs", "sender", "-n", namespace))
+    return answer
+
+
+def test_a_review_sent_straight_to_the_audit_pod_writes_no_record(
+    cluster: Cluster, namespace: str, pods_namespace: str
+) -> None:
+    cluster.apply(trainer_manifest("victim", topology={"workers": 1}), namespace)
+    trainer = cluster.get("trainer", "victim", namespace)
+    ip = audit_pod_ip(cluster)
+    url = f"https://{ip}:{WEBHOOK_PORT}/audit"
+    before = read_metric(METRICS_PORT, "audit_webhook_requests_total", UNCORROBORATED, host=ip)
+    review = forged_deletion(trainer)
+    assert from_the_host(url, review)["response"]["allowed"] is True  # an observer never denies
+    assert from_a_pod(cluster, pods_namespace, url, review)["response"]["allowed"] is True
+    # Both are counted once the controller has looked for the deletion (10 s at most) and not seen it.
+    eventually(
+        lambda: read_metric(METRICS_PORT, "audit_webhook_requests_total", UNCORROBORATED, host=ip) == before + 2,
+        what="both forged deletions counted as uncorroborated",
+    )
+    logs = json.loads(cluster.kubectl("get", "auditlogs", "-n", namespace, "-o", "json"))["items"]
+    assert [r["spec"]["message"] for r in logs if r["spec"]["user"]["username"] == "alice@example.com"] == []
+    assert cluster.get("trainer", "victim", namespace)["metadata"]["uid"] == trainer["metadata"]["uid"]

@@ -1,0 +1,104 @@
+"""A controller's identity taken over (its token stolen, its image compromised): what it may no
+longer do, on the deployed operator. Each refusal names the admission policy that stopped it
+(docs/security.md lists each identity's remaining powers)."""
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.attack.conftest import account, attempt
+from tests.harness import Cluster
+
+TRAINER = account("trainer")
+BOUNDS = "ValidatingAdmissionPolicy 'trainer-operator-trainer-bounds'"
+CREATIONS = "ValidatingAdmissionPolicy 'trainer-operator-trainer-creations'"
+CA_ONLY = "ValidatingAdmissionPolicy 'trainer-operator-webhook-ca-only'"
+
+
+def privileged_pod(account_name: str) -> dict[str, Any]:
+    """A pod that would own its node: owned by a made-up Trainer, root with SYS_ADMIN and
+    NET_ADMIN, no seccomp, its namespace's Secret mounted."""
+    owner = {
+        "apiVersion": "trainer.operator.kubeflow.org/v1alpha1",
+        "kind": "Trainer",
+        "name": "made-up",
+        "uid": "00000000-0000-0000-0000-000000000000",
+        "controller": True,
+    }
+    root = {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN", "NET_ADMIN"]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "made-up-worker-0", "ownerReferences": [owner]},
+        "spec": {
+            "serviceAccountName": account_name,
+            "securityContext": {"runAsUser": 0, "seccompProfile": {"type": "Unconfined"}},
+            "containers": [
+                {
+                    "name": "x",
+                    "image": "busybox:1.36",
+                    "securityContext": root,
+                    "volumeMounts": [{"name": "loot", "mountPath": "/loot"}],
+                }
+            ],
+            "volumes": [{"name": "loot", "secret": {"secretName": "team-secret"}}],
+        },
+    }
+
+
+def test_the_trainers_identity_makes_no_account_in_kube_system(cluster: Cluster) -> None:
+    said = attempt(cluster, TRAINER, "create", "serviceaccount", "trainer-operator-runner", "-n", "kube-system")
+    assert BOUNDS in said, said
+    assert "acts only in tenants' namespaces" in said
+    assert "trainer-operator-runner" not in cluster.names("serviceaccounts", "kube-system")
+
+
+def test_the_trainers_identity_starts_no_privileged_pod_in_kube_system(cluster: Cluster) -> None:
+    pod = json.dumps(privileged_pod("default"))
+    said = attempt(cluster, TRAINER, "create", "--dry-run=server", "-n", "kube-system", "-f", "-", stdin=pod)
+    assert BOUNDS in said, said
+
+
+def test_the_trainers_identity_starts_no_privileged_pod_in_a_tenants_namespace(
+    cluster: Cluster, namespace: str
+) -> None:
+    runner = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "trainer-operator-runner"}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "team-secret"}, "stringData": {"k": "v"}}
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [runner, secret]}, namespace)
+    pod = json.dumps(privileged_pod("trainer-operator-runner"))
+    said = attempt(cluster, TRAINER, "create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=pod)
+    assert CREATIONS in said, said
+
+
+def test_the_trainers_identity_takes_no_lease_of_the_control_plane(cluster: Cluster) -> None:
+    lease = sorted(cluster.names("leases", "kube-system"))[0]
+    label = '{"metadata":{"labels":{"taken":"yes"}}}'
+    said = attempt(cluster, TRAINER, "patch", "lease", lease, "-n", "kube-system", "--type=merge", "-p", label)
+    assert BOUNDS in said, said
+    assert "taken" not in (cluster.get("lease", lease, "kube-system")["metadata"].get("labels") or {})
+
+
+@pytest.mark.parametrize(
+    ("controller", "kind"),
+    [
+        ("profile", "mutatingwebhookconfiguration"),
+        ("trainer", "validatingwebhookconfiguration"),
+        ("quota", "validatingwebhookconfiguration"),
+        ("audit", "validatingwebhookconfiguration"),
+    ],
+)
+def test_a_controllers_identity_cannot_widen_its_webhook(cluster: Cluster, controller: str, kind: str) -> None:
+    name = f"trainer-operator-{controller}"
+    before = cluster.get(kind, name)["webhooks"]
+    every_pod = [
+        {
+            "op": "replace",
+            "path": "/webhooks/0/rules",
+            "value": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+        },
+        {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Fail"},
+    ]
+    said = attempt(cluster, account(controller), "patch", kind, name, "--type=json", "-p", json.dumps(every_pod))
+    assert CA_ONLY in said, said
+    assert cluster.get(kind, name)["webhooks"] == before
