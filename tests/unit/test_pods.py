@@ -11,6 +11,7 @@ import pytest
 from tests.factories import trainer_fields, trainer_spec
 from trainerop_common.api import Contribution, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.topology import role_override
 from trainerop_trainer.pods import (
     Owner,
     PodSettings,
@@ -412,6 +413,31 @@ def test_training_pods_are_restricted_unless_a_profile_relaxes_who_they_run_as(
     assert container["securityContext"] == RESTRICTED_CONTAINER
     (wait,) = pod["spec"]["initContainers"]  # busybox would run as root: it gets a user of its own
     assert wait["securityContext"] == {**RESTRICTED_CONTAINER, "runAsUser": 65532, "runAsNonRoot": True}
+
+
+def test_an_overrides_containers_are_restricted_unless_they_say_otherwise() -> None:
+    """A container or init container an override adds gets no privilege escalation and every
+    capability dropped, as the trainer's own do; what it sets itself stays."""
+    bind = {"capabilities": {"add": ["NET_BIND_SERVICE"]}, "runAsUser": 1000}
+    spec = spec_with(
+        podTemplateOverrides={
+            "worker": {
+                "spec": {
+                    "containers": [{"name": "proxy", "image": "envoy:1", "securityContext": bind}],
+                    "initContainers": [{"name": "fetch", "image": "busybox:1.36", "restartPolicy": "Always"}],
+                }
+            }
+        },
+    )
+    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {}, PodSettings())
+    containers = {c["name"]: c["securityContext"] for c in pod["spec"]["containers"] + pod["spec"]["initContainers"]}
+    assert containers["fetch"] == RESTRICTED_CONTAINER
+    assert containers["proxy"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+        "runAsUser": 1000,
+    }
+    assert "securityContext" not in (role_override(spec, "worker") or {})["spec"]["initContainers"][0]  # untouched
 
 
 @pytest.mark.parametrize(

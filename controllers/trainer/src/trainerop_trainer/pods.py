@@ -368,8 +368,25 @@ def pod_manifest(
     fragment = role_override(spec, replica.role)
     if fragment:
         _apply_override(pod, fragment)
+    restrict_containers(pod["spec"])
     pin_images(pod["spec"], merged.images or {})
     return pod
+
+
+def restrict_containers(spec: dict[str, Any]) -> None:
+    """Every container and init container, an override's too, without privilege escalation and
+    with every capability dropped unless it says otherwise itself (Pod Security "restricted": what
+    the admission policy trainer-operator-trainer-creations holds the pods to where the namespace
+    allows no more). New dicts: an override's entries may still be the Trainer's own objects."""
+    for kind in ("containers", "initContainers"):
+        if kind in spec:
+            spec[kind] = [restricted(c) for c in spec[kind]]
+
+
+def restricted(container: Mapping[str, Any]) -> dict[str, Any]:
+    own = dict(container.get("securityContext") or {})
+    capabilities = {"drop": ["ALL"], **(own.get("capabilities") or {})}
+    return {**container, "securityContext": {**CONTAINER_SECURITY, **own, "capabilities": capabilities}}
 
 
 def pin_images(spec: dict[str, Any], pinned: Mapping[str, str]) -> None:
