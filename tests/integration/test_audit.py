@@ -19,6 +19,7 @@ from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.factories import trainer_manifest
 from tests.harness import Cluster, KubectlError, eventually
+from tests.integration.test_kubeflow import job, replica
 
 NAME = "audited"
 API = "trainer.operator.kubeflow.org/v1alpha1"
@@ -151,6 +152,34 @@ def test_a_namespace_deletion_leaves_its_trainers_deletion_on_record(
     assert deleted["spec"]["user"]["username"] == "system:serviceaccount:kube-system:namespace-controller"
     assert deleted["spec"]["objectRef"]["namespace"] == namespace
     assert deleted["spec"]["details"] == {"identity": identity}
+
+
+def test_a_kubeflow_jobs_trainer_is_recorded_as_created_for_the_user_who_created_the_job(
+    cluster: Cluster, namespace: str, identity: str
+) -> None:
+    """The kubeflow controller makes the Trainer (its own requests are not reviewed): the Trainer's
+    creation record names the user the webhook recorded creating the job, as soon as that exists."""
+    user, as_user = "alice@example.com", ("--as=alice@example.com", "-n", namespace)
+    cluster.kubectl("create", "rolebinding", "alice-edit", "-n", namespace, "--clusterrole=edit", f"--user={user}")
+    eventually(
+        lambda: cluster.kubectl("auth", "can-i", "create", "pytorchjobs.kubeflow.org", *as_user).strip() == "yes",
+        what="the edit role to aggregate the Kubeflow jobs' rules",
+    )
+    specs = {"Master": replica("pytorch"), "Worker": replica("pytorch")}
+    cluster.kubectl("create", "-f", "-", *as_user, stdin=json.dumps(job("PyTorchJob", "mnist", specs)))
+    job_uid = cluster.get("pytorchjob", "mnist", namespace)["metadata"]["uid"]
+    trainer = eventually(lambda: cluster.get("trainer", "mnist", namespace), what="the job's Trainer")
+    created = find(cluster, namespace, "the Trainer's creation", action="Created", objectRef__resource="trainers")
+    spec = created["spec"]
+    assert (spec["user"]["username"], spec["reason"]) == (user, "CreatedOnBehalf"), spec["message"]
+    assert spec["objectRef"]["uid"] == trainer["metadata"]["uid"]
+    assert spec["details"] == {"onBehalfOf": "PyTorchJob/mnist", "identity": identity}
+    assert spec["message"] == f"Trainer mnist created by the kubeflow controller for PyTorchJob mnist of {user}"
+    job_created = find(cluster, namespace, "the job's creation", action="Created", objectRef__uid=job_uid)["spec"]
+    assert (job_created["user"], job_created["objectRef"]["apiGroup"]) == (spec["user"], "kubeflow.org")
+    cluster.kubectl("delete", "pytorchjob", "mnist", *as_user, "--wait=false")
+    deleted = find(cluster, namespace, "the job's deletion", action="Deleted", objectRef__uid=job_uid)["spec"]
+    assert (deleted["user"]["username"], deleted["details"]) == (user, {"identity": identity})
 
 
 def test_an_audit_record_cannot_be_changed_even_by_a_cluster_admin(cluster: Cluster, namespace: str) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tests.factories import trainer_body
-from trainerop_audit.corroboration import CORROBORATED, IDENTITY, claim_of, doubt, identified
+from trainerop_audit.corroboration import CORROBORATED, claim_of, doubt, identified
+from trainerop_audit.record import IDENTITY
 
 TRAINER = trainer_body("llama", "team-a", uid="abc", resource_version="7", epochs=1, topology={"workers": 2})
 

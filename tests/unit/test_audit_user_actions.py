@@ -197,3 +197,49 @@ def test_a_user_in_very_many_groups_still_gets_a_valid_record() -> None:
     groups = observed(r)["spec"]["user"]["groups"]  # observed() validates against the CRD's model
     assert len(groups) == 64
     assert all(len(g) == 256 for g in groups)
+
+
+PYTORCHJOB = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "mnist", "namespace": "team-a", "uid": "9876543210fedcba", "generation": 1},
+    "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}},
+}
+
+
+def job_review(operation: str, obj: Any = None, old: Any = None, **extra: Any) -> dict[str, Any]:
+    r = review(operation, obj, old, resource="pytorchjobs", name="mnist", **extra)
+    r["request"]["resource"] = {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"}
+    return r
+
+
+def test_a_pytorchjobs_creation_is_recorded_like_a_trainers_in_its_own_api_group() -> None:
+    spec = observed(job_review("CREATE", PYTORCHJOB))["spec"]
+    assert (spec["action"], spec["verb"], spec["reason"]) == ("Created", "create", "PyTorchJobCreated")
+    assert spec["user"] == ALICE
+    assert spec["objectRef"] == {
+        "resource": "pytorchjobs",
+        "namespace": "team-a",
+        "name": "mnist",
+        "uid": "9876543210fedcba",
+        "apiGroup": "kubeflow.org",
+        "apiVersion": "v1",
+    }
+    assert spec["message"] == "alice created PyTorchJob mnist"
+
+
+# Of a Kubeflow job, what the webhook is sent (its rules: CREATE, DELETE) and nothing else is recorded.
+@pytest.mark.parametrize(
+    ("r", "action"),
+    [
+        (job_review("CREATE", PYTORCHJOB), "Created"),
+        (job_review("DELETE", None, PYTORCHJOB), "Deleted"),
+        (job_review("UPDATE", {**PYTORCHJOB, "spec": {}}, PYTORCHJOB), None),  # edits: the job, not the trail
+        (job_review("CREATE", PYTORCHJOB, dryRun=True), None),
+    ],
+)
+def test_what_of_a_kubeflow_job_is_recorded(r: dict[str, Any], action: str | None) -> None:
+    record = observe(r, NOW, "ops", None)
+    assert (record["spec"]["action"] if record else None) == action
+    if record:
+        assert record["metadata"]["labels"] == {"trainer.operator.kubeflow.org/audited-resource": "pytorchjobs"}

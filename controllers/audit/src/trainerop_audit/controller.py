@@ -16,7 +16,8 @@ import kopf
 from lightkube import ApiError
 from prometheus_client import Counter, Gauge
 
-from trainerop_common.api import KINDS
+from trainerop_common.api import KINDS, KUBEFLOW_KINDS
+from trainerop_common.api.kubeflow import KUBEFLOW_GROUP, KUBEFLOW_VERSION
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339, rfc3339_micro
 from trainerop_common.conditions import parse
@@ -28,20 +29,31 @@ from trainerop_common.redaction import redact
 from trainerop_common.runtime import Body, Runtime, key_of
 
 from .config import AuditConfig
-from .decide import SECTION, Observed, Recorded, created_name, decide, manager_of, summary_hold
+from .decide import (
+    SECTION,
+    Observed,
+    Recorded,
+    created_name,
+    decide,
+    kubeflow_owner,
+    manager_of,
+    read_uids,
+    summary_hold,
+)
 from .delivery import NOTIFICATIONS, Notifier
 from .notices import Notified, RoleFailures, Settings, due, retry_delay
-from .record import TRAINER_LABEL, subject_uid
+from .record import TRAINER_LABEL, about_uid, job_creation
 from .retention import Retention, expired, pruned_record
 from .seal import forgettable, held, next_seal, trimmed_seals
-from .user_recorder import RESOURCES, WEBHOOK, UserRecorder
+from .user_recorder import JOB_RESOURCES, RESOURCES, WEBHOOK, UserRecorder
 
 log = logging.getLogger("trainerop.audit")
 RECORDS = Counter("audit_records_total", "AuditLog records created.", ["source"])
 PRUNED = Counter("audit_records_pruned_total", "AuditLog records deleted by retention.")
 HELD = Gauge("audit_summaries_held", "Trainers whose status.audit does not yet say all their records.")
 RECORDS_HELD = Gauge("audit_records_held", "AuditLog records held in memory (not sealed ones of gone Trainers).")
-KIND_OF = {info.plural: info.kind for info in KINDS}  # the operator's kinds by resource (the webhook's reviews)
+# the kinds by resource (the webhook's reviews): the operator's own, and Kubeflow's jobs
+KIND_OF = {info.plural: info.kind for info in (*KINDS, *KUBEFLOW_KINDS)}
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -72,6 +84,7 @@ def observed(body: Body, now: datetime) -> Observed:
         last_failure=max(failures, default=None),
         renegotiations=int((status.get("quota") or {}).get("renegotiations") or 0),
         recorded=Recorded.parse((status.get("audit") or {}).get("recorded")),
+        owner=kubeflow_owner(meta.get("ownerReferences")),
     )
 
 
@@ -82,8 +95,9 @@ class AuditController:
     def __init__(self, runtime: Runtime, config: AuditConfig) -> None:
         self.rt = runtime
         self.config = config
-        # Grouped by the Trainer they are about: a reconcile reads its own records, not the namespace's.
-        self.records = ObjectCache.for_kind(runtime.kube, "AuditLog", index=lambda r: subject_uid(r) or "", keep=held)
+        # Grouped by the object they are about: a reconcile reads its Trainer's records (and its
+        # Kubeflow job's), not the namespace's.
+        self.records = ObjectCache.for_kind(runtime.kube, "AuditLog", index=lambda r: about_uid(r) or "", keep=held)
         self.retention = Retention(config.retention_days, config.retention_records)
         # With the API server's client certificate checked, its reviews are believed; else corroborated.
         certified = bool(runtime.config.webhook.webhook_client_ca_file)
@@ -133,7 +147,8 @@ class AuditController:
 
     def register(self, registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         self.records.register(registry, self._record_changed)
-        runtime.observe(registry, WEBHOOK, RESOURCES, self._observe_user)
+        jobs = [(KUBEFLOW_GROUP, KUBEFLOW_VERSION, plural) for plural in JOB_RESOURCES]
+        runtime.observe(registry, WEBHOOK, RESOURCES, self._observe_user, others=jobs)
         if self.retention.active:
             runtime.every(self.config.retention_interval_seconds, self._retention, "audit retention", first=0)
         if self.config.seal_seconds:
@@ -160,6 +175,10 @@ class AuditController:
         trainer = labels.get(TRAINER_LABEL)
         if trainer:
             self.rt.requeue([(key[0], trainer)])
+        elif job_creation(body) and not deleted:  # the Trainer made for the job (named like it) names its creator
+            made = (key[0], str(body["spec"]["objectRef"].get("name") or ""))
+            if made in self.rt.trainers:
+                self.rt.requeue([made])
 
     async def _identify(self) -> None:
         if not self.rt.config.webhook.webhook_port:
@@ -199,8 +218,7 @@ class AuditController:
         records sealed before, old, and of Trainers gone are then no longer held (``forgettable``),
         nor their names in the seals that list them (``trimmed_seals``)."""
         records = await self.records.values()
-        live = {str(t["metadata"].get("uid")) for t in self.rt.trainers.values()}
-        for record in forgettable(records, live, self.rt.clock.now()):
+        for record in forgettable(records, read_uids(self.rt.trainers.values()), self.rt.clock.now()):
             self.records.forget(ObjectCache.key(record))
         for trimmed in trimmed_seals(await self.records.values()):
             self.records.hold(ObjectCache.key(trimmed), trimmed)
@@ -224,7 +242,10 @@ class AuditController:
         assert self.rt.writer is not None
         facts = self.with_held(body, observed(body, self.rt.clock.now()))
         pending = self.users.pending(created_name(facts.name, facts.uid))
-        decision = decide(facts, await self.records.grouped(facts.uid), self.rt.clock.now(), creation_pending=pending)
+        records = await self.records.grouped(facts.uid)
+        if facts.owner is not None:  # the record of its Kubeflow job's creation names who asked
+            records += await self.records.grouped(facts.owner.uid)
+        decision = decide(facts, records, self.rt.clock.now(), creation_pending=pending)
         for record in decision.create:
             await self.write(record, "operator")
         status, requeue = decision.status, decision.recheck_after

@@ -23,9 +23,9 @@ from typing import Any
 
 from trainerop_common.api import kind_info
 
+from .record import IDENTITY
 from .user_actions import changed_fields
 
-IDENTITY = "identity"  # the key of a record's details that says how its requester is known
 CERTIFICATE = "api-server-certificate"  # the review came with the API server's client certificate
 CORROBORATED = "corroborated"  # the object read from the API before and after bears the review out
 # Where a Scale's replicas go in a Trainer (the CRD's scale subresource).

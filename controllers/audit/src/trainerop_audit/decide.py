@@ -6,21 +6,26 @@ state that means an action (quota admission, start, suspension, resumption, succ
 each pod replacement and each newly committed checkpoint — with the identity of the controller
 that owns that part of the status. ``status.audit.recorded`` remembers what was recorded, so a
 record removed by retention is not written again, and a restarted controller writes nothing
-twice. A Trainer whose creation the audit webhook did not observe (it was down, or not deployed)
-gets a creation record that says the requester is unknown.
+twice. A Trainer the kubeflow controller made for a Kubeflow job (its controlling owner) gets a
+creation record naming the user recorded for the job's creation, as soon as that record exists. A
+Trainer whose creation the audit webhook did not observe (it was down, or not deployed), or whose
+job's creation it did not, gets a creation record that says the requester is unknown.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from trainerop_common.api.base import Condition
+from trainerop_common.api.kubeflow import KUBEFLOW_GROUP
 from trainerop_common.clock import parse_time
 from trainerop_common.names import child_name
 from trainerop_common.outcome import StatusSection
 
 from .record import (
+    IDENTITY,
+    about_uid,
     audit_record,
     derived_audit_id,
     operator_user,
@@ -69,6 +74,39 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class Owner:
+    """The Kubeflow job a Trainer was made for: its controlling owner reference of group kubeflow.org."""
+
+    kind: str
+    name: str
+    uid: str
+
+    @property
+    def job(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+def kubeflow_owner(refs: Sequence[Mapping[str, Any]] | None) -> Owner | None:
+    """The Kubeflow job among a Trainer's owner references that controls it, if one does."""
+    for ref in refs or ():
+        if ref.get("controller") and str(ref.get("apiVersion") or "").split("/")[0] == KUBEFLOW_GROUP:
+            return Owner(str(ref.get("kind") or ""), str(ref.get("name") or ""), str(ref.get("uid") or ""))
+    return None
+
+
+def read_uids(trainers: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The uids of the objects whose records the Trainers' reconciles read: each Trainer's, and
+    the Kubeflow job's it was made for (its creation record names who asked)."""
+    out = set()
+    for trainer in trainers:
+        meta = trainer.get("metadata") or {}
+        out.add(str(meta.get("uid")))
+        if owner := kubeflow_owner(meta.get("ownerReferences")):
+            out.add(owner.uid)
+    return out
+
+
+@dataclass(frozen=True)
 class Observed:
     namespace: str
     name: str
@@ -83,6 +121,7 @@ class Observed:
     last_failure: str | None = None  # the latest of their lastFailureTime
     renegotiations: int = 0  # status.quota.renegotiations: the admission moved or shrunk
     recorded: Recorded = Recorded()
+    owner: Owner | None = None  # the Kubeflow job the kubeflow controller made this Trainer for
 
 
 # (condition type, status, reason or None for any) -> (action, the controller that acts)
@@ -124,24 +163,87 @@ def operator_record(
 
 
 def unobserved_creation(t: Observed) -> dict[str, Any]:
+    """The creation record of a Trainer whose creation (or whose Kubeflow job's) the webhook did
+    not observe."""
+    if t.owner is None:
+        message = (
+            f"Trainer {t.name} created by an unknown user (field manager {t.manager}): the audit webhook "
+            "did not observe the request (not deployed, or unreachable then)"
+        )
+    else:
+        message = (
+            f"Trainer {t.name} created by the kubeflow controller for {t.owner.kind} {t.owner.name} of an "
+            f"unknown user: the audit webhook did not observe the {t.owner.kind}'s creation (not deployed, "
+            "or unreachable then)"
+        )
+    return trainer_created(t, {"username": "unknown"}, "RequestNotObserved", message, on_behalf(t.owner))
+
+
+def on_behalf(owner: Owner | None, identity: str | None = None) -> dict[str, str] | None:
+    """A creation record's details: on whose behalf the Trainer was made, how that user is known."""
+    if owner is None:
+        return None
+    return {"onBehalfOf": owner.job} | ({IDENTITY: identity} if identity else {})
+
+
+def creation_on_behalf(t: Observed, job_created: Mapping[str, Any]) -> dict[str, Any]:
+    """The creation record of a Trainer the kubeflow controller made for a Kubeflow job: the user
+    is the one ``job_created`` (the job's creation record) names, and how they were known."""
+    assert t.owner is not None
+    spec = job_created.get("spec") or {}
+    user = dict(spec.get("user") or {"username": "unknown"})
+    job = f"{t.owner.kind} {t.owner.name}"
+    message = f"Trainer {t.name} created by the kubeflow controller for {job} of {user['username']}"
+    details = on_behalf(t.owner, (spec.get("details") or {}).get(IDENTITY))
+    return trainer_created(t, user, "CreatedOnBehalf", message, details)
+
+
+def trainer_created(
+    t: Observed, user: Mapping[str, Any], reason: str, message: str, details: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """A Trainer's creation record written by this controller (not the webhook's of the request):
+    named as the webhook names it, so a Trainer has one."""
     return audit_record(
         name=created_name(t.name, t.uid),
         namespace=t.namespace,
         audit_id=derived_audit_id(t.uid, "Created"),
         stage="ResponseComplete",
         verb="create",
-        user={"username": "unknown"},
+        user=user,
         object_ref=trainer_ref(t.namespace, t.name, t.uid),
         received=t.created,
         stamp=t.created,
         action="Created",
-        reason="RequestNotObserved",
-        message=(
-            f"Trainer {t.name} created by an unknown user (field manager {t.manager}): the audit webhook "
-            "did not observe the request (not deployed, or unreachable then)"
-        ),
+        reason=reason,
+        message=message,
         generation=1,
+        details=details,
     )
+
+
+def job_creation_of(t: Observed, records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The record of the creation of the Kubeflow job ``t`` was made for, if it is among ``records``."""
+    if t.owner is None:
+        return None
+    uid = t.owner.uid
+    return next((r for r in records if about_uid(r) == uid and r.get("spec", {}).get("action") == "Created"), None)
+
+
+def creation_record(
+    t: Observed, records: Sequence[Mapping[str, Any]], now: datetime, creation_pending: bool
+) -> tuple[dict[str, Any] | None, float | None]:
+    """The Trainer's creation record this controller writes now, if any, and else in how many
+    seconds to look again (None: nothing to wait for). The webhook's record of the request comes
+    first (``creation_pending``: still being written); then, for a Trainer made for a Kubeflow job,
+    the record naming the job's creator as soon as the job's creation record exists; past
+    UNOBSERVED_AFTER_SECONDS, the record with an unknown user."""
+    job_created = None if creation_pending else job_creation_of(t, records)
+    if job_created is not None:
+        return creation_on_behalf(t, job_created), None
+    age = (now - parse_time(t.created)).total_seconds()
+    if age >= UNOBSERVED_AFTER_SECONDS and not creation_pending:
+        return unobserved_creation(t), None
+    return None, max(UNOBSERVED_AFTER_SECONDS - age, 1.0)
 
 
 def operator_records(t: Observed) -> tuple[list[dict[str, Any]], Recorded]:
@@ -211,18 +313,18 @@ def manager_of(managed_fields: Sequence[Mapping[str, Any]] | None) -> str:
 def decide(
     t: Observed, records: Sequence[Mapping[str, Any]], now: datetime, creation_pending: bool = False
 ) -> Decision:
-    """``records``: AuditLogs, of which the Trainer's count (the adapter passes only those);
-    ``creation_pending``: the webhook is still writing its record of the creation."""
+    """``records``: AuditLogs, of which the Trainer's count, and its Kubeflow job's creation record
+    is read (the adapter passes only those); ``creation_pending``: the webhook is still writing its
+    record of the Trainer's creation."""
     mine = [r for r in records if subject_uid(r) == t.uid]
     have = {r["metadata"]["name"] for r in mine}
     wanted, recorded = operator_records(t)
     recheck = None
     if not t.recorded.created and created_name(t.name, t.uid) not in have:
-        age = (now - parse_time(t.created)).total_seconds()
-        if age >= UNOBSERVED_AFTER_SECONDS and not creation_pending:
-            wanted.insert(0, unobserved_creation(t))
+        created, recheck = creation_record(t, records, now, creation_pending)
+        if created is not None:
+            wanted.insert(0, created)
         else:
-            recheck = max(UNOBSERVED_AFTER_SECONDS - age, 1.0)
             recorded = replace(recorded, created=False)
     create = tuple(r for r in wanted if r["metadata"]["name"] not in have)
     # Count what is about to be created too, so the summary is written once, not twice.

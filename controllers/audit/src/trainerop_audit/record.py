@@ -10,12 +10,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainerop_common.api import API_VERSION, GROUP
+from trainerop_common.api.kubeflow import KUBEFLOW_GROUP
 from trainerop_common.contracts import AUDIT_TRAINER_LABEL, TRAINER_UID_LABEL
 from trainerop_common.names import OPERATOR_NAMESPACE, child_name, service_account_user
 
 # A record's labels: the Trainer it is about (name and uid), the kind of object it records.
 TRAINER_LABEL = AUDIT_TRAINER_LABEL
 RESOURCE_LABEL = f"{GROUP}/audited-resource"
+IDENTITY = "identity"  # the key of a record's details that says how its requester is known
 SERVICE_ACCOUNT_GROUPS = (
     "system:serviceaccounts",
     f"system:serviceaccounts:{OPERATOR_NAMESPACE}",
@@ -106,6 +108,28 @@ def subject_uid(record: Mapping[str, Any]) -> str | None:
     if ref:
         return ref.get("uid") if ref.get("resource") == "trainers" else None
     return (spec.get("trainer") or {}).get("uid")
+
+
+def about_uid(record: Mapping[str, Any]) -> str | None:
+    """The uid of the object a record is about, whatever its kind (a Trainer, a profile, a Kubeflow job)."""
+    spec = record.get("spec", {})
+    ref = spec.get("objectRef") or {}
+    return ref.get("uid") if ref else (spec.get("trainer") or {}).get("uid")
+
+
+def job_creation(record: Mapping[str, Any]) -> bool:
+    """Whether a record is of a user's creation of a Kubeflow job (the Trainer the kubeflow
+    controller makes for the job names that user: decide.creation_on_behalf)."""
+    spec = record.get("spec", {})
+    return spec.get("action") == "Created" and (spec.get("objectRef") or {}).get("apiGroup") == KUBEFLOW_GROUP
+
+
+def who_asked(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a record's spec says who asked: the user, and how they were known (details.identity)."""
+    out: dict[str, Any] = {"user": spec.get("user")}
+    if identity := (spec.get("details") or {}).get(IDENTITY):
+        out["details"] = {IDENTITY: identity}
+    return out
 
 
 def stamp_of(record: Mapping[str, Any]) -> str:

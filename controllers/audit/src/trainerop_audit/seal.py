@@ -20,7 +20,7 @@ from typing import Any
 from trainerop_common.api import GROUP, VERSION
 from trainerop_common.clock import parse_time
 
-from .record import audit_record, derived_audit_id, operator_user, subject_uid
+from .record import about_uid, audit_record, derived_audit_id, job_creation, operator_user, who_asked
 
 SEAL_RECORDS = 5000  # record hashes per seal (an AuditLog stays well below the API's object size limit)
 # A record this much older than a seal's reading of the trail must be in a seal: younger ones may
@@ -52,9 +52,9 @@ def hash_of(record: Mapping[str, Any]) -> str:
 
 def held(record: dict[str, Any]) -> dict[str, Any]:
     """What the audit controller keeps of an AuditLog: what the decisions and seals read — its
-    identity, the Trainer it is about, when, its action — and its hash. The whole trail stays in
-    the cluster (until retention); held whole, the trails of a benchmark's first 1500 Trainers took
-    47 MiB more."""
+    identity, the object it is about, when, its action, for a Kubeflow job's creation the user and
+    how they were known — and its hash. The whole trail stays in the cluster (until retention);
+    held whole, the trails of a benchmark's first 1500 Trainers took 47 MiB more."""
     if is_seal(record):
         return held_seal(record)
     meta, spec = record.get("metadata") or {}, record.get("spec") or {}
@@ -65,6 +65,8 @@ def held(record: dict[str, Any]) -> dict[str, Any]:
         kept["objectRef"] = {"uid": ref.get("uid"), "resource": ref.get("resource")}
     if trainer := spec.get("trainer"):
         kept["trainer"] = {"uid": trainer.get("uid")}
+    if job_creation(record):  # the Trainer made for the job names its creator (decide.creation_on_behalf)
+        kept |= who_asked(spec)
     return {"metadata": {k: meta[k] for k in IDENTITY if k in meta}, "spec": kept, HASH: record_hash(record)}
 
 
@@ -109,16 +111,17 @@ def seals_of(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 def forgettable(records: Iterable[Mapping[str, Any]], live: Set[str], now: datetime) -> list[Mapping[str, Any]]:
     """The records among ``records`` the controller need not hold any more: listed by a seal of
-    their namespace, older than FORGET_AFTER, and about no Trainer of ``live`` (uids). Seals stay
-    (the next seal chains to the newest and skips what any of them lists; ``trimmed_seals`` then
-    lists only what is still held)."""
+    their namespace, older than FORGET_AFTER, and about no object of ``live`` (uids: the Trainers,
+    and the Kubeflow jobs they were made for, whose creation records name their creators). Seals
+    stay (the next seal chains to the newest and skips what any of them lists; ``trimmed_seals``
+    then lists only what is still held)."""
     seals = [r for r in records if is_seal(r)]
     sealed = {(s["metadata"].get("namespace"), n) for s in seals for n in s["spec"]["seal"]["records"]}
     return [
         r
         for r in records
         if (r["metadata"].get("namespace"), r["metadata"].get("name")) in sealed
-        and subject_uid(r) not in live
+        and about_uid(r) not in live
         and _older_than(r, now - FORGET_AFTER)
     ]
 

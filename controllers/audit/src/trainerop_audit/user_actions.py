@@ -1,10 +1,12 @@
 """What a user's request means for the audit trail: pure, table-tested, no I/O.
 
 The audit webhook is a validating admission webhook that observes and never denies. The API
-server sends it every create, update, scale and delete of Trainers and (Cluster)TrainingProfiles
-and every delete of an AuditLog, after authenticating and authorising the user; this module turns
-one ``AdmissionReview`` request into the AuditLog that records it (or nothing: a dry run, an
-update that changes nothing a user controls, the audit controller's own retention).
+server sends it every create, update, scale and delete of Trainers and (Cluster)TrainingProfiles,
+every create and delete of a Kubeflow v1 job (the Trainer the kubeflow controller makes for a job
+names the job's creator: decide.creation_on_behalf) and every delete of an AuditLog, after
+authenticating and authorising the user; this module turns one ``AdmissionReview`` request into
+the AuditLog that records it (or nothing: a dry run, an update that changes nothing a user
+controls, the audit controller's own retention).
 """
 
 import hashlib
@@ -12,15 +14,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from trainerop_common.api import GROUP
+from trainerop_common.api import GROUP, KINDS, KUBEFLOW_KINDS
 
 from .decide import created_name
 from .record import audit_record, record_name
 
+# Kubeflow v1 jobs (group kubeflow.org): their creations and deletions only (the webhook's rules).
+JOBS = {info.plural: info.kind for info in KUBEFLOW_KINDS}
+JOB_OPERATIONS = ("CREATE", "DELETE")
+# The API group of each resource the webhook is sent (the operator's own, or kubeflow.org), by resource
+API_GROUPS = {info.plural: info.group for info in (*KINDS, *KUBEFLOW_KINDS)}
 AUDITED = {
     "trainers": "Trainer",
     "trainingprofiles": "TrainingProfile",
     "clustertrainingprofiles": "ClusterTrainingProfile",
+    **JOBS,
 }
 VERBS = {"CREATE": "create", "UPDATE": "update", "DELETE": "delete"}
 MAX_GROUPS = 64
@@ -118,11 +126,14 @@ def transition_key(review: Mapping[str, Any]) -> str:
 
 def recorded(req: Mapping[str, Any], self_user: str | None) -> bool:
     """Whether a request is recorded at all: not a dry run, an operation and a resource the trail
-    covers; of AuditLogs only deletions, and not this controller's retention (it records that itself)."""
+    covers; of Kubeflow jobs only creations and deletions; of AuditLogs only deletions, and not this
+    controller's retention (it records that itself)."""
     resource = (req.get("resource") or {}).get("resource", "")
     operation = req.get("operation", "")
     if req.get("dryRun") or operation not in VERBS or (resource not in AUDITED and resource != "auditlogs"):
         return False
+    if resource in JOBS:
+        return operation in JOB_OPERATIONS
     username = (req.get("userInfo") or {}).get("username")
     return resource != "auditlogs" or (operation == "DELETE" and username not in (self_user, NAMESPACE_CONTROLLER))
 
@@ -141,11 +152,13 @@ def action_of(req: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
 
 
 def object_ref(req: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
-    """What was acted on, as the audit Event's objectRef."""
+    """What was acted on, as the audit Event's objectRef (its API group the one that serves the
+    resource: the operator's, or kubeflow.org for a Kubeflow job)."""
+    resource = (req.get("resource") or {}).get("resource", "")
     ref: dict[str, Any] = {
-        "resource": (req.get("resource") or {}).get("resource", ""),
+        "resource": resource,
         "name": str(meta.get("name") or req.get("name") or ""),
-        "apiGroup": GROUP,
+        "apiGroup": API_GROUPS.get(resource, GROUP),
         "apiVersion": (req.get("resource") or {}).get("version", ""),
     }
     extra = {"namespace": req.get("namespace"), "uid": meta.get("uid"), "subresource": req.get("subResource")}

@@ -35,7 +35,7 @@ from trainerop_common.clock import Clock, rfc3339_micro
 from trainerop_common.kube import urgent_requests
 
 from .corroboration import CERTIFICATE, CORROBORATED, Claim, after_doubt, before_doubt, claim_of, identified
-from .user_actions import observe, transition_key
+from .user_actions import JOBS, observe, transition_key
 
 log = logging.getLogger("trainerop.audit.webhook")
 REQUESTS = Counter(
@@ -50,6 +50,8 @@ WEBHOOK = "audit"  # served at /audit (deploy/controllers/audit/webhook.yaml)
 # What the API server sends: every create, update (scale and status included) and delete of
 # Trainers and profiles, every delete of an AuditLog (the webhook configuration's rules).
 RESOURCES = (("trainers", "*"), ("trainingprofiles", None), ("clustertrainingprofiles", None), ("auditlogs", None))
+# ... and every create and delete of a Kubeflow v1 job (group kubeflow.org, where its CRD is installed).
+JOB_RESOURCES = tuple(sorted(JOBS))
 FIRST_WRITE_SECONDS = 2.5  # how long an answer waits for the write (the API server waits 5 s at most)
 ATTEMPT_SECONDS = 2.5
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # 4 attempts end within 17 s

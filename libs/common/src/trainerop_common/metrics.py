@@ -46,6 +46,12 @@ ADMISSION_REVIEWS = Counter(
     "Admission reviews of Trainers answered, by webhook and outcome (allowed, mutated, refused, error).",
     ["controller", "webhook", "outcome"],
 )
+ADMISSION_THROTTLED = Counter(
+    "operator_admission_throttled_total",
+    "Reviews refused with 429 before they were read: their caller had its budget of reviews or bytes in flight "
+    "(docs/security.md).",
+    ["webhook"],
+)
 UNAUTHENTICATED = Counter(
     "operator_admission_unauthenticated_total",
     "Reviews an observing webhook ignored: the caller presented no client certificate of the API server's "

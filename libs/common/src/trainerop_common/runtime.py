@@ -314,12 +314,14 @@ class Runtime:
         webhook: str,
         resources: Sequence[tuple[str, str | None]],
         observer: Observer,
+        others: Sequence[tuple[str, str, str]] = (),
     ) -> None:
-        """Serve a webhook at ``/<webhook>`` that sees every review of ``resources`` and never denies
-        (only with --webhook-port; see webhooks.register_observer)."""
+        """Serve a webhook at ``/<webhook>`` that sees every review of ``resources`` (and of
+        ``others``, of other groups) and never denies (only with --webhook-port; see
+        webhooks.register_observer)."""
         if self.config.webhook.webhook_port:
             authenticated = bool(self.config.webhook.webhook_client_ca_file)
-            register_observer(registry, webhook, resources, observer, authenticated)
+            register_observer(registry, webhook, resources, observer, authenticated, others)
             self.observers.add(webhook)
 
     @property

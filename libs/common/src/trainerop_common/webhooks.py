@@ -20,11 +20,11 @@ from kopf._core.reactor import inventory
 
 from . import admission
 from .api import GROUP, VERSION
+from .caller_budget import MAX_REVIEW_BYTES, CallerBudget
 from .loops import HOME, LoopThread, on_loop
-from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS, UNAUTHENTICATED
+from .metrics import ADMISSION_DURATION, ADMISSION_REVIEWS, ADMISSION_THROTTLED, UNAUTHENTICATED
 
 log = logging.getLogger("trainerop.webhooks")
-MAX_REVIEW_BYTES = 16 * 1024 * 1024  # an update's review holds the object twice
 CERTIFICATE_WAIT_SECONDS = 30.0
 # The AdmissionReview being answered, as the API server sent it: an observing webhook reads what
 # kopf does not pass to handlers (the request's uid, the resource's version, the namespace of a
@@ -73,9 +73,12 @@ def register_observer(
     resources: Sequence[tuple[str, str | None]],
     observer: Observer,
     authenticated: bool = False,
+    others: Sequence[tuple[str, str, str]] = (),
 ) -> None:
     """Serve ``observer`` at ``/<webhook>`` for the operator's ``resources`` ((plural, subresource:
-    None for the object itself, "*" for it and every subresource)). It sees the raw review
+    None for the object itself, "*" for it and every subresource)) and for ``others`` of other
+    groups ((group, version, plural): kopf knows those whose CRD exists when the controller
+    starts). It sees the raw review
     (:data:`REVIEW`), may take seconds, and never denies: the server answers allowed whatever it
     does or raises (see :class:`ReviewServer`). With ``authenticated`` (--webhook-client-ca-file),
     only a review from a caller that presented the API server's client certificate is observed:
@@ -99,6 +102,8 @@ def register_observer(
 
     for plural, subresource in resources:
         kopf.on.validate(GROUP, VERSION, plural, id=webhook, subresource=subresource, registry=registry)(observed)
+    for group, version, plural in others:
+        kopf.on.validate(group, version, plural, id=webhook, registry=registry)(observed)
 
 
 _KOPF_RECALL_MEMO = inventory.ResourceMemories.recall_memo
@@ -127,13 +132,29 @@ def reviews_remember_nothing() -> None:
     inventory.ResourceMemories.recall_memo = recall_memo  # type: ignore[method-assign]
 
 
+# What each caller (by address) may have in flight; the server's one event loop is its only user.
+BUDGET = CallerBudget()
+
+
 class _LargeReviews(kopf.WebhookServer):
-    """kopf's server, taking reviews up to 16 MiB; what :class:`ReviewServer` runs on the admission
-    loop (a server of its own: kopf's context manager closes only what ran on the home loop)."""
+    """kopf's server, taking reviews up to 16 MiB, each caller within its budget
+    (:mod:`.caller_budget`: beyond it, 429 at once, before the body is read); what
+    :class:`ReviewServer` runs on the admission loop (a server of its own: kopf's context manager
+    closes only what ran on the home loop)."""
 
     @staticmethod
     async def _serve(fn: reviews.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return await kopf.WebhookServer._serve(fn, request.clone(client_max_size=MAX_REVIEW_BYTES))
+        size = request.content_length if request.content_length is not None else MAX_REVIEW_BYTES
+        if size > MAX_REVIEW_BYTES:
+            raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_REVIEW_BYTES, actual_size=size)
+        caller = request.remote or "unknown"
+        if not BUDGET.take(caller, size):
+            ADMISSION_THROTTLED.labels(request.match_info.get("id") or "").inc()
+            raise aiohttp.web.HTTPTooManyRequests(headers={"Retry-After": "1"})
+        try:
+            return await kopf.WebhookServer._serve(fn, request.clone(client_max_size=MAX_REVIEW_BYTES))
+        finally:
+            BUDGET.give_back(caller, size)
 
 
 class ReviewServer(kopf.WebhookServer):
