@@ -18,6 +18,7 @@ from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.harness import REPO, Cluster, eventually, read_metric
 from trainerop_common.api import GROUP
+from trainerop_common.kopf_settings import peering_priority
 
 SEED_TRAINER = yaml.safe_load((REPO / "examples" / "seed" / "trainer.yaml").read_text())
 RECONCILES = "operator_reconcile_duration_seconds_count"
@@ -30,16 +31,20 @@ class Replicas:
         (run / "logs").mkdir()
         (run / "pids").mkdir()
 
-    def start(self, name: str, priority: int, port: int, webhook_port: int = 0) -> None:
+    def start(
+        self, name: str, priority: int, port: int, webhook_port: int = 0, pod: str = "", lifetime: int = 5
+    ) -> None:
+        """A quota replica; ``priority`` 0: the one its ``pod`` name gives (as deployed)."""
         cert, key = localdev.webhook_certificate()
         env = {
             **os.environ,
             "KUBECONFIG": str(self.cluster.sa_kubeconfigs["quota"]),
+            "POD_NAME": pod or name,
             "TRAINEROP_METRICS_ADDRESS": "127.0.0.1",
             "TRAINEROP_METRICS_PORT": str(port),
             "TRAINEROP_PEERING": "true",
             "TRAINEROP_PEERING_PRIORITY": str(priority),
-            "TRAINEROP_PEERING_LIFETIME": "5",
+            "TRAINEROP_PEERING_LIFETIME": str(lifetime),
             "TRAINEROP_WEBHOOK_ADDRESS": "127.0.0.1",
             "TRAINEROP_WEBHOOK_PORT": str(webhook_port),
             "TRAINEROP_WEBHOOK_CERT_FILE": str(cert),
@@ -132,3 +137,21 @@ def test_only_the_leader_works_and_the_standby_takes_over(
     print(f"takeover after {ending}: {takeover} s")
     cluster.kubectl("label", "trainer", SEED_TRAINER["metadata"]["name"], "-n", namespace, "failover=1")
     eventually(lambda: read_metric(standby_port, RECONCILES, OK) > 0, what="the standby to reconcile")
+
+
+def test_a_replica_killed_and_restarted_in_its_pod_works_again_without_waiting_out_its_lifetime(
+    cluster: Cluster, namespace: str, replicas: Replicas
+) -> None:
+    """As the kubelet restarts a killed container: the same pod, so the same peering identity and
+    priority (kopf_settings.peering_priority). Its last record is its own, not a live peer's that
+    outranks it, so it does not wait the shipped lifetime (60 s) for that record to expire."""
+    port, pod = cluster_tool.PORT_BASE + 30, "trainer-operator-quota-5f7c9d-x2k4p"
+    replicas.start("leader", priority=0, port=port, pod=pod, lifetime=60)
+    eventually(lambda: "Resuming operations" in replicas.log("leader"), what="the replica to start working")
+    replicas.kill_9("leader")
+    replicas.start("leader", priority=0, port=port, pod=pod, lifetime=60)
+    cluster.apply(SEED_TRAINER, namespace)
+    eventually(lambda: read_metric(port, RECONCILES, OK) > 0, timeout=30, what="the restarted replica to reconcile")
+    assert "Pausing operations" not in replicas.log("leader")
+    peering = cluster.get("clusterkopfpeering", "trainer-operator-quota")
+    assert peering["status"][pod]["priority"] == peering_priority(pod)  # one record, the pod's, kept across the kill

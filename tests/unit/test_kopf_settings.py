@@ -42,9 +42,15 @@ def test_peering_is_opt_in_and_per_controller() -> None:
     assert (peered.peering.priority, peered.peering.lifetime) == (7, 5)
 
 
-def test_replicas_draw_different_priorities_unless_one_is_set() -> None:
-    assert len({settings_for("audit", peering=True).peering.priority for _ in range(5)}) > 1
-    assert settings_for("audit", peering=True, peering_priority=3).peering.priority == 3
+def test_a_replicas_priority_is_its_pods_unless_one_is_set() -> None:
+    """Stable across restarts of the process in its pod, different between pods."""
+    pods = [f"trainer-operator-audit-7d9f-{suffix}" for suffix in ("x2k4p", "q8w1z", "m3n5b")]
+    first = [settings_for("audit", peering=True, pod_name=pod).peering.priority for pod in pods]
+    again = [settings_for("audit", peering=True, pod_name=pod).peering.priority for pod in pods]
+    assert first == again
+    assert len(set(first)) == len(pods)
+    assert all(1 <= p <= 1_000_000 for p in first)
+    assert settings_for("audit", peering=True, peering_priority=3, pod_name=pods[0]).peering.priority == 3
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
 """One place that configures kopf the same way for all five controllers (docs/design/work-queue.md)."""
 
+import hashlib
 import json
 import logging
-import secrets
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -60,6 +60,15 @@ def decode_watch_streams_fast() -> None:
         setattr(kopf_api, "json", FastJson())  # noqa: B010 (kopf exports no name for it)
 
 
+def peering_priority(pod_name: str) -> int:
+    """A replica's peering priority, from its pod's name: stable across restarts of its process, so
+    a replica killed and restarted in its pod works again at once (its own record, under the same
+    identity, is not another peer's), and distinct between pods (equal priorities make kopf pause
+    every replica; two names share one with a chance of one in a million)."""
+    digest = hashlib.sha256(pod_name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 1_000_000 + 1
+
+
 def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     decode_watch_streams_fast()
     c = config.controller
@@ -76,8 +85,7 @@ def apply(settings: kopf.OperatorSettings, config: ControllerConfig) -> None:
     settings.peering.clusterwide = not config.namespaces
     settings.peering.mandatory = config.peering
     settings.peering.standalone = not config.peering
-    # Equal priorities make kopf pause every replica, so each process draws its own (unless set).
-    settings.peering.priority = config.peering_priority or secrets.randbelow(1_000_000) + 1
+    settings.peering.priority = config.peering_priority or peering_priority(config.pod_name)
     settings.peering.lifetime = config.peering_lifetime
     # CRDs are installed by deploy/, not discovered at run time: no cluster-wide CRD watch.
     settings.scanning.disabled = True

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import kopf
+from kopf._core.engines.peering import Identity
 from lightkube import ApiError
 
 from . import jsonlog, kopf_settings, memory, serving_tls, tracing, watch_events
@@ -144,6 +145,8 @@ async def _operate(runtime: Runtime, registry: kopf.OperatorRegistry, settings: 
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
             standalone=not config.peering,
+            # The pod's name, not kopf's user@host/time/random: a restarted process is the same peer.
+            identity=Identity(config.pod_name),
             ready_flag=kopf_ready,
         )
     finally:
