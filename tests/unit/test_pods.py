@@ -415,6 +415,18 @@ def test_training_pods_are_restricted_unless_a_profile_relaxes_who_they_run_as(
     assert wait["securityContext"] == {**RESTRICTED_CONTAINER, "runAsUser": 65532, "runAsNonRoot": True}
 
 
+def test_an_overrides_security_context_goes_over_the_restricted_one_key_by_key() -> None:
+    """As kubectl's strategic merge does: a user of the override's own, still non-root, still the
+    runtime's seccomp profile (before, the override replaced the whole map and dropped both)."""
+    spec = spec_with(podTemplateOverrides={"worker": {"spec": {"securityContext": {"runAsUser": 65532}}}})
+    pod = pod_manifest(OWNER, spec, Replica("worker", 0), {}, PodSettings())
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsUser": 65532,
+    }
+
+
 def test_an_overrides_containers_are_restricted_unless_they_say_otherwise() -> None:
     """A container or init container an override adds gets no privilege escalation and every
     capability dropped, as the trainer's own do; what it sets itself stays."""

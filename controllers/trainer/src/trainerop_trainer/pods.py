@@ -185,7 +185,7 @@ _MERGE_KEYS = {
     "ports": "containerPort",
 }
 _DEEP = ("containers", "initContainers")
-_MAPS = ("nodeSelector", "resources", "requests", "limits")
+_MAPS = ("nodeSelector", "resources", "requests", "limits", "securityContext")  # merged key by key, as kubectl does
 
 
 def _merge_keyed(base: Sequence[Any], extra: Sequence[Any], key: str, deep: bool) -> list[Any]:
