@@ -100,6 +100,37 @@ def crd_files() -> list[Path]:
     return files
 
 
+HEALTH_PORT = cluster.PORT_BASE + 38
+PROCESS = "cert-manager"
+
+
+def start(kubeconfig: Path, run: Path) -> None:
+    """Apply the CRDs (established first) and run cert-manager against ``kubeconfig`` as a local
+    process of the run directory ``run`` (stop it with :func:`stop`)."""
+
+    def kubectl(*args: str) -> None:
+        done = subprocess.run(
+            [str(cluster.bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}", *args], text=True, capture_output=True
+        )
+        if done.returncode != 0:
+            raise cluster.ClusterError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+
+    for crd in crd_files():
+        kubectl("apply", "--server-side", "-f", str(crd))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}.cert-manager.io" for c in CRDS])
+    component = cluster.Component(
+        PROCESS,
+        [str(binary()), f"--kubeconfig={kubeconfig}", f"--health-address=127.0.0.1:{HEALTH_PORT}"],
+        lambda: cluster.http_ok(f"http://127.0.0.1:{HEALTH_PORT}/readyz"),
+        timeout=90,
+    )
+    cluster.start(run, component)
+
+
+def stop(run: Path) -> None:
+    cluster.stop_processes(run, [PROCESS])
+
+
 def main(argv: list[str] | None = None) -> int:
     description = __doc__.splitlines()[0] if __doc__ else ""
     return gomodule.main(argv, description, "cert-manager-local", binary, crd_files)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Deploy the operator in the cluster from deploy/overlays/dev: the controllers as pods
+"""Deploy the operator in the cluster from one of deploy/overlays: the controllers as pods
 running the image built from deploy/Dockerfile.
 
     python -m testbed.deploy up       # local cluster with the real node: build + import the image too
-    python -m testbed.deploy up --tls cert-manager   # deploy/overlays/cert-manager (cert-manager installed)
+    python -m testbed.deploy up --overlay production   # cert-manager, two replicas each (cert-manager installed)
     python -m testbed.deploy status
     python -m testbed.deploy down     # the Deployments and webhooks go; CRDs, RBAC and Trainers stay
 
@@ -13,9 +13,11 @@ the real node (the only node that runs real containers). On another cluster (kin
 load the image first (`docker build -f deploy/Dockerfile -t trainer-operator:dev .` and
 `kind load docker-image trainer-operator:dev`); `up` then applies the same overlay.
 
-The webhooks' serving certificates: deploy/overlays/dev has each controller issue its own from
-the operator's CA (deploy/components/self-signed-tls); `--tls cert-manager` applies
-deploy/overlays/cert-manager instead, whose Certificates cert-manager (installed beforehand) issues.
+The overlays: dev (the default: every controller, the webhooks' certificates from the operator's
+own CA, deploy/components/self-signed-tls), minimal (the trainer controller alone), cert-manager
+and production (certificates from cert-manager, installed beforehand; production runs two replicas
+of each). Deploying another overlay over one removes what only the earlier one installed (its
+Deployments, RBAC, admission policies), so the cluster holds what the new overlay ships.
 """
 
 from __future__ import annotations
@@ -24,12 +26,18 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
+
+import yaml
 
 from testbed import cluster, containerd, images, localdev, node
 
 NAMESPACE = localdev.NAMESPACE
 DEPLOYMENTS = tuple(f"trainer-operator-{c}" for c in localdev.CONTROLLERS)
-OVERLAYS = {"self-signed": "dev", "cert-manager": "cert-manager"}
+OVERLAYS = ("dev", "minimal", "cert-manager", "production")
+CERT_MANAGER_OVERLAYS = ("cert-manager", "production")
+# Kept when another overlay is deployed: what every overlay shares, and the Trainers' own data.
+KEPT_KINDS = frozenset({"CustomResourceDefinition", "Namespace"})
 WEBHOOK_CONFIGURATIONS = {
     "validatingwebhookconfiguration": [f"trainer-operator-{c}" for c in localdev.WEBHOOK_PORTS],
     "mutatingwebhookconfiguration": ["trainer-operator-profile"],
@@ -53,23 +61,29 @@ def up(args: argparse.Namespace) -> int:
     if local_cluster():
         tolerations = [f"{k}={v}" for k, v in node.NODE_TOLERATIONS.items()]
         kubectl("annotate", "--overwrite", "namespace", NAMESPACE, *tolerations)
-    overlay = OVERLAYS[args.tls]
-    if args.tls == "cert-manager" and not kubectl("get", "crd", "--ignore-not-found", "certificates.cert-manager.io"):
+    overlay = args.overlay
+    if overlay in CERT_MANAGER_OVERLAYS and not kubectl(
+        "get", "crd", "--ignore-not-found", "certificates.cert-manager.io"
+    ):
         raise cluster.ClusterError(
             "cert-manager is not installed in the cluster (no CRD certificates.cert-manager.io): install it first, "
-            "or deploy with --tls self-signed"
+            "or deploy --overlay dev"
         )
     existing = kubectl("get", "deployments", "-n", NAMESPACE, "-o", "name").split()
+    objects = rendered(overlay)
+    remove_what_others_installed(overlay, objects)
     cluster.say(f"applying deploy/overlays/{overlay}: the controllers' Deployments, RBAC, webhooks")
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(localdev.REPO / "deploy" / "overlays" / overlay))
+    deployments = [o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"]
     # Pods of an earlier build of the same tag would keep running: roll the Deployments that were there.
-    earlier = [name for name in DEPLOYMENTS if f"deployment.apps/{name}" in existing]
+    earlier = [name for name in deployments if f"deployment.apps/{name}" in existing]
     if local_cluster():
         read_the_local_registry()
-        earlier = sorted({*earlier, VERIFY})  # it reads its registries when it starts
+        if VERIFY in deployments:
+            earlier = sorted({*earlier, VERIFY})  # it reads its registries when it starts
     if earlier:
         kubectl("rollout", "restart", "deployment", "-n", NAMESPACE, *earlier)
-    for name in DEPLOYMENTS:
+    for name in deployments:
         cluster.say(f"waiting for {name} to be available")
         kubectl("rollout", "status", "deployment", name, "-n", NAMESPACE, f"--timeout={args.timeout}s")
     cluster.say(f"the operator runs in the cluster ({time.monotonic() - t0:.0f}s)")
@@ -78,6 +92,47 @@ def up(args: argparse.Namespace) -> int:
 
 
 VERIFY = "trainer-operator-verify"
+
+
+def rendered(overlay: str) -> list[dict[str, Any]]:
+    """What deploy/overlays/``overlay`` installs (kubectl kustomize)."""
+    out = localdev.kubectl("kustomize", str(localdev.REPO / "deploy" / "overlays" / overlay))
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])
+
+
+def only_in_others(wanted: list[dict[str, Any]], others: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """What the other overlays install and ``wanted`` does not (CRDs and namespaces kept), once each."""
+    keep = {key_of(o) for o in wanted}
+    found: dict[Key, dict[str, Any]] = {}
+    for objects in others:
+        for obj in objects:
+            if obj["kind"] not in KEPT_KINDS and key_of(obj) not in keep:
+                found.setdefault(key_of(obj), obj)
+    return list(found.values())
+
+
+def remove_what_others_installed(overlay: str, wanted: list[dict[str, Any]]) -> None:
+    """Delete what another overlay (or deploy/overlays/local, which the tests install for the
+    controllers run as processes) put in the cluster and this one does not ship, if it is there."""
+    others = [rendered(o) for o in (*OVERLAYS, "local") if o != overlay]
+    stale = only_in_others(wanted, others)
+    if not stale:
+        return
+    cluster.say(f"removing {len(stale)} objects other overlays install and this one does not (if present)")
+    for obj in stale:
+        try:
+            localdev.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=json.dumps(obj))
+        except cluster.ClusterError as err:
+            if "no matches for kind" not in str(err):  # its CRD is not installed: nothing of it is either
+                raise
 
 
 def read_the_local_registry() -> None:
@@ -120,10 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     deploy = commands.add_parser("up")
     deploy.add_argument("--timeout", type=int, default=180, help="seconds to wait for each Deployment")
     deploy.add_argument(
-        "--tls",
-        choices=list(OVERLAYS),
-        default="self-signed",
-        help="where the webhooks' certificates come from (deploy/overlays/dev or deploy/overlays/cert-manager)",
+        "--overlay",
+        choices=OVERLAYS,
+        default="dev",
+        help="which of deploy/overlays (cert-manager and production need cert-manager in the cluster)",
     )
     deploy.set_defaults(fn=up)
     commands.add_parser("down").set_defaults(fn=down)

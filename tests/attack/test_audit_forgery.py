@@ -7,12 +7,9 @@ import json
 import ssl
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from testbed import localdev, node
+from tests.attack.conftest import from_a_pod, needs, pod_of
 from tests.factories import trainer_manifest
 from tests.harness import Cluster, eventually, read_metric
 
@@ -28,22 +25,6 @@ context.verify_mode = ssl.CERT_NONE
 request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={"Content-Type": "application/json"})
 print(urllib.request.urlopen(request, context=context, timeout=10).read().decode())
 """
-
-
-@pytest.fixture
-def pods_namespace(cluster: Cluster) -> Iterator[str]:
-    """A namespace whose pods run on the real node: the attacker's."""
-    name = f"attacker-{uuid.uuid4().hex[:8]}"
-    cluster.apply({"apiVersion": "v1", "kind": "List", "items": [node.team_namespace(name)]})
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
-
-
-def audit_pod_ip(cluster: Cluster) -> str:
-    selector = "app.kubernetes.io/name=trainer-operator-audit"
-    pods = json.loads(cluster.kubectl("get", "pods", "-n", localdev.NAMESPACE, "-l", selector, "-o", "json"))["items"]
-    (ip,) = {p["status"]["podIP"] for p in pods if p["status"].get("phase") == "Running"}
-    return str(ip)
 
 
 def forged_deletion(trainer: dict[str, Any]) -> str:
@@ -72,34 +53,18 @@ def from_the_host(url: str, review: str) -> dict[str, Any]:
     return answer
 
 
-def from_a_pod(cluster: Cluster, namespace: str, url: str, review: str) -> dict[str, Any]:
-    container = {
-        "name": "sender",
-        "image": "trainer-operator:dev",  # on the node: the operator's own image has Python
-        "command": ["python", "-c", SENDER, url, review],
-        "securityContext": {"runAsUser": 65532, "runAsNonRoot": True},
-    }
-    cluster.apply(node.pod_on_the_node("sender", container), namespace)
-    eventually(
-        lambda: cluster.get("pod", "sender", namespace)["status"].get("phase") == "Succeeded" or None,
-        timeout=90,
-        what="the attacker's pod to send its review",
-    )
-    answer: dict[str, Any] = json.loads(cluster.kubectl("logs", "sender", "-n", namespace))
-    return answer
-
-
 def test_a_review_sent_straight_to_the_audit_pod_writes_no_record(
-    cluster: Cluster, namespace: str, pods_namespace: str
+    cluster: Cluster, overlay: str, namespace: str, pods_namespace: str
 ) -> None:
+    needs(overlay, "audit")
     cluster.apply(trainer_manifest("victim", topology={"workers": 1}), namespace)
     trainer = cluster.get("trainer", "victim", namespace)
-    ip = audit_pod_ip(cluster)
+    ip = pod_of(cluster, "audit")["status"]["podIP"]
     url = f"https://{ip}:{WEBHOOK_PORT}/audit"
     before = read_metric(METRICS_PORT, "audit_webhook_requests_total", UNCORROBORATED, host=ip)
     review = forged_deletion(trainer)
     assert from_the_host(url, review)["response"]["allowed"] is True  # an observer never denies
-    assert from_a_pod(cluster, pods_namespace, url, review)["response"]["allowed"] is True
+    assert from_a_pod(cluster, pods_namespace, "sender", SENDER, url, review)["response"]["allowed"] is True
     # Both are counted once the controller has looked for the deletion (10 s at most) and not seen it.
     eventually(
         lambda: read_metric(METRICS_PORT, "audit_webhook_requests_total", UNCORROBORATED, host=ip) == before + 2,

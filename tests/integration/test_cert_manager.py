@@ -25,7 +25,6 @@ from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, KubectlError, eventually
 
 SYSTEM = localdev.NAMESPACE
-HEALTH_PORT = cluster_tool.PORT_BASE + 38
 COMPONENT = REPO / "deploy" / "components" / "cert-manager" / "certificates.yaml"
 METRICS_TLS = REPO / "deploy" / "components" / "metrics-tls"
 METRICS_NAME = f"trainer-operator-metrics.{SYSTEM}.svc"  # the name Prometheus verifies them by
@@ -34,28 +33,15 @@ LOCAL_CERT = "trainer-operator-profile-webhook-local"  # the same CA's certifica
 
 @pytest.fixture(scope="module")
 def cert_manager(cluster: Cluster) -> Iterator[None]:
+    run = localdev.state_dir()
     try:
-        binary = certmanager.binary()
-        crds = certmanager.crd_files()
+        certmanager.start(cluster.kubeconfig, run)
     except cluster_tool.ClusterError as err:
         pytest.fail(str(err))
-    for crd in crds:
-        cluster.kubectl("apply", "--server-side", "-f", str(crd))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}.cert-manager.io" for c in certmanager.CRDS]
-    )
-    run = localdev.state_dir()
-    component = cluster_tool.Component(
-        "cert-manager",
-        [str(binary), f"--kubeconfig={cluster.kubeconfig}", f"--health-address=127.0.0.1:{HEALTH_PORT}"],
-        lambda: cluster_tool.http_ok(f"http://127.0.0.1:{HEALTH_PORT}/readyz"),
-        timeout=90,
-    )
-    cluster_tool.start(run, component)
     try:
         yield
     finally:
-        cluster_tool.stop_processes(run, ["cert-manager"])
+        certmanager.stop(run)
         for kind in ("certificates.cert-manager.io", "issuers.cert-manager.io"):
             cluster.kubectl("delete", kind, "--all", "-n", SYSTEM, "--ignore-not-found")
         secrets = [f"trainer-operator-{c}-webhook-tls" for c in ("trainer", "profile", "quota", "audit")]
