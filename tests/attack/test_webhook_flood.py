@@ -1,6 +1,6 @@
 """A hostile caller of a webhook's port, against the deployed trainer controller: a pod that
 floods it with the largest reviews the server takes (15 MiB each, 24 at a time). Each caller may
-have 64 reviews or 16 MiB in flight (trainerop_common.caller_budget); the rest are answered 429
+have 1024 reviews or 16 MiB in flight (trainerop_common.caller_budget); the rest are answered 429
 before they are read, so the controller stays within its memory and the API server's own
 reviews — a user's Trainer created meanwhile — are answered as ever."""
 

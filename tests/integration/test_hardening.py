@@ -303,6 +303,7 @@ def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
             },
             "no sysctls",
         ),
+        ({"securityContext": {**pod_security(PodContribution()), "seLinuxOptions": {"type": "spc_t"}}}, "SELinux"),
     ],
 )
 def test_the_trainer_controllers_identity_creates_only_the_pods_it_makes(
@@ -333,6 +334,10 @@ def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pod
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
     }
     assert "to that ServiceAccount of its namespace only" in as_trainer_controller(cluster, namespace, binding)
+    wider = {**role, "rules": [*role["rules"], {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]}
+    assert "the runner's Role grants only" in as_trainer_controller(cluster, namespace, wider)
+    # The runner's own Role passes admission (and then exists already: it was applied above).
+    assert "already exists" in as_trainer_controller(cluster, namespace, role)
     service = {
         "apiVersion": "v1",
         "kind": "Service",

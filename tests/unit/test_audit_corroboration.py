@@ -63,6 +63,15 @@ CASES = [
     ("stale resourceVersion", UPDATE, trainer(version="8"), trainer(version="9", epochs=2), "resourceVersion"),
     ("update of another object", UPDATE, trainer("other"), trainer("other", "8", epochs=2), "another uid"),
     ("update never stored", UPDATE, TRAINER, TRAINER, "has not changed"),
+    # Claims a change to what the object already holds, from a value it never held: any later
+    # write (a status write) moves the version on, and the claimed values are there.
+    (
+        "forged update from a made-up old value",
+        request("UPDATE", TRAINER, trainer(epochs=99)),
+        TRAINER,
+        trainer(version="8"),
+        "says it held",
+    ),
     ("another change, not the claimed one", UPDATE, TRAINER, trainer(version="8", epochs=3), "spec.epochs"),
     ("updated object gone", UPDATE, TRAINER, None, "went before"),
     ("updated object replaced", UPDATE, TRAINER, trainer("other", "9", epochs=2), "went before"),

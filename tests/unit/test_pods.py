@@ -17,6 +17,7 @@ from trainerop_trainer.pods import (
     PodSettings,
     merge_contributions,
     pod_manifest,
+    restrict_containers,
     role_contributions,
     secret_grants,
     service_manifest,
@@ -514,3 +515,9 @@ def test_a_port_of_the_spec_is_the_containers_and_the_services() -> None:
     assert service_manifest(OWNER, spec)["spec"]["ports"] == [
         {"name": "pytorchjob-port", "port": 29400, "targetPort": 29400}
     ]
+
+
+def test_an_untyped_overrides_entry_that_is_not_an_object_is_left_for_the_api_server_to_refuse() -> None:
+    spec: dict[str, Any] = {"containers": [{"name": "a", "securityContext": "root"}], "initContainers": ["junk"]}
+    restrict_containers(spec)
+    assert spec == {"containers": [{"name": "a", "securityContext": "root"}], "initContainers": ["junk"]}

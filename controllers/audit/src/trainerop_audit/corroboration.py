@@ -42,6 +42,7 @@ class Claim:
     uid: str
     version: str = ""  # oldObject's resourceVersion (an update)
     values: tuple[tuple[Keys, Any], ...] = ()  # what an update says the object holds afterwards
+    was: tuple[tuple[Keys, Any], ...] = ()  # what it says the object held before, at those keys
 
 
 def value_at(obj: Any, keys: Keys) -> Any:
@@ -67,10 +68,13 @@ def claim_of(req: Mapping[str, Any]) -> Claim:
     subresource = str(req.get("subResource") or "")
     if subresource == "scale":
         values: tuple[tuple[Keys, Any], ...] = ((SCALE_REPLICAS, value_at(new, ("spec", "replicas"))),)
+        was: tuple[tuple[Keys, Any], ...] = ((SCALE_REPLICAS, value_at(old, ("spec", "replicas"))),)
     else:
-        values = tuple((keys, value_at(new, keys)) for keys in changed_fields(subresource, old, new))
+        keys = changed_fields(subresource, old, new)
+        values = tuple((k, value_at(new, k)) for k in keys)
+        was = tuple((k, value_at(old, k)) for k in keys)
     version = str(_meta(old).get("resourceVersion") or "")
-    return Claim(operation, str(_meta(old).get("uid") or _meta(new).get("uid") or ""), version, values)
+    return Claim(operation, str(_meta(old).get("uid") or _meta(new).get("uid") or ""), version, values, was)
 
 
 def before_doubt(claim: Claim, before: Mapping[str, Any] | None) -> str | None:
@@ -86,7 +90,9 @@ def before_doubt(claim: Claim, before: Mapping[str, Any] | None) -> str | None:
         return "the object has another uid"
     if claim.operation == "UPDATE" and str(_meta(before).get("resourceVersion") or "") != claim.version:
         return "the object's resourceVersion is not the review's oldObject's"
-    return None
+    # The same version is the same object: what the review says it held must be what it holds.
+    wrong = [".".join(keys) for keys, value in claim.was if value_at(before, keys) != value]
+    return f"the object does not hold what the review says it held ({', '.join(wrong)})" if wrong else None
 
 
 def _change_doubt(claim: Claim, after: Mapping[str, Any]) -> str | None:

@@ -163,12 +163,11 @@ class UserRecorder:
         if not self._names[name]:
             del self._names[name]
 
-    def _repeated(self, review: Mapping[str, Any], record: dict[str, Any]) -> bool:
-        """An update the API server retried (its transition recorded last for the object);
+    def _repeated(self, key: str, operation: str, record: dict[str, Any]) -> bool:
+        """An update the API server retried (its transition ``key`` recorded last for the object);
         otherwise the transition is remembered as the object's last."""
         uid = str(record["spec"]["objectRef"].get("uid") or "")
-        key = transition_key(review)
-        if uid and review["request"].get("operation") != "CREATE" and self._last.get(uid) == key:
+        if uid and operation != "CREATE" and self._last.get(uid) == key:
             return True
         if uid:
             self._last[uid] = key
@@ -179,7 +178,7 @@ class UserRecorder:
 
     async def _record(self, review: Mapping[str, Any], record: dict[str, Any]) -> str:
         """Write the record of a believed review, waiting a little for the write."""
-        if self._repeated(review, record):
+        if self._repeated(transition_key(review), str(review["request"].get("operation")), record):
             return "repeated"
         delivery = self._start(record["metadata"]["name"], self._delivered(record))
         done, _ = await asyncio.wait({delivery}, timeout=FIRST_WRITE_SECONDS)  # never cancels it
@@ -200,23 +199,28 @@ class UserRecorder:
         why = before_doubt(claim, before)
         if why is not None:
             return self._uncorroborated(req, why)
-        self._start(record["metadata"]["name"], self._corroborated(review, record, claim, before, read))
+        # Only what the wait needs is kept, not the review (objects up to 16 MiB) for its seconds.
+        said = {k: req.get(k) for k in ("operation", "resource", "namespace", "name", "userInfo")}
+        said["object" if claim.operation == "CREATE" else "oldObject"] = {"metadata": {"name": about[2]}}
+        waited = self._corroborated(transition_key(review), said, record, claim, before, read)
+        self._start(record["metadata"]["name"], waited)
         return CORROBORATING
 
     async def _corroborated(
         self,
-        review: Mapping[str, Any],
+        key: str,
+        req: Mapping[str, Any],
         record: dict[str, Any],
         claim: Claim,
         before: Mapping[str, Any] | None,
         read: Reader,
     ) -> str:
-        """Once the review is answered: its record written if the object shows its effect in time."""
-        req = review["request"]
+        """Once the review is answered: its record written if the object shows its effect in time
+        (``req``: what the review request said of its object and user; ``key``: its transition)."""
         why = await self._effect_doubt(_about(req), claim, before, read)
         if why is not None:
             outcome = self._uncorroborated(req, why)
-        elif self._repeated(review, record):
+        elif self._repeated(key, str(req.get("operation")), record):
             outcome = "repeated"
         else:
             outcome = await self._delivered(identified(record, CORROBORATED))

@@ -379,13 +379,19 @@ def restrict_containers(spec: dict[str, Any]) -> None:
     the admission policy trainer-operator-trainer-creations holds the pods to where the namespace
     allows no more). New dicts: an override's entries may still be the Trainer's own objects."""
     for kind in ("containers", "initContainers"):
-        if kind in spec:
+        if isinstance(spec.get(kind), list):
             spec[kind] = [restricted(c) for c in spec[kind]]
 
 
-def restricted(container: Mapping[str, Any]) -> dict[str, Any]:
-    own = dict(container.get("securityContext") or {})
-    capabilities = {"drop": ["ALL"], **(own.get("capabilities") or {})}
+def restricted(container: Any) -> Any:
+    """The container with restricted's defaults under its own securityContext; an entry that is not
+    an object (an override's fields are not typed) as it is, for the API server to refuse."""
+    own = container.get("securityContext") if isinstance(container, Mapping) else None
+    if not isinstance(container, Mapping) or not isinstance(own or {}, Mapping):
+        return container
+    own = dict(own or {})
+    caps = own.get("capabilities") or {}
+    capabilities = {"drop": ["ALL"], **caps} if isinstance(caps, Mapping) else caps
     return {**container, "securityContext": {**CONTAINER_SECURITY, **own, "capabilities": capabilities}}
 
 

@@ -6,9 +6,10 @@ budget in memory. Pure: the server (:mod:`.webhooks`) takes and gives back aroun
 from dataclasses import dataclass, field
 
 MAX_REVIEW_BYTES = 16 * 1024 * 1024  # an update's review holds the object twice
-# The API server's bursts (50 creates a second, each review a few KiB) stay far below both; one
-# caller's largest reviews are held one at a time.
-REVIEWS_PER_CALLER = 64
+# Reviews in flight grow with the time an answer takes (the audit webhook's may wait 2.5 s for its
+# write): 1024 small reviews are a few MiB, so the count is generous and the bytes are the bound;
+# one caller's largest reviews are held one at a time.
+REVIEWS_PER_CALLER = 1024
 BYTES_PER_CALLER = MAX_REVIEW_BYTES
 
 
