@@ -19,13 +19,22 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed import cluster as cluster_tool
 from testbed import localdev
-from tests.factories import trainer_manifest
+from tests.factories import trainer_manifest, trainer_spec
 from tests.harness import REPO, Cluster, KubectlError, dry_run_pod, eventually
 from trainerop_common.api import PodContribution
 from trainerop_common.contracts import SAVE_AT_STEP_ANNOTATION, TRAINER_UID_LABEL
 from trainerop_trainer.guard import guard_manifest
-from trainerop_trainer.pods import CONTAINER_SECURITY, Owner, pod_security, runner_manifests
+from trainerop_trainer.pods import (
+    CONTAINER_SECURITY,
+    NAMESPACE_OBJECT_LABELS,
+    Owner,
+    claim_manifest,
+    pod_security,
+    runner_manifests,
+)
+from trainerop_trainer.topology import Replica
 
 SNAPSHOTS = Path(__file__).parent / "rbac"
 SYSTEM = localdev.NAMESPACE
@@ -246,6 +255,15 @@ def with_runner_account(cluster: Cluster, namespace: str) -> None:
     cluster.apply(account, namespace)
 
 
+def a_trainer(cluster: Cluster, namespace: str, name: str = "t", **spec: Any) -> str:
+    """A suspended Trainer (its controller makes no pods for it): what the trainer controller's
+    creations must belong to (the admission policy trainer-operator-trainer-owners); its uid."""
+    cluster.apply(trainer_manifest(name, runPolicy={"suspend": True}, **spec), namespace)
+    uid: str = cluster.get("trainer", name, namespace)["metadata"]["uid"]
+    return uid
+
+
+MANAGED = dict(NAMESPACE_OBJECT_LABELS)
 ROOTLESS_ADMIN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
 
 
@@ -261,7 +279,11 @@ def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "t-worker-0", "ownerReferences": [owner]},
+        "metadata": {
+            "name": "t-worker-0",
+            "labels": {TRAINER_UID_LABEL: trainer_uid, **MANAGED},
+            "ownerReferences": [owner],
+        },
         "spec": {
             "serviceAccountName": "trainer-operator-runner",
             "securityContext": pod_security(PodContribution()),
@@ -309,7 +331,7 @@ def training_pod(trainer_uid: str, **spec: Any) -> dict[str, Any]:
 def test_the_trainer_controllers_identity_creates_only_the_pods_it_makes(
     cluster: Cluster, namespace: str, change: dict[str, Any], refusal: str
 ) -> None:
-    trainer = cluster.get("namespace", namespace)["metadata"]["uid"]  # any uid: dry runs check no owner
+    trainer = a_trainer(cluster, namespace)
     with_runner_account(cluster, namespace)
     said = as_trainer_controller(cluster, namespace, training_pod(trainer, **change))
     assert (refusal in said) if refusal else said == "", said
@@ -318,18 +340,19 @@ def test_the_trainer_controllers_identity_creates_only_the_pods_it_makes(
 def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pods(
     cluster: Cluster, namespace: str
 ) -> None:
+    trainer = a_trainer(cluster, namespace)
     with_runner_account(cluster, namespace)
-    unowned = training_pod("u")
+    unowned = training_pod(trainer)
     unowned["metadata"].pop("ownerReferences")
     assert "only pods a Trainer controls" in as_trainer_controller(cluster, namespace, unowned)
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "admin"}}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "admin", "labels": MANAGED}}
     assert "only the serviceaccounts trainer-operator-runner" in as_trainer_controller(cluster, namespace, account)
     _, role, _ = runner_manifests(namespace)
     cluster.apply(role, namespace)  # RBAC's own escalation check needs the Role to exist
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": "trainer-operator-runner"},
+        "metadata": {"name": "trainer-operator-runner", "labels": MANAGED},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer-operator-runner"},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
     }
@@ -341,10 +364,162 @@ def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pod
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": "t", "ownerReferences": training_pod("u")["metadata"]["ownerReferences"]},
+        "metadata": {"name": "t", **{k: training_pod(trainer)["metadata"][k] for k in ("labels", "ownerReferences")}},
         "spec": {"ports": [{"port": 80}], "externalIPs": ["1.2.3.4"]},
     }
     assert "headless Services without external IPs" in as_trainer_controller(cluster, namespace, service)
+
+
+OWNERS = "ValidatingAdmissionPolicy 'trainer-operator-trainer-owners'"
+NO_TRAINER = "no params found"  # the API server's words: the binding found no Trainer in the namespace
+
+
+def test_the_trainer_controllers_identity_creates_nothing_where_no_trainer_is(cluster: Cluster, namespace: str) -> None:
+    """Objects of the shape the trainer makes (the creations policy accepts them), in a namespace
+    without Trainers."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "t", **{k: training_pod("made-up")["metadata"][k] for k in ("labels", "ownerReferences")}},
+        "spec": {"clusterIP": "None"},
+    }
+    for obj in (service, grant(*PROFILE_GRANT)):
+        said = as_trainer_controller(cluster, namespace, obj)
+        assert OWNERS in said, said
+        assert NO_TRAINER in said, said
+
+
+def test_the_trainer_controllers_identity_creates_only_for_the_trainer_of_that_name_that_exists(
+    cluster: Cluster, namespace: str
+) -> None:
+    a_trainer(cluster, namespace)
+    with_runner_account(cluster, namespace)
+    said = as_trainer_controller(cluster, namespace, training_pod("an-earlier-trainers-uid"))
+    assert OWNERS in said, said
+    assert "only for the Trainer t that exists" in said, said
+
+
+SECRET_VOLUME = {"name": "s", "secret": {"secretName": "team-secret"}}
+SECRET_ENV = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "team-secret", "key": "k"}}}
+PROJECTED = {"name": "s", "projected": {"sources": [{"secret": {"name": "team-secret"}}]}}
+ENV_FROM = {"secretRef": {"name": "team-secret"}}
+
+
+def with_secret(
+    pod: dict[str, Any], volume: dict[str, Any] | None = None, pull: str = "", **container: Any
+) -> dict[str, Any]:
+    if volume is not None:
+        pod["spec"]["volumes"] = [volume]
+    if pull:
+        pod["spec"]["imagePullSecrets"] = [{"name": pull}]
+    pod["spec"]["containers"][0].update(container)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("trainer_names", "uses", "refusal"),
+    [
+        ({}, {"volume": SECRET_VOLUME}, "not team-secret"),
+        ({}, {"volume": PROJECTED}, "not team-secret"),
+        ({}, {"env": [SECRET_ENV]}, "not team-secret"),
+        ({}, {"envFrom": [ENV_FROM]}, "not team-secret"),
+        ({"podTemplateOverrides": {"worker": {"spec": {"volumes": [SECRET_VOLUME]}}}}, {"volume": SECRET_VOLUME}, ""),
+        ({"podTemplateOverrides": {"worker": {"spec": {"volumes": [PROJECTED]}}}}, {"volume": PROJECTED}, ""),
+        (
+            {"podTemplateOverrides": {"master": {"spec": {"containers": [{"name": "c", "envFrom": [ENV_FROM]}]}}}},
+            {"envFrom": [ENV_FROM]},
+            "",
+        ),
+        ({"env": [SECRET_ENV]}, {"env": [SECRET_ENV]}, ""),
+        ({}, {"pull": "team-secret"}, "not team-secret"),  # its credentials go to the image's registry
+        (
+            {"podTemplateOverrides": {"worker": {"spec": {"imagePullSecrets": [{"name": "team-secret"}]}}}},
+            {"pull": "team-secret"},
+            "",
+        ),
+        ({"env": [SECRET_ENV]}, {"volume": {"name": "s", "secret": {"secretName": "other"}}}, "not other"),
+        (
+            {"model": {"source": "hf://org/model@main", "cacheClaim": "models", "tokenSecret": "team-secret"}},
+            {"env": [SECRET_ENV]},
+            "",
+        ),
+    ],
+)
+def test_a_training_pod_uses_only_the_secrets_its_trainer_names(
+    cluster: Cluster, namespace: str, trainer_names: dict[str, Any], uses: dict[str, Any], refusal: str
+) -> None:
+    """Creating a pod lets it read any Secret of its namespace, whoever may read Secrets: the
+    trainer controller's pods may use only those their Trainer's spec, profile or checkpoint name."""
+    trainer = a_trainer(cluster, namespace, **trainer_names)
+    with_runner_account(cluster, namespace)
+    said = as_trainer_controller(cluster, namespace, with_secret(training_pod(trainer), **uses))
+    assert (OWNERS in said and refusal in said) if refusal else said == "", said
+
+
+@pytest.mark.parametrize("section", ["profile", "checkpoint"])
+def test_a_secret_a_concern_contributes_is_named_by_it_alone(cluster: Cluster, namespace: str, section: str) -> None:
+    """The profile's and checkpoint's contributions name Secrets for the pods; only those
+    controllers may write them (trainer-operator-status-sections), so the trainer's identity
+    cannot name a Secret there for itself."""
+    trainer = a_trainer(cluster, namespace)
+    with_runner_account(cluster, namespace)
+    pod = with_secret(training_pod(trainer), SECRET_VOLUME)
+    assert "not team-secret" in as_trainer_controller(cluster, namespace, pod)
+    status = {"status": {section: {"contribution": {"generation": 1, "pod": {"volumes": [SECRET_VOLUME]}}}}}
+    patch = ("patch", "trainer", "t", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    said = refusal_of(cluster, *patch)
+    assert SECTIONS in said, said
+    assert f"writes only its own section of a Trainer's status, not {section}" in said, said
+    cluster.kubectl(*patch, as_controller=section)
+    eventually(
+        lambda: as_trainer_controller(cluster, namespace, pod) == "",
+        timeout=30,
+        what="the API server's policy to read the contribution",
+    )
+
+
+SECTIONS = "ValidatingAdmissionPolicy 'trainer-operator-status-sections'"
+# A condition added to those the Trainer has (a JSON patch: a merge patch would replace the list).
+PROFILE_RESOLVED = [
+    {
+        "op": "add",
+        "path": "/status/conditions/-",
+        "value": {
+            "type": "ProfileResolved",
+            "status": "True",
+            "reason": "R",
+            "message": "m",
+            "lastTransitionTime": "2026-12-07T00:00:00Z",
+        },
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("controller", "status", "refusal"),
+    [
+        ("trainer", {"phase": "Running"}, ""),
+        ("trainer", {"quota": {"admitted": True}}, "not quota"),
+        ("quota", {"phase": "Succeeded"}, "not phase"),
+        ("verify", {"verify": {}}, ""),
+        ("audit", {"message": "x", "checkpoint": {"latest": "x"}}, "not message, checkpoint"),
+        ("trainer", PROFILE_RESOLVED, "own conditions of a Trainer, not ProfileResolved"),
+        ("profile", PROFILE_RESOLVED, ""),
+    ],
+)
+def test_each_controllers_identity_writes_only_its_own_section_of_a_trainers_status(
+    cluster: Cluster, namespace: str, controller: str, status: dict[str, Any] | list[dict[str, Any]], refusal: str
+) -> None:
+    a_trainer(cluster, namespace)
+    eventually(lambda: cluster.get("trainer", "t", namespace).get("status", {}).get("conditions"), what="conditions")
+    kind = "json" if isinstance(status, list) else "merge"
+    patch = json.dumps(status if isinstance(status, list) else {"status": status})
+    said = refusal_of(
+        cluster,
+        *("patch", "trainer", "t", "-n", namespace, "--subresource=status", f"--type={kind}", "-p", patch),
+        controller=controller,
+    )
+    assert (SECTIONS in said and refusal in said) if refusal else said == "", said
 
 
 def refusal_of(cluster: Cluster, *request: str, controller: str = "trainer") -> str:
@@ -371,7 +546,7 @@ def test_a_namespaces_own_pod_security_level_lets_its_training_pods_do_more(
     cluster: Cluster, namespace: str, level: str, container: dict[str, Any], refusal: str
 ) -> None:
     cluster.kubectl("label", "namespace", namespace, f"pod-security.kubernetes.io/enforce={level}", "--overwrite")
-    trainer = cluster.get("namespace", namespace)["metadata"]["uid"]
+    trainer = a_trainer(cluster, namespace)
     with_runner_account(cluster, namespace)
     pod = training_pod(trainer, securityContext={}, containers=[{"name": "t", "image": "i", **container}])
     said = as_trainer_controller(cluster, namespace, pod)
@@ -382,16 +557,22 @@ def test_a_namespaces_own_pod_security_level_lets_its_training_pods_do_more(
 def test_the_trainer_controllers_identity_stays_out_of_the_clusters_and_the_operators_namespaces(
     cluster: Cluster, where: str
 ) -> None:
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "trainer-operator-runner"}}
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "trainer-operator-runner", "labels": MANAGED},
+    }
     pod = training_pod("u", serviceAccountName="default")  # an account that exists there
     lease = json.loads(cluster.kubectl("get", "leases", "-n", "kube-system", "-o", "json"))["items"][0]["metadata"]
     said = [
-        as_trainer_controller(cluster, where, account),
         refusal_of(cluster, "patch", "lease", lease["name"], "-n", "kube-system", "--type=merge", "-p", "{}"),
         refusal_of(cluster, "delete", "lease", lease["name"], "-n", "kube-system"),
     ]
     for refusal in said:
         assert "acts only in tenants' namespaces" in refusal, refusal
+    # No Trainer there either: trainer-operator-trainer-owners refuses the account too; the API server names one.
+    refusal = as_trainer_controller(cluster, where, account)
+    assert "acts only in tenants' namespaces" in refusal or NO_TRAINER in refusal, refusal
     # Both policies refuse the pod (its account is not the runner either); the API server names one.
     assert "ValidatingAdmissionPolicy 'trainer-operator-trainer-" in as_trainer_controller(cluster, where, pod)
 
@@ -499,14 +680,14 @@ def test_the_trainer_controllers_identity_guards_only_its_own_trainers_pods_from
 ) -> None:
     """A drain guard (trainerop_trainer.guard) over any other pods would hold up the drains of
     the cluster: only the pods of the Trainer that controls it."""
-    owner = Owner("t", namespace, "u-1", 1)
+    owner = Owner("t", namespace, a_trainer(cluster, namespace), 1)
     assert as_trainer_controller(cluster, namespace, guard_manifest(owner, 3)) == ""
     others = guard_manifest(owner, 3)
     others["spec"]["selector"] = {"matchLabels": {"app": "database"}}
     unowned = guard_manifest(owner, 3)
     unowned["metadata"].pop("ownerReferences")
-    another = guard_manifest(replace(owner, uid="u-2"), 3)
-    another["metadata"]["ownerReferences"] = guard_manifest(owner, 3)["metadata"]["ownerReferences"]
+    another = guard_manifest(replace(owner, uid="another-uid"), 3)
+    another["metadata"] = guard_manifest(owner, 3)["metadata"]  # its own Trainer's, guarding another's pods
     for budget in (others, another):
         assert "guards only the pods of the Trainer" in as_trainer_controller(cluster, namespace, budget)
     assert "only poddisruptionbudgets a Trainer controls" in as_trainer_controller(cluster, namespace, unowned)
@@ -516,7 +697,7 @@ def grant(role: str, account: str, kind: str = "ClusterRole") -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": role},
+        "metadata": {"name": role, "labels": MANAGED},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": SYSTEM}],
     }
@@ -540,8 +721,14 @@ CHECKPOINT_GRANT = ("trainer-operator-checkpoint-credentials", "trainer-operator
 def test_the_trainer_controller_grants_secret_reading_only_to_those_controllers_in_tenants_namespaces(
     cluster: Cluster, namespace: str, role: str, account: str, where: str, refusal: str
 ) -> None:
+    a_trainer(cluster, namespace)
     said = as_trainer_controller(cluster, namespace if where == "tenant" else where, grant(role, account))
-    assert (refusal in said) if refusal else said == "", said
+    if not refusal:  # admitted: the controller may have made it already, for the Trainer
+        assert said == "" or "already exists" in said, said
+    elif where == "tenant":
+        assert refusal in said, said
+    else:  # no Trainer there either: trainer-operator-trainer-owners refuses too; the API server names one
+        assert refusal in said or NO_TRAINER in said, said
 
 
 def test_secrets_are_readable_by_the_profile_and_checkpoint_controllers_only_where_trainers_are(
@@ -593,3 +780,40 @@ def test_training_pods_pass_a_restricted_namespace_unless_a_profile_lets_them_ru
 
     eventually(refused, what="the namespace's Pod Security to refuse the relaxed pods, said in an Event")
     assert pods_of("rooted") == []
+
+
+def test_an_api_server_starting_refuses_no_one_elses_objects(cluster: Cluster, namespace: str) -> None:
+    """For some seconds after it starts, the API server cannot resolve the Trainer kind that
+    trainer-operator-trainer-owners reads its parameters as, and refuses what that policy matches:
+    only what carries the operator's managed-by label, never another's PVC or pod."""
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "someone-elses"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    cluster_tool.restart("kube-apiserver")
+    said = cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(claim))
+    assert "created (server dry run)" in said, said
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({}, ""),  # what the controller makes
+        ({"metadata": {"labels": None}}, "labels the persistentvolumeclaims it makes"),
+        ({"metadata": {"ownerReferences": None}}, "only persistentvolumeclaims a Trainer controls"),
+        ({"spec": {"volumeName": "someone-elses-volume"}}, "bind no chosen volume"),
+        ({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "other"}}}, "copy no data source"),
+    ],
+)
+def test_the_trainer_controllers_identity_creates_only_the_claims_it_makes(
+    cluster: Cluster, namespace: str, change: dict[str, Any], refusal: str
+) -> None:
+    trainer = a_trainer(cluster, namespace, storage={"size": "1Gi"})
+    spec = trainer_spec(storage={"size": "1Gi"})
+    claim = claim_manifest(Owner("t", namespace, trainer, 1), spec, Replica("worker", 0))
+    for part, fields in change.items():
+        claim[part] = {k: v for k, v in {**claim[part], **fields}.items() if v is not None}
+    said = as_trainer_controller(cluster, namespace, claim)
+    assert (refusal in said) if refusal else said == "", said

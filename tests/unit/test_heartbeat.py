@@ -11,6 +11,7 @@ import yaml
 from tests.factories import trainer_spec
 from tests.harness import REPO
 from trainerop_common.api.trainer import TrainerStatus
+from trainerop_common.names import MANAGED_BY
 from trainerop_common.topology import Role
 from trainerop_sdk.heartbeat import Fenced, Heartbeat, HeartbeatError, ReplicaIdentity, micro_time
 from trainerop_sdk.kubeapi import ApiClient, ApiError
@@ -114,7 +115,8 @@ def test_the_first_beat_creates_the_lease_the_trainer_reads_from_the_pods_env() 
     lease = beat.lease_body(replica, beat.report(2, 40))
     assert lease["metadata"] == {
         "name": "llama-worker-1",
-        "labels": labels(owner, Replica("worker", 1)),  # what the trainer's cache selects and indexes by
+        # what the trainer's cache selects and indexes by (the managed-by label marks what it creates)
+        "labels": {k: v for k, v in labels(owner, Replica("worker", 1)).items() if k not in MANAGED_BY},
         "annotations": {f"{G}/epoch": "2", f"{G}/step": "40"},  # none of the unknowns
         "ownerReferences": [
             {"apiVersion": "trainer.operator.kubeflow.org/v1alpha1", "kind": "Trainer", "name": "llama", "uid": "uid-1"}

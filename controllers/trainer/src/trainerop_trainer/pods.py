@@ -29,7 +29,7 @@ from trainerop_common.contracts import (
     TRAINER_UID_LABEL,
 )
 from trainerop_common.image_fields import IMAGE_LISTS, image_slots
-from trainerop_common.names import OPERATOR, PART_OF, component, replica_claim_name
+from trainerop_common.names import MANAGED_BY, PART_OF, component, replica_claim_name
 from trainerop_common.topology import Role, is_master_replica, role_override
 
 from .model import ModelSettings, cache_mount, cache_volume, init_container, model_path
@@ -69,7 +69,7 @@ class Owner:
         return {
             "name": self.name,
             "namespace": self.namespace,
-            "labels": self.selector(),
+            "labels": {**self.selector(), **MANAGED_BY},
             "ownerReferences": [self.reference()],
         }
 
@@ -89,6 +89,7 @@ def labels(owner: Owner, replica: Replica) -> dict[str, str]:
         REPLICA_TYPE_LABEL: replica.role,
         REPLICA_INDEX_LABEL: str(replica.index),
         TRAINER_UID_LABEL: owner.uid,
+        **MANAGED_BY,
     }
 
 
@@ -436,7 +437,7 @@ def claim_manifest(owner: Owner, spec: TrainerSpec, replica: Replica) -> dict[st
 
 
 # The labels of what this controller makes once per namespace (not owned by any Trainer).
-NAMESPACE_OBJECT_LABELS = {**PART_OF, "app.kubernetes.io/managed-by": OPERATOR}
+NAMESPACE_OBJECT_LABELS = {**PART_OF, **MANAGED_BY}
 
 
 def runner_manifests(namespace: str) -> list[dict[str, Any]]:
