@@ -5,6 +5,7 @@ ones deleted by collector pods (trainerop_checkpoint.pvc_pods, with the operator
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,18 +53,55 @@ def test_a_verifier_pod_reads_the_claim_and_reports_each_copy(
 
     target = pvc.Target(real_namespace, "llama", "pvc-backups", "trainer-operator:dev")
     pod = pvc.verifier_pod(target, "llama-step-300", "uid", copies)
-    pod["metadata"].pop("ownerReferences")  # no Checkpoint object here: the garbage collector would take the pod
-    pod["metadata"]["labels"].pop(pvc.TRAINER_LABEL)  # nor a Trainer: left alone by the checkpoint controller
-    cluster.apply(pod, real_namespace)
-
-    def ended() -> dict[str, Any] | None:
-        status = cluster.get("pod", pod["metadata"]["name"], real_namespace)["status"]
-        return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-    status = eventually(ended, timeout=180, what="the verifier pod to finish")
-    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    # No Checkpoint object or Trainer here: the pod goes unowned, left alone by the controller.
+    status = run_alone(cluster, real_namespace, pod, "the verifier pod to finish")
     # good, bit rot, good; good, good, deleted
     assert status["containerStatuses"][0]["state"]["terminated"]["message"] == "oxooom"
+
+
+def run_alone(cluster: Cluster, namespace: str, pod: dict[str, Any], what: str) -> dict[str, Any]:
+    """A storage pod the checkpoint controller leaves alone (no owner, no Trainer label), until it ends."""
+    pod["metadata"].pop("ownerReferences")
+    pod["metadata"]["labels"].pop(pvc.TRAINER_LABEL)
+    cluster.apply(pod, namespace)
+
+    def ended() -> dict[str, Any] | None:
+        status = cluster.get("pod", pod["metadata"]["name"], namespace)["status"]
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    status = eventually(ended, timeout=180, what=what)
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    return status
+
+
+def owned_by(root: Path, uid: int) -> None:
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, uid, uid, follow_symlinks=False)
+
+
+def test_a_collector_pod_deletes_as_the_writer_and_follows_no_symlink(
+    cluster: Cluster, real_namespace: str, claim: Path
+) -> None:
+    """The collector runs as the training pods' user (1000, the examples' images), without
+    capabilities: it deletes what that user wrote, and a symlink another tenant planted as a
+    checkpoint, or inside one, leads it nowhere."""
+    images.load("controllers", containerd.node_dir())
+    victim = claim / "victim" / "step-0000000001"
+    LocalLocation(str(victim)).put(copy_key(0, 0), b"another tenant's weights")
+    ours = claim / "llama" / "step-0000000300"
+    LocalLocation(str(ours)).put(copy_key(0, 0), b"weights")
+    (ours / "out").symlink_to(claim / "victim")  # inside: unlinked, not followed
+    (claim / "llama" / "step-0000000400").symlink_to(victim)  # as the checkpoint: an error
+    owned_by(claim / "llama", 1000)
+
+    target = pvc.Target(real_namespace, "llama", "pvc-backups", "trainer-operator:dev")
+    paths = [checkpoint_path("/checkpoints/llama", 300), checkpoint_path("/checkpoints/llama", 400)]
+    pod = pvc.collector_pod(target, "uid", paths, pvc.Writer(1000, 1000))
+    status = run_alone(cluster, real_namespace, pod, "the collector pod to finish")
+    assert status["containerStatuses"][0]["state"]["terminated"]["message"] == "de"
+    assert not ours.exists()
+    assert (claim / "llama" / "step-0000000400").is_symlink()
+    assert (victim / copy_key(0, 0)).read_bytes() == b"another tenant's weights"
 
 
 def storage_pods(cluster: Cluster, namespace: str) -> list[str]:
@@ -105,4 +143,4 @@ def test_training_checkpoints_on_a_claim_commit_and_the_old_ones_are_deleted(
     # Every verifier and collector pod is gone once its answer is in.
     eventually(lambda: storage_pods(cluster, real_namespace) == [], what="the storage pods to go")
     events = json.loads(cluster.kubectl("get", "events", "-n", real_namespace, "-o", "json"))["items"]
-    assert not [e["message"] for e in events if e["reason"] == "StoragePodFailed"]
+    assert not [e["message"] for e in events if e["reason"] in ("StoragePodFailed", "CheckpointDataLeft")]

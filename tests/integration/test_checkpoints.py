@@ -4,6 +4,7 @@ keeps maxRetention, fails what never reaches quorum, and hands RESUME_FROM to re
 (issue 5)."""
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from tests.factories import trainer_manifest
 from tests.harness import REPO, Cluster, KubectlError, condition, eventually
 from tests.integration.buckets import s3
 from trainerop_checkpoint import pvc_pods as pvc
-from trainerop_sdk.checkpoint import Checkpointer
+from trainerop_sdk.checkpoint import Checkpointer, CheckpointUnreadable
 from trainerop_sdk.kubeapi import APPLY, ApiClient, ApiError
 from trainerop_sdk.layout import checkpoint_name, checkpoint_path, copy_key
 
@@ -72,6 +73,33 @@ def checkpoint(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 def phase_is(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any] | None:
     obj = checkpoint(cluster, namespace, name)
     return obj if obj.get("status", {}).get("phase") == phase else None
+
+
+def save_steps(cluster: Cluster, namespace: str, ckpt: Checkpointer, *steps: int) -> None:
+    """Every shard of each step saved, and each committed."""
+    for step in steps:
+        for shard in (0, 1):
+            ckpt.save(f"step {step} shard {shard}".encode(), step=step, epoch=step // 100, shard=shard)
+        name = f"alpha-step-{step}"
+        eventually(lambda: phase_is(cluster, namespace, name, "Committed"), what=f"{name} to commit")  # noqa: B023
+
+
+def latest_is(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    trainer = cluster.get("trainer", "alpha", namespace)
+    return trainer if trainer["status"]["checkpoint"].get("latest") == name else None
+
+
+def replace_worker_0(cluster: Cluster, namespace: str) -> dict[str, str]:
+    """Fail alpha-worker-0; the env of the pod that replaces it."""
+    old_uid = cluster.get("pod", "alpha-worker-0", namespace)["metadata"]["uid"]
+    cluster.kubectl("annotate", "pod", "alpha-worker-0", "-n", namespace, f"{SIM}/fail-after=100ms")
+
+    def replacement() -> dict[str, Any] | None:
+        pod = cluster.get("pod", "alpha-worker-0", namespace)
+        return pod if pod["metadata"]["uid"] != old_uid else None
+
+    pod = eventually(replacement, what="the replacement pod")
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
 
 
 def test_shards_reported_with_the_pods_identity_commit_with_a_quorum(
@@ -162,15 +190,7 @@ def test_a_restarted_pod_resumes_from_the_latest_committed_checkpoint(
         lambda: cluster.get("trainer", "alpha", namespace)["status"]["checkpoint"].get("latest") == "alpha-step-40",
         what="the resume point",
     )
-    old_uid = cluster.get("pod", "alpha-worker-0", namespace)["metadata"]["uid"]
-    cluster.kubectl("annotate", "pod", "alpha-worker-0", "-n", namespace, f"{SIM}/fail-after=100ms")
-
-    def replacement() -> dict[str, Any] | None:
-        pod = cluster.get("pod", "alpha-worker-0", namespace)
-        return pod if pod["metadata"]["uid"] != old_uid else None
-
-    pod = eventually(replacement, what="the replacement pod")
-    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    env = replace_worker_0(cluster, namespace)
     assert env["RESUME_FROM"] == checkpoint_path(ckpt.directory, 40)
     resumed = as_pod(cluster, namespace, cluster.get("trainer", "alpha", namespace))
     assert resumed.resume_from == env["RESUME_FROM"]
@@ -388,17 +408,19 @@ def verifier_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
 
 def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster, namespace: str) -> None:
     """RBAC lets the checkpoint controller create pods anywhere; its admission policy holds it to
-    the verifier and collector pods."""
+    the verifier and collector pods, both non-root without capabilities."""
     target = pvc.Target(namespace, "alpha", "pvc-backups", "trainer-operator:dev")
     verifier = pvc.verifier_pod(target, "alpha-step-7", "uid-7", [])
-    collector = pvc.collector_pod(target, "uid-alpha", ["/checkpoints/alpha/step-0000000007"])
+    writer = pvc.Writer(1000, 1000)
+    collector = pvc.collector_pod(target, "uid-alpha", ["/checkpoints/alpha/step-0000000007"], writer)
     for pod in (verifier, collector):
         pod["metadata"].pop("ownerReferences")
         cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), as_controller="checkpoint")
 
-    def refused(change: Callable[[dict[str, Any], dict[str, Any]], object]) -> str:
-        """The API server's answer to the controller creating the verifier pod with ``change(pod, container)``."""
-        pod: dict[str, Any] = json.loads(json.dumps(verifier))
+    def refused(change: Callable[[dict[str, Any], dict[str, Any]], object], base: dict[str, Any] = verifier) -> str:
+        """The API server's answer to the controller creating the verifier pod (or ``base``) with
+        ``change(pod, container)``."""
+        pod: dict[str, Any] = json.loads(json.dumps(base))
         change(pod, pod["spec"]["containers"][0])
         with pytest.raises(KubectlError) as err:
             cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), as_controller="checkpoint")
@@ -413,19 +435,24 @@ def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster
     assert "no ServiceAccount token" in refused(lambda p, c: p["spec"].update(automountServiceAccountToken=True))
     assert "one PersistentVolumeClaim" in refused(lambda p, c: p["spec"]["volumes"].append(host))
     assert "read-only to verify" in refused(lambda p, c: c["volumeMounts"][0].pop("readOnly"))
-    assert "adds back DAC_OVERRIDE only" in refused(lambda p, c: c.update(securityContext=root))
+    assert "adding none back" in refused(lambda p, c: c.update(securityContext=root))
     assert "never a Secret's value" in refused(lambda p, c: c["env"].append(secret))
     assert "the operator's image trainer-operator:dev" in refused(lambda p, c: c.update(image="python:3"))
-    assert "a verifier as non-root" in refused(lambda p, c: p["spec"]["securityContext"].update(runAsNonRoot=False))
+    non_root = "runs as a non-root user and group, set for the pod, without an fsGroup"
+    assert non_root in refused(lambda p, c: p["spec"]["securityContext"].update(runAsNonRoot=False))
+    # The collector too: never as root (nor root's group), never changing the shared claim's groups.
+    as_root = {"runAsNonRoot": False, "runAsUser": 0}
+    assert non_root in refused(lambda p, c: p["spec"]["securityContext"].update(as_root), collector)
+    assert non_root in refused(lambda p, c: p["spec"]["securityContext"].update(runAsGroup=0), collector)
+    assert non_root in refused(lambda p, c: p["spec"]["securityContext"].update(fsGroup=1000), collector)
+    assert non_root in refused(lambda p, c: p["spec"]["securityContext"].update(supplementalGroups=[0]), collector)
     unconfined = {"type": "Unconfined"}
     assert "RuntimeDefault seccomp" in refused(
         lambda p, c: p["spec"]["securityContext"].update(seccompProfile=unconfined)
     )
     assert "drops every capability" in refused(lambda p, c: c["securityContext"].update(capabilities={}))
     dac = {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
-    assert "a collector adds back DAC_OVERRIDE only" in refused(
-        lambda p, c: c["securityContext"].update(capabilities=dac)
-    )
+    assert "adding none back" in refused(lambda p, c: c["securityContext"].update(capabilities=dac), collector)
     # Nor may it delete any other pod.
     other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other"}, "spec": {"containers": [container]}}
     cluster.apply(other, namespace)
@@ -521,3 +548,70 @@ def test_a_save_killed_mid_write_leaves_nothing_that_looks_committed(
     ckpt.save_file(str(shard), step=500, epoch=5, shard=0)
     ckpt.save(b"shard 1", step=500, epoch=5, shard=1)
     eventually(lambda: phase_is(cluster, namespace, "alpha-step-500", "Committed"), what="the commit of the saved step")
+
+
+def test_an_unreadable_latest_checkpoint_moves_the_run_back_to_the_previous_one(
+    cluster: Cluster, namespace: str, bucket: str
+) -> None:
+    ckpt = pod_of(cluster, namespace, bucket, maxRetention=3)
+    save_steps(cluster, namespace, ckpt, 100, 200)
+    eventually(lambda: latest_is(cluster, namespace, "alpha-step-200"), what="the resume point")
+    # The storage loses shard 1 of the latest: one copy rots, the two others are gone.
+    prefix = checkpoint_path(ckpt.directory, 200).split("/", 3)[3]
+    client = s3(bucket)
+    client.put(f"{prefix}/{copy_key(1, 0)}", b"bit rot")
+    for r in (1, 2):
+        client.delete(f"{prefix}/{copy_key(1, r)}")
+
+    resuming = dataclasses.replace(ckpt, resume_from=checkpoint_path(ckpt.directory, 200))
+    with pytest.raises(CheckpointUnreadable) as ended:
+        resuming.load(shard=1)
+    assert ended.value.code == 143  # retryable under restartPolicy ExitCode too
+    assert "copy-0: sha256 mismatch" in str(ended.value)
+    assert "marked it unreadable: this pod's replacement resumes from the previous" in str(ended.value)
+
+    bad = checkpoint(cluster, namespace, "alpha-step-200")
+    assert (bad["status"]["phase"], bad["status"]["reason"]) == ("Failed", "Unreadable")
+    assert bad["spec"]["unreadable"][0]["pod"] == "alpha-worker-0"
+    # The mark comes after the Trainer's new resume point: the replacement is given the previous one.
+    trainer = cluster.get("trainer", "alpha", namespace)
+    assert trainer["status"]["checkpoint"]["resumeFrom"] == checkpoint_path(ckpt.directory, 100)
+    ready = condition(trainer, "CheckpointReady")
+    assert (ready["status"], ready["reason"]) == ("True", "ResumedFromPrevious")
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json"))["items"]
+    said = next(e for e in events if e["reason"] == "CheckpointUnreadable")
+    assert said["type"] == "Warning"
+    assert "alpha-step-200 (step 200)" in said["message"]
+    assert said["message"].endswith("resumes from alpha-step-100 (step 100)")
+
+    with pytest.raises(CheckpointUnreadable, match="is never resumed from"):
+        resuming.load(shard=0)  # a rank whose own shard is fine does not resume from it either
+    env = replace_worker_0(cluster, namespace)
+    assert env["RESUME_FROM"] == checkpoint_path(ckpt.directory, 100)
+    assert dataclasses.replace(ckpt, resume_from=env["RESUME_FROM"]).load(shard=1) == b"step 100 shard 1"
+    assert len(list(client.keys(prefix + "/"))) == 4  # its data stays until a newer checkpoint commits
+
+    save_steps(cluster, namespace, ckpt, 300)
+    eventually(lambda: not list(client.keys(prefix + "/")) or None, what="the unreadable one's data to go")
+    trainer = eventually(lambda: latest_is(cluster, namespace, "alpha-step-300"), what="the new resume point")
+    assert condition(trainer, "CheckpointReady")["reason"] == "Resumable"
+
+
+def test_retention_keeps_what_a_live_pod_resumes_from(cluster: Cluster, namespace: str, bucket: str) -> None:
+    ckpt = pod_of(cluster, namespace, bucket, maxRetention=1)
+    save_steps(cluster, namespace, ckpt, 100)
+    eventually(lambda: latest_is(cluster, namespace, "alpha-step-100"), what="the resume point")
+    pinned = replace_worker_0(cluster, namespace)["RESUME_FROM"]
+    assert pinned == checkpoint_path(ckpt.directory, 100)  # a live pod's: torchrun restarts load it again
+
+    save_steps(cluster, namespace, ckpt, 200, 300)
+    eventually(lambda: phase_is(cluster, namespace, "alpha-step-200", "GarbageCollected"), what="200 collected")
+    assert checkpoint(cluster, namespace, "alpha-step-100")["status"]["phase"] == "Committed"
+    assert len(list(s3(bucket).keys(pinned.split("/", 3)[3] + "/"))) == 6
+
+    assert replace_worker_0(cluster, namespace)["RESUME_FROM"] == checkpoint_path(ckpt.directory, 300)
+    # The controller reads the live pods' RESUME_FROM at most once a minute per Trainer.
+    eventually(
+        lambda: phase_is(cluster, namespace, "alpha-step-100", "GarbageCollected"), timeout=150, what="100 collected"
+    )
+    assert list(s3(bucket).keys(pinned.split("/", 3)[3] + "/")) == []

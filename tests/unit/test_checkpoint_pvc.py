@@ -21,23 +21,26 @@ from trainerop_common.config import ControllerConfig
 from trainerop_common.kube import Kube
 from trainerop_common.runtime import Runtime
 from trainerop_sdk.layout import checkpoint_path, copy_key
-from trainerop_sdk.storage import LocalLocation, open_location
+from trainerop_sdk.storage import LocalLocation
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 TARGET = pvc.Target("team", "llama", "pvc-backups", "trainer-operator:dev")
 PATH = "/checkpoints/llama/step-0000000300"
 
 
+WRITER = pvc.Writer(1000, 1000)
+
+
 def copies_on_disk(root: Path, data: dict[int, bytes], replicas: int = 3) -> list[Copy]:
-    """Shards written as the SDK writes them (replicas copies each), described as the controller sees them."""
-    path = checkpoint_path(str(root / "llama"), 300)
-    location = LocalLocation(path)
+    """Shards written as the SDK writes them (replicas copies each) on a claim seen at ``root``,
+    described as the controller sees them (at /checkpoints)."""
+    location = LocalLocation(checkpoint_path(str(root / "llama"), 300))
     out = []
     for shard, blob in data.items():
         for r in range(replicas):
             location.put(copy_key(shard, r), blob)
             out.append(
-                Copy("llama-step-300", "uid-1", path, copy_key(shard, r), hashlib.sha256(blob).hexdigest(), len(blob))
+                Copy("llama-step-300", "uid-1", PATH, copy_key(shard, r), hashlib.sha256(blob).hexdigest(), len(blob))
             )
     return out
 
@@ -73,15 +76,17 @@ def test_the_verifier_mounts_the_claim_read_only_without_a_token_or_privileges()
     assert "trainer-name" not in pod["metadata"]["labels"]  # not one of the Trainer's training pods
 
 
-def test_the_collector_writes_the_claim_as_root_with_one_capability_and_no_token() -> None:
-    pod = pvc.collector_pod(TARGET, "trainer-uid", [PATH])
+def test_the_collector_writes_the_claim_as_the_checkpoints_writer_without_privileges_or_a_token() -> None:
+    pod = pvc.collector_pod(TARGET, "trainer-uid", [PATH], WRITER)
     spec = pod["spec"]
     assert spec["automountServiceAccountToken"] is False
     assert spec["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "pvc-backups"}}]
     (container,) = spec["containers"]
     assert container["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/checkpoints"}]
-    assert spec["securityContext"]["runAsUser"] == 0  # the training pods' files are theirs
-    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+    security = spec["securityContext"]
+    assert (security["runAsNonRoot"], security["runAsUser"], security["runAsGroup"]) == (True, 1000, 1000)
+    assert not {"fsGroup", "supplementalGroups"} & set(security)  # the shared claim's groups stay as they are
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     (owner,) = pod["metadata"]["ownerReferences"]
@@ -101,15 +106,16 @@ def test_a_pod_is_named_after_its_work() -> None:
 
 def test_the_verifier_finds_good_missing_and_corrupted_copies(tmp_path: Path) -> None:
     copies = copies_on_disk(tmp_path, {0: b"weights of shard 0", 1: b"weights of shard 1"})
-    (Path(copies[1].path) / copies[1].key).write_bytes(b"bit rot")  # shard 0, copy 1
-    (Path(copies[5].path) / copies[5].key).unlink()  # shard 1, copy 2
-    assert pvc_worker.check(pvc.encode_request(copies)) == "oxooom"
+    on_disk = tmp_path / "llama" / "step-0000000300"
+    (on_disk / copies[1].key).write_bytes(b"bit rot")  # shard 0, copy 1
+    (on_disk / copies[5].key).unlink()  # shard 1, copy 2
+    assert pvc_worker.check(pvc.encode_request(copies), str(tmp_path)) == "oxooom"
 
 
 def test_a_copy_with_the_right_hash_but_another_size_is_a_mismatch(tmp_path: Path) -> None:
     (copy,) = copies_on_disk(tmp_path, {0: b"x"}, replicas=1)
     wrong = Copy(copy.checkpoint, copy.uid, copy.path, copy.key, copy.sha256, copy.size + 1)
-    assert pvc_worker.check(pvc.encode_request([wrong])) == "x"
+    assert pvc_worker.check(pvc.encode_request([wrong]), str(tmp_path)) == "x"
 
 
 def test_the_collector_deletes_checkpoint_directories_and_nothing_outside_the_claim(tmp_path: Path) -> None:
@@ -126,7 +132,7 @@ def test_the_collector_deletes_checkpoint_directories_and_nothing_outside_the_cl
     ]
 
     def delete(path: str) -> object:
-        return open_location(path, local_root=str(tmp_path)).delete_all()
+        return pvc_worker.on_claim(path, str(tmp_path)).delete_all()
 
     assert pvc_worker.collect(json.dumps(requested), delete) == "ddeeeee"
     assert not (tmp_path / "llama" / "step-0000000300").exists()
@@ -151,12 +157,13 @@ def test_main_answers_in_the_termination_log(tmp_path: Path, monkeypatch: pytest
     log = tmp_path / "termination-log"
     monkeypatch.setenv("TRAINEROP_TERMINATION_LOG", str(log))
     monkeypatch.setenv(pvc.VERIFY_ENV, pvc.encode_request(copies))
-    assert pvc_worker.main([]) == 0
+    assert pvc_worker.main([str(tmp_path)]) == 0
     assert log.read_text() == "oo"
     monkeypatch.delenv(pvc.VERIFY_ENV)
-    monkeypatch.setenv(pvc.COLLECT_ENV, json.dumps(["/elsewhere"]))
-    assert pvc_worker.main([]) == 0
-    assert log.read_text() == "e"
+    monkeypatch.setenv(pvc.COLLECT_ENV, json.dumps(["/elsewhere", PATH]))
+    assert pvc_worker.main([str(tmp_path)]) == 0
+    assert log.read_text() == "ed"
+    assert not (tmp_path / "llama" / "step-0000000300").exists()
     monkeypatch.delenv(pvc.COLLECT_ENV)
     assert pvc_worker.main([]) == 2
 
@@ -284,23 +291,26 @@ def test_pods_whose_work_is_no_longer_wanted_go() -> None:
     running = pod_with(pvc.verifier_pod(TARGET, "llama-step-300", "uid-1", copies), {"phase": "Running"})
     failed_checkpoint = pvc.plan_verification(TARGET, [], [running], NOW)
     assert failed_checkpoint.delete == (running.name,)
-    collector = pod_with(pvc.collector_pod(TARGET, "t-uid", [PATH]), {"phase": "Running"})
+    collector = pod_with(pvc.collector_pod(TARGET, "t-uid", [PATH], WRITER), {"phase": "Running"})
     assert pvc.plan_verification(TARGET, [], [collector], NOW).delete == ()  # not its kind of pod
 
 
 def test_collection_marks_what_is_gone_and_retries_the_rest() -> None:
     other = "/checkpoints/llama/step-0000000400"
-    plan = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [], NOW)
+    both = dict.fromkeys([PATH, other], WRITER)
+    plan = pvc.plan_collection(TARGET, "t-uid", both, [], NOW)
     (manifest,) = plan.create
     assert json.loads(manifest["spec"]["containers"][0]["env"][0]["value"]) == [PATH, other]
-    done = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [pod_with(manifest, ended("dd"))], NOW)
+    done = pvc.plan_collection(TARGET, "t-uid", both, [pod_with(manifest, ended("dd"))], NOW)
     assert done.collected == {PATH, other}
     assert done.delete == (manifest["metadata"]["name"],)
     assert done.create == ()
-    half = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [pod_with(manifest, ended("de"))], NOW)
+    half = pvc.plan_collection(TARGET, "t-uid", both, [pod_with(manifest, ended("de"))], NOW)
     assert half.collected == {PATH}
     assert (half.delete, half.create) == ((), ())  # rests, then tries the failed one again
-    later = pvc.plan_collection(TARGET, "t-uid", [other], [pod_with(manifest, ended("de"))], NOW + timedelta(minutes=1))
+    later = pvc.plan_collection(
+        TARGET, "t-uid", {other: WRITER}, [pod_with(manifest, ended("de"))], NOW + timedelta(minutes=1)
+    )
     assert later.delete == (manifest["metadata"]["name"],)
     assert [json.loads(p["spec"]["containers"][0]["env"][0]["value"]) for p in later.create] == [[other]]
 
@@ -355,8 +365,9 @@ def test_a_resting_pod_says_when_it_is_due_and_a_pod_stuck_terminating_is_forced
 
 def test_a_directory_the_collector_could_not_delete_is_a_failure() -> None:
     other = "/checkpoints/llama/step-0000000400"
-    (manifest,) = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [], NOW).create
-    plan = pvc.plan_collection(TARGET, "t-uid", [PATH, other], [pod_with(manifest, ended("de"))], NOW, rest_seconds=60)
+    both = dict.fromkeys([PATH, other], WRITER)
+    (manifest,) = pvc.plan_collection(TARGET, "t-uid", both, [], NOW).create
+    plan = pvc.plan_collection(TARGET, "t-uid", both, [pod_with(manifest, ended("de"))], NOW, rest_seconds=60)
     assert plan.failures == ((manifest["metadata"]["name"], f"could not delete {other} (its log says why)"),)
     assert plan.recheck_after == 60
 

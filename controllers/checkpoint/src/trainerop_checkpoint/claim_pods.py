@@ -1,11 +1,14 @@
 """Checkpoints on a PersistentVolumeClaim, read and deleted by pods that mount it: the adapter that
 creates and deletes the pods :mod:`pvc_pods` plans, and reports the ones that fail (an Event once
-per pod)."""
+per pod) and the data no pod may delete (an Event once per checkpoint)."""
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from lightkube import ApiError
 
+from trainerop_common.api import Checkpoint
 from trainerop_common.cache import ObjectCache
 from trainerop_common.outcome import soonest
 from trainerop_common.runtime import Body, Runtime
@@ -42,16 +45,54 @@ class ClaimPods:
         return dict(plan.copy_states), notes, soonest(plan.recheck_after, RECHECK_SECONDS if refused else None)
 
     async def delete(
-        self, target: pvc_pods.Target, body: Body, items: tuple[Collect, ...]
+        self,
+        target: pvc_pods.Target,
+        body: Body,
+        items: tuple[Collect, ...],
+        checkpoints: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> tuple[set[str], float | None]:
         """The checkpoint paths the collector pods deleted, and when to look again; pods created for
-        the rest."""
+        the rest, each as the user that wrote its data (from the items' Checkpoints: ``checkpoints``
+        by name, else read). Data no pod may delete is left, and said once."""
         pods = await self._pods_of(target)
         uid = body["metadata"].get("uid", "")
-        paths = [i.path for i in items]
-        plan = pvc_pods.plan_collection(target, uid, paths, pods, self.rt.clock.now(), COLLECT_REST_SECONDS)
+        wanted = await self._writers(target.namespace, items, checkpoints)
+        plan = pvc_pods.plan_collection(target, uid, wanted, pods, self.rt.clock.now(), COLLECT_REST_SECONDS)
         refused = await self._apply(target, body, plan, "collect", pods)
+        self._left(target, body, {i.path: i.checkpoint for i in items}, plan.left)
         return set(plan.collected), soonest(plan.recheck_after, COLLECT_REST_SECONDS if refused else None)
+
+    async def _writers(
+        self, namespace: str, items: tuple[Collect, ...], checkpoints: Mapping[str, Mapping[str, Any]] | None
+    ) -> dict[str, pvc_pods.Writer | str]:
+        """Who wrote each item's data, or why no pod may delete it; a Checkpoint gone meanwhile is
+        not collected (nothing would record it)."""
+        out: dict[str, pvc_pods.Writer | str] = {}
+        for item in items:
+            if checkpoints is not None:
+                raw = checkpoints.get(item.checkpoint)
+            else:
+                raw = await self.rt.kube.get("Checkpoint", item.checkpoint, namespace)
+            if raw is not None:
+                out[item.path] = pvc_pods.writer_of(Checkpoint.model_validate(raw).spec.shards or ())
+        return out
+
+    def _left(self, target: pvc_pods.Target, body: Body, names: Mapping[str, str], left: Mapping[str, str]) -> None:
+        """A Warning Event once per checkpoint whose data no collector may delete (said again only
+        if it stopped being left in between, or after a restart)."""
+        key = (target.namespace, target.trainer, "left")
+        said = self.reported.setdefault(key, set())
+        for path, why in left.items():
+            if path not in said:
+                said.add(path)
+                message = (
+                    f"checkpoint {names.get(path, path)} is not collected: its data at {path} stays on claim "
+                    f"{target.claim!r} ({why}); delete it by hand"
+                )
+                self.rt.event(body, "Warning", "CheckpointDataLeft", message)
+        said &= set(left)
+        if not said:
+            self.reported.pop(key, None)
 
     async def _apply(
         self, target: pvc_pods.Target, body: Body, plan: pvc_pods.Plan, purpose: str, pods: list[pvc_pods.PodView]

@@ -5,7 +5,7 @@ the Checkpoints' status, deletes collected data and returns the Trainer's outcom
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import kopf
@@ -16,7 +16,7 @@ from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.checkpoint_layout import Claim, S3Bucket, StorageLocation, parse_bucket
 from trainerop_common.clock import age_seconds, parse_time, rfc3339
-from trainerop_common.contracts import GRANT_RECHECK_SECONDS, awaiting_grant
+from trainerop_common.contracts import GRANT_RECHECK_SECONDS, TRAINER_NAME_LABEL, awaiting_grant
 from trainerop_common.kube import is_forbidden
 from trainerop_common.lookup import CachedLookup
 from trainerop_common.outcome import Outcome, soonest
@@ -37,11 +37,13 @@ from .decide import (
     Collect,
     CopyId,
     CopyState,
+    Decision,
     Observed,
     Storage,
     copies_to_read,
     decide,
     judge_storage,
+    resume_points,
 )
 from .metrics import COLLECTED, COMMIT_SECONDS, COMMITS, FAILURES, SAVE_REQUESTS, VERIFIED, WRITE_SECONDS
 from .object_store import ObjectStore
@@ -49,6 +51,7 @@ from .rank_leases import RankLeases
 from .save_request import Latest, SavePlan, is_new, plan_save, trigger_of
 
 log = logging.getLogger("trainerop.checkpoint")
+PINNED_SECONDS = 60.0  # how long a reading of the RESUME_FROM of a Trainer's live pods is reused
 
 
 def checkpoint_view(body: Mapping[str, Any]) -> CheckpointView:
@@ -100,6 +103,8 @@ class CheckpointController:
         self.config = config
         self.ranks = RankLeases(kube)
         self.checkpoint_writer = StatusWriter(kube, kind_info("Checkpoint"), self.name, CHECKPOINT_SECTION)
+        # Trainer uid -> (when, the RESUME_FROM of its live pods then): _pinned's last reading.
+        self.pinned: dict[str, tuple[datetime, frozenset[str]]] = {}
         self.copy_states: dict[CopyId, CopyState] = {}  # what reading each copy found; "ok" is final
         self.reported: set[tuple[str, int]] = set()  # shard write times already observed
         # The Trainers' storage credentials, read once per RECHECK_SECONDS, not on every reconcile.
@@ -213,6 +218,12 @@ class CheckpointController:
             return Outcome(requeue_after=GRANT_RECHECK_SECONDS)  # no answer yet: the gate waits
         obs, recheck = await self._read(obs, body, env)
         decision = decide(obs)
+        if decision.collect:  # data would go: not what a live pod was told to resume from
+            collected = {c.path for c in decision.collect}
+            obs = replace(obs, pinned=await self._pinned(obs))
+            decision = decide(obs)
+            if collected - {c.path for c in decision.collect}:  # held for a live pod: looked at again
+                recheck = soonest(recheck, PINNED_SECONDS)
         assert self.rt.writer is not None
         stale = self.rt.writer.is_stale(body)
         save = await self._save(obs, decision.status.get("checkpoint"), stale)
@@ -226,7 +237,7 @@ class CheckpointController:
         # told to resume from deleted data), and not at all on a body older than this controller's
         # own last write (its resume point may not be the one pods read): the next event has it.
         # The ranks are asked once the request is written, with the step it says.
-        collect = None if stale else lambda: self._after_write(obs, body, decision.collect, raw, env, save)
+        collect = None if stale else lambda: self._after_write(obs, body, decision, raw, env, save)
         warning = (("Warning", decision.problem.reason, decision.problem.message),) if decision.problem else ()
         return Outcome(
             status=decision.status,
@@ -252,17 +263,38 @@ class CheckpointController:
         reports = await self.ranks.reports(obs.namespace, obs.trainer_uid) if fresh else None
         return plan_save(trigger, obs.save_request, reports, latest, obs.now, self.config.save_margin_steps)
 
+    async def _pinned(self, obs: Observed) -> frozenset[str]:
+        """The checkpoints the Trainer's live pods were told to resume from (read from the API
+        server, not a watch of every training pod: only when retention would delete data, and
+        then at most once a PINNED_SECONDS per Trainer; a pod created since was told the newest
+        checkpoint, which retention keeps far longer than that)."""
+        now = self.rt.clock.now()
+        read = self.pinned.get(obs.trainer_uid)
+        if read is not None and now - read[0] < timedelta(seconds=PINNED_SECONDS):
+            return read[1]
+        pods = await self.rt.kube.list_core_in("Pod", obs.namespace, f"{TRAINER_NAME_LABEL}={obs.trainer}")
+        self.pinned = {u: r for u, r in self.pinned.items() if now - r[0] < timedelta(seconds=PINNED_SECONDS)}
+        self.pinned[obs.trainer_uid] = (now, resume_points(pods, obs.trainer_uid))
+        return self.pinned[obs.trainer_uid][1]
+
     async def _after_write(
         self,
         obs: Observed,
         body: Body,
-        items: tuple[Collect, ...],
+        decision: Decision,
         raw: Mapping[str, Any],
         env: Mapping[str, str],
         save: SavePlan,
     ) -> float | None:
-        """After the status is written: the ranks asked (or the answered request taken off their
-        Leases), the request's new phase counted, then the collection."""
+        """After the status is written: the checkpoints found unreadable marked (a pod waiting for
+        that mark then knows its replacement gets the new resume point), the ranks asked (or the
+        answered request taken off their Leases), the request's new phase counted, then the
+        collection."""
+        now = rfc3339(self.rt.clock.now())
+        for checkpoint, wanted in decision.marks.items():
+            if await self.checkpoint_writer.write(raw[checkpoint], wanted, (), now):
+                self._count(raw[checkpoint], wanted)
+        items = decision.collect
         if save.ask_step is not None:
             await self.ranks.ask(obs.namespace, obs.trainer_uid, save.ask_step)
         elif save.answered:
@@ -279,7 +311,7 @@ class CheckpointController:
         made by this controller, go."""
         target = self._target(obs)
         if target is not None:
-            gone, again = await self.claim_pods.delete(target, body, items)
+            gone, again = await self.claim_pods.delete(target, body, items, raw)
         elif not items:
             return None
         else:
@@ -310,7 +342,8 @@ class CheckpointController:
         elif wanted.get("phase") == "Failed":
             FAILURES.labels(str(wanted.get("reason", ""))).inc()
             attributes["checkpoint.reason"] = str(wanted.get("reason", ""))
-        if created and wanted.get("phase") in ("Committed", "Failed"):
+        was = (body.get("status") or {}).get("phase")
+        if created and wanted.get("phase") in ("Committed", "Failed") and was != "Committed":  # not found unreadable
             record_span("checkpoint.commit", parse_time(created), end, attributes)
 
     def _observe_writes(self, views: list[CheckpointView]) -> None:

@@ -4,7 +4,9 @@ A Checkpoint moves Pending (shards still being reported) -> Staging (every shard
 being verified) -> Committed (every shard has a majority of verified copies) -> GarbageCollected
 (older than the newest ``maxRetention`` committed ones: data deleted, object kept as a record).
 One that does not commit within ``commitTimeoutSeconds`` of its creation, or that points outside
-its Trainer's checkpoint directory, is Failed and never resumed from. The Trainer's
+its Trainer's checkpoint directory, is Failed and never resumed from; so is a committed one a
+resuming pod reported a shard of unreadable (``Unreadable``): the run resumes from the previous
+committed one, and data a live pod's ``RESUME_FROM`` names is never collected. The Trainer's
 ``status.checkpoint`` names the latest committed checkpoint and contributes ``RESUME_FROM`` and
 the storage settings to the pods created from then on (docs/checkpoints.md).
 
@@ -34,7 +36,7 @@ from trainerop_common.checkpoint_layout import (
 )
 from trainerop_common.clock import parse_time, rfc3339
 from trainerop_common.conditions import Desired
-from trainerop_common.contracts import GATE_CONDITIONS, SECRET_READER_ROLES
+from trainerop_common.contracts import GATE_CONDITIONS, SECRET_READER_ROLES, TRAINER_UID_LABEL
 from trainerop_common.outcome import Event, StatusSection, soonest
 
 CONDITION = GATE_CONDITIONS["checkpoint"]
@@ -49,6 +51,7 @@ RECHECK_SECONDS = 10.0  # a missing or bad copy is read again this often until t
 # Storage problems of the credentials Secret (not watched: looked at again every RECHECK_SECONDS).
 SECRET_PROBLEMS = frozenset({"CredentialsNotFound", "CredentialsNotReadable", "InvalidCredentials"})
 FINAL = ("Committed", "GarbageCollected", "Failed")
+UNREADABLE = "Unreadable"  # the Failed reason of a committed checkpoint a resuming pod could not load
 
 CopyState = Literal["ok", "missing", "mismatch", "unreadable"]
 CopyId = tuple[str, str, str]  # (checkpoint uid, copy key, reported sha256)
@@ -192,6 +195,8 @@ class Observed:
     annotations: Mapping[str, str] = field(default_factory=dict)
     renegotiation: RenegotiationStatus | None = None
     save_request: SaveRequest | None = None
+    # The checkpoint paths (RESUME_FROM) the Trainer's live pods were given: their data stays.
+    pinned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,9 @@ class Decision:
     status: dict[str, Any]
     conditions: tuple[Desired, ...]
     checkpoints: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # name -> status to apply
+    # Committed checkpoints marked unreadable: written once the Trainer's new resume point is (a
+    # pod that waits for the mark then knows its replacement is given the previous checkpoint).
+    marks: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     collect: tuple[Collect, ...] = ()
     events: tuple[Event, ...] = ()
     requeue_after: float | None = None
@@ -262,6 +270,8 @@ def tally(view: CheckpointView, obs: Observed) -> Tally:
 def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
     """The phase of one checkpoint from its reports and what reading its copies found."""
     spec = view.checkpoint.spec
+    if view.phase == "Committed" and spec.unreadable:
+        return Judged(view, _current(view) | _phase("Failed", UNREADABLE, unreadable_message(view)))
     if view.phase in FINAL:
         return Judged(view, _current(view))  # final (collection of a committed one is decided by retention)
     expected = checkpoint_path(expected_dir, spec.step)
@@ -295,6 +305,17 @@ def judge(view: CheckpointView, expected_dir: str, obs: Observed) -> Judged:
         why = f"no quorum within commitTimeoutSeconds ({timeout}s): {message}; never resumed from"
         return Judged(view, status | _phase("Failed", "QuorumTimeout", why))
     return Judged(view, status | _phase(phase, reason, message), unread, left)
+
+
+def unreadable_message(view: CheckpointView) -> str:
+    """What the resuming pods found of a committed checkpoint: the shards they could not load."""
+    reports = sorted(view.checkpoint.spec.unreadable or (), key=lambda r: r.index)
+    found = "; ".join(f"shard {r.index} (pod {r.pod}): {r.problem}" for r in reports[:5])
+    more = f"; and {len(reports) - 5} more shards" if len(reports) > 5 else ""
+    return (
+        f"no copy of a shard could be loaded: {found}{more}; never resumed from again, its data deleted once "
+        "a newer checkpoint commits"
+    )
 
 
 def _phase(phase: str, reason: str, message: str) -> dict[str, Any]:
@@ -374,25 +395,54 @@ def decide(obs: Observed) -> Decision:
     judged = _judged(obs)
     committed = [j for j in judged if j.phase == "Committed"]
     keep = committed[-spec.max_retention :]
-    section, ready = _section(obs, keep)
+    broken = unreadable_latest(judged, keep)
+    section, ready = _section(obs, keep, broken)
     overdue, overdue_in = _overdue(obs, section.get("lastCommitTime"), spec.interval_minutes)
     # A copy found missing or bad is read again a little later, until the commit timeout.
     bad = any(c.id in obs.copy_states for j in judged for c in j.unread)
+    changed = {j.view.name: j for j in judged if j.status != _current(j.view)}
     return Decision(
         status={"checkpoint": section},
         conditions=(ready, overdue),
-        checkpoints={j.view.name: j.status for j in judged if j.status != _current(j.view)},
+        checkpoints={n: j.status for n, j in changed.items() if j.view.phase != "Committed"},
+        marks={n: j.status for n, j in changed.items() if j.view.phase == "Committed"},
         collect=tuple(_retention(obs, judged, committed, spec.max_retention)),
-        events=tuple(_announced(judged)),
+        events=tuple(_announced(judged, keep)),
         requeue_after=soonest(*(j.due for j in judged), overdue_in, RECHECK_SECONDS if bad else None),
+        problem=ready if ready.status == "False" else None,
     )
 
 
-def _announced(judged: Sequence[Judged]) -> list[Event]:
-    """An Event for each checkpoint that commits or fails now."""
+def unreadable_latest(judged: Sequence[Judged], keep: Sequence[Judged]) -> Judged | None:
+    """The newest checkpoint found unreadable after it committed, when it is newer than every
+    committed one kept: the run falls back from it (to the newest kept, if any)."""
+    newest = keep[-1].view if keep else None
+    broken = [j for j in judged if j.phase == "Failed" and j.status.get("reason") == UNREADABLE]
+    if not broken or (newest is not None and order(broken[-1].view) < order(newest)):
+        return None
+    return broken[-1]
+
+
+def _fallback(keep: Sequence[Judged]) -> str:
+    """Where a run whose latest checkpoint is unreadable goes on from."""
+    if not keep:
+        return "no earlier committed checkpoint remains: the run waits (CheckpointReady=False) with no new pods"
+    c = keep[-1].view.checkpoint.spec
+    return f"the run resumes from {keep[-1].view.name} (step {c.step})"
+
+
+def _announced(judged: Sequence[Judged], keep: Sequence[Judged]) -> list[Event]:
+    """An Event for each checkpoint that commits or fails now, or is found unreadable (naming the
+    checkpoint the run goes on from)."""
     events: list[Event] = []
     for j in judged:
-        if j.phase != j.view.phase and j.phase in ("Committed", "Failed"):
+        spec = j.view.checkpoint.spec
+        if j.view.phase == "Committed" and j.phase == "Failed":
+            why = unreadable_message(j.view).split("; never")[0]
+            events.append(
+                ("Warning", "CheckpointUnreadable", f"{j.view.name} (step {spec.step}): {why}; {_fallback(keep)}")
+            )
+        elif j.phase != j.view.phase and j.phase in ("Committed", "Failed"):
             kind, reason = (
                 ("Normal", "CheckpointCommitted") if j.phase == "Committed" else ("Warning", "CheckpointFailed")
             )
@@ -403,24 +453,54 @@ def _announced(judged: Sequence[Judged]) -> list[Event]:
 def _retention(obs: Observed, judged: Sequence[Judged], committed: Sequence[Judged], keep: int) -> list[Collect]:
     """Data to delete: committed checkpoints older than the newest ``keep`` (never the one pods may
     still be told to resume from), and failed ones once a newer one has committed (a late writer is
-    done by then; never one pointing elsewhere)."""
+    done by then; never one pointing elsewhere) — never what a live pod was told to resume from."""
     stamp = rfc3339(obs.now)
     out: list[Collect] = []
     for j in committed[:-keep]:
-        if j.view.name == obs.published:
-            continue  # collected once the new latest is out
+        if j.view.name == obs.published or pinned(j.view, obs):
+            continue  # collected once the new latest is out, and no live pod may still load it
         message = f"older than the newest {keep} committed checkpoints; data deleted"
         gone = _phase("GarbageCollected", "Retention", message) | {"collectTime": stamp}
         out.append(Collect(j.view.name, j.view.checkpoint.spec.path.rstrip("/"), j.status | gone))
     newest = committed[-1].view if committed else None
     for j in judged:
         stale = newest is not None and order(j.view) < order(newest)
-        if j.phase == "Failed" and j.status.get("reason") != "InvalidPath" and stale and "collectTime" not in j.status:
+        if (
+            j.phase == "Failed"
+            and j.status.get("reason") != "InvalidPath"
+            and stale
+            and "collectTime" not in j.status
+            and not pinned(j.view, obs)
+        ):
             out.append(Collect(j.view.name, j.view.checkpoint.spec.path.rstrip("/"), j.status | {"collectTime": stamp}))
     return out
 
 
-def _section(obs: Observed, keep: Sequence[Judged]) -> tuple[dict[str, Any], Desired]:
+def resume_points(pods: Sequence[Mapping[str, Any]], trainer_uid: str) -> frozenset[str]:
+    """The RESUME_FROM values of a Trainer's pods that have not ended (one being deleted may still
+    run): what a process restarted inside one loads. Pods of an earlier Trainer of the name do not
+    count."""
+    points: set[str] = set()
+    for pod in pods:
+        uid = (pod.get("metadata", {}).get("labels") or {}).get(TRAINER_UID_LABEL)
+        if (trainer_uid and uid and uid != trainer_uid) or pod.get("status", {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        spec = pod.get("spec", {})
+        for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+            points |= {e.get("value") or "" for e in container.get("env") or () if e.get("name") == "RESUME_FROM"}
+    return frozenset(p for p in points if p)
+
+
+def pinned(view: CheckpointView, obs: Observed) -> bool:
+    """Whether a live pod of the Trainer was given this checkpoint as RESUME_FROM (a process
+    restarted inside it, torchrun's for one, loads it again)."""
+    return view.checkpoint.spec.path.rstrip("/") in {p.rstrip("/") for p in obs.pinned}
+
+
+def _section(obs: Observed, keep: Sequence[Judged], broken: Judged | None) -> tuple[dict[str, Any], Desired]:
     """status.checkpoint (the committed checkpoints kept, the resume point, the pods' contribution)
     and CheckpointReady."""
     assert obs.spec.checkpoint is not None
@@ -434,14 +514,34 @@ def _section(obs: Observed, keep: Sequence[Judged]) -> tuple[dict[str, Any], Des
             "resumeFrom": c.path,
             "lastCommitTime": newest.status.get("commitTime"),
         }
-        ready = Desired.true(
-            CONDITION, "Resumable", f"resumes from {newest.view.name} (epoch {c.epoch}, step {c.step})"
-        )
-    else:
-        ready = Desired.true(CONDITION, "NoCheckpointYet", "training starts from scratch")
+    ready = _ready(obs, newest, broken)
     directory = checkpoint_dir(obs.spec.checkpoint.location, obs.namespace, obs.trainer)
     section["contribution"] = contribution(obs, directory, section.get("resumeFrom", "")).to_k8s()
     return section, ready
+
+
+def _ready(obs: Observed, newest: Judged | None, broken: Judged | None) -> Desired:
+    """CheckpointReady: where the run resumes from, and why not from a newer checkpoint that
+    committed but could not be loaded (without an earlier one the gate closes: starting over
+    from scratch would lose the run's training, so a user decides)."""
+    if broken is not None:
+        bad = f"{broken.view.name} (step {broken.view.checkpoint.spec.step}) could not be loaded"
+        if newest is None:
+            message = (
+                f"{bad} and no earlier committed checkpoint remains: the run waits with no new pods; to start "
+                f"over from scratch, delete it (kubectl delete checkpoint {broken.view.name} -n {obs.namespace})"
+            )
+            return Desired.false(CONDITION, "NoReadableCheckpoint", message)
+        c = newest.view.checkpoint.spec
+        return Desired.true(
+            CONDITION,
+            "ResumedFromPrevious",
+            f"resumes from {newest.view.name} (epoch {c.epoch}, step {c.step}): {bad}",
+        )
+    if newest is None:
+        return Desired.true(CONDITION, "NoCheckpointYet", "training starts from scratch")
+    c = newest.view.checkpoint.spec
+    return Desired.true(CONDITION, "Resumable", f"resumes from {newest.view.name} (epoch {c.epoch}, step {c.step})")
 
 
 def _current(view: CheckpointView) -> dict[str, Any]:

@@ -6,12 +6,17 @@ and answers with one letter per item in its termination message:
 
 - a verifier pod (owned by its Checkpoint) mounts the claim read-only, reads each copy it is asked
   about and compares its sha256 and size with what the writer reported: ``o`` ok, ``m`` missing,
-  ``x`` mismatch, ``u`` unreadable. It has no ServiceAccount token, runs as 65532 with a read-only
-  root filesystem, no capabilities and a deadline.
+  ``x`` mismatch, ``u`` unreadable (also a copy reached through a symlink: none is followed). It
+  has no ServiceAccount token, runs as 65532 with a read-only root filesystem, no capabilities and
+  a deadline.
 - a collector pod (owned by the Trainer) mounts the claim read-write and deletes checkpoint
-  directories: ``d`` deleted (or already gone), ``e`` error. The training pods wrote those files
-  as their own user, so it runs as root with only CAP_DAC_OVERRIDE (and no token, a read-only root
-  filesystem, a deadline); it deletes nothing outside ``/checkpoints/<trainer>/``.
+  directories: ``d`` deleted (or already gone), ``e`` error. It runs as the user the training pods
+  wrote those files as (each shard report says: :func:`writer_of`), never as root, with no
+  capabilities (and no token, a read-only root filesystem, a deadline); it deletes nothing outside
+  ``/checkpoints/<trainer>/`` and follows no symlink (a tenant sharing the claim may plant one).
+  Data whose writer is unknown or root is left on the claim, and the Trainer's Events say so.
+
+Neither sets an fsGroup: the kubelet would change the group of everything on the shared claim.
 
 4096 bytes (the kubelet's limit for a termination message) hold 4096 letters; a pod gets at most
 BATCH items and a larger checkpoint gets several pods. The controller's side is pure:
@@ -32,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from trainerop_common.api import GROUP, VERSION
+from trainerop_common.api.checkpoint import ShardReport
 from trainerop_common.checkpoint_layout import MOUNT
 from trainerop_common.clock import parse_time
 from trainerop_common.names import PART_OF, child_name
@@ -52,6 +58,7 @@ CHECKPOINT_UID_LABEL = f"{GROUP}/checkpoint-uid"
 MAX_POD_NAME = 63  # a pod's name is its hostname: a DNS label's length
 DEADLINE_SECONDS = 600
 FORCE_AFTER_SECONDS = 60  # a storage pod still terminating this long is force-deleted (its node is gone)
+NOBODY = 65532  # the verifier's user and group, and a collector's group when its writer's is root's
 T = TypeVar("T")
 
 
@@ -63,6 +70,29 @@ class Target:
     trainer: str
     claim: str
     image: str
+
+
+@dataclass(frozen=True)
+class Writer:
+    """The user (and group) a checkpoint's files were written as: the collector deletes them as it."""
+
+    uid: int
+    gid: int
+
+
+def writer_of(shards: Sequence[ShardReport]) -> Writer | str:
+    """Who the collector runs as to delete a checkpoint's data, from its shard reports; else why
+    it must not be deleted by a pod: no report says, several users wrote it, or root did (the
+    collector never runs as root). A group of root's gives the collector NOBODY's instead."""
+    users = sorted({(s.writer_uid, s.writer_gid) for s in shards if s.writer_uid is not None}, key=str)
+    if not users:
+        return "no shard report says which user wrote it (an SDK older than the writerUid field)"
+    if len(users) > 1:
+        return f"its shards were written by several users ({', '.join(f'{u}:{g}' for u, g in users)})"
+    ((uid, gid),) = users
+    if uid == 0:
+        return "the training pods wrote it as root (uid 0), and the collector never runs as root"
+    return Writer(uid, gid if gid else NOBODY)
 
 
 @dataclass(frozen=True)
@@ -83,6 +113,7 @@ class PodView:
     finished: datetime | None = None
     waiting: str = ""  # why a pod that has not finished is not running
     failure: str = ""  # why a failed pod gave no answer
+    writer: Writer | None = None  # the non-root user it runs as (None: root, or not said)
 
 
 @dataclass(frozen=True)
@@ -93,6 +124,7 @@ class Plan:
     copy_states: Mapping[CopyId, CopyState] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)  # checkpoint uid -> what its verification waits for
     collected: frozenset[str] = frozenset()  # checkpoint paths whose data is gone
+    left: Mapping[str, str] = field(default_factory=dict)  # checkpoint path -> why no pod deletes its data
     force_delete: tuple[str, ...] = ()  # pods whose deletion their node never confirmed
     recheck_after: float | None = None  # seconds until a resting pod's work is due again
 
@@ -106,30 +138,33 @@ def encode_request(copies: Iterable[Copy]) -> str:
     return json.dumps([[c.path, c.key, c.sha256, c.size] for c in copies], separators=(",", ":"))
 
 
-def pod_name(prefix: str, purpose: str, owner_uid: str, request: str, target: Target) -> str:
-    """Names follow the work: the same request for the same owner, claim and image is the same pod
-    (creating it twice is refused), another request is another pod."""
-    digest = hashlib.sha256(f"{owner_uid}\n{target.claim}\n{target.image}\n{request}".encode()).hexdigest()[:10]
+def pod_name(prefix: str, purpose: str, owner_uid: str, request: str, target: Target, user: str = "") -> str:
+    """Names follow the work: the same request for the same owner, claim, image (and user) is the
+    same pod (creating it twice is refused), another request is another pod."""
+    work = f"{owner_uid}\n{target.claim}\n{target.image}\n{request}" + (f"\n{user}" if user else "")
+    digest = hashlib.sha256(work.encode()).hexdigest()[:10]
     return child_name(prefix, purpose, digest, limit=MAX_POD_NAME)
 
 
 def _storage_pod(
-    target: Target, purpose: str, owner: dict[str, str], env: str, request: str, labels: Mapping[str, str]
+    target: Target,
+    purpose: str,
+    owner: dict[str, str],
+    env: str,
+    request: str,
+    labels: Mapping[str, str],
+    writer: Writer = Writer(NOBODY, NOBODY),
 ) -> dict[str, Any]:
     read_only = purpose == "verify"
-    if read_only:
-        pod_security = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532}
-        capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
-    else:  # deletes what the training pods wrote as their own user
-        pod_security = {"runAsNonRoot": False, "runAsUser": 0}
-        capabilities = {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+    pod_security = {"runAsNonRoot": True, "runAsUser": writer.uid, "runAsGroup": writer.gid}
+    user = "" if read_only else f"{writer.uid}:{writer.gid}"
     claim: dict[str, Any] = {"claimName": target.claim} | ({"readOnly": True} if read_only else {})
     mount: dict[str, Any] = {"name": "checkpoints", "mountPath": MOUNT} | ({"readOnly": True} if read_only else {})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(owner["name"], purpose, owner["uid"], request, target),
+            "name": pod_name(owner["name"], purpose, owner["uid"], request, target, user),
             "namespace": target.namespace,
             "labels": {
                 PURPOSE_LABEL: purpose,
@@ -161,7 +196,7 @@ def _storage_pod(
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "readOnlyRootFilesystem": True,
-                        "capabilities": capabilities,
+                        "capabilities": {"drop": ["ALL"]},
                     },
                 }
             ],
@@ -181,12 +216,20 @@ def verifier_pod(target: Target, checkpoint: str, checkpoint_uid: str, copies: S
     )
 
 
-def collector_pod(target: Target, trainer_uid: str, paths: Sequence[str]) -> dict[str, Any]:
-    """The pod that deletes checkpoint directories (``paths``, one batch) on the claim."""
+def collector_pod(target: Target, trainer_uid: str, paths: Sequence[str], writer: Writer) -> dict[str, Any]:
+    """The pod that deletes checkpoint directories (``paths``, one batch, all written by
+    ``writer``) on the claim, as ``writer``."""
     request = json.dumps(list(paths), separators=(",", ":"))
-    return _storage_pod(
-        target, "collect", {"kind": "Trainer", "name": target.trainer, "uid": trainer_uid}, COLLECT_ENV, request, {}
-    )
+    owner = {"kind": "Trainer", "name": target.trainer, "uid": trainer_uid}
+    return _storage_pod(target, "collect", owner, COLLECT_ENV, request, {}, writer)
+
+
+def _runs_as(security: Mapping[str, Any]) -> Writer | None:
+    """The non-root user a pod's securityContext makes it run as (None: root, or not said)."""
+    uid, gid = security.get("runAsUser"), security.get("runAsGroup")
+    if security.get("runAsNonRoot") is not True or not isinstance(uid, int) or not isinstance(gid, int) or uid == 0:
+        return None
+    return Writer(uid, gid)
 
 
 def trainer_of(pod: Mapping[str, Any]) -> tuple[str, str]:
@@ -246,6 +289,7 @@ def view(pod: Mapping[str, Any]) -> PodView | None:
         finished=parse_time(when) if when and phase in ("Succeeded", "Failed") else None,
         waiting=waiting,
         failure=failure or ("ended without an answer" if phase == "Failed" else ""),
+        writer=_runs_as(spec.get("securityContext") or {}),
     )
 
 
@@ -362,28 +406,40 @@ def plan_verification(target: Target, wanted: Sequence[Copy], pods: Sequence[Pod
     return _plan(settled, mine, trusted, create, copy_states=states, notes=notes)
 
 
+def _keyed(answers: Mapping[Hashable, str]) -> dict[tuple[str, Writer | None], str]:
+    """A collector's answers by (path, writer), the items it was planned with."""
+    return {item: letter for item, letter in answers.items() if isinstance(item, tuple)}
+
+
 def plan_collection(
     target: Target,
     trainer_uid: str,
-    wanted: Sequence[str],
+    wanted: Mapping[str, Writer | str],
     pods: Sequence[PodView],
     now: datetime,
     rest_seconds: float = RECHECK_SECONDS,
 ) -> Plan:
     """Checkpoint directories the collector pods deleted, the pods to delete, failures (a pod without
     an answer, or one that could not delete a directory), and pods for the directories ``wanted``
-    gone that no pod is on."""
+    gone that no pod is on: one per writer and batch, running as that writer. A directory wanted
+    with a reason instead of a writer gets no pod (``left``). A collector running as root (an
+    older release's) or as another user than its directories' writer is not believed."""
     mine = [p for p in pods if p.purpose == "collect"]
-    trusted = [p for p in mine if _trusted(p, target, trainer_uid)]
-    work = [(p, [str(r) for r in _rows(p)]) for p in trusted]
-    settled = _settle(work, set(wanted), DELETED, DELETED + FAILED, now, rest_seconds)
-    done = frozenset(str(path) for path, letter in settled.answers.items() if letter == DELETED)
+    trusted = [p for p in mine if _trusted(p, target, trainer_uid) and p.writer is not None]
+    work = [(p, [(str(r), p.writer) for r in _rows(p)]) for p in trusted]
+    writers = {path: w for path, w in wanted.items() if isinstance(w, Writer)}
+    settled = _settle(work, set(writers.items()), DELETED, DELETED + FAILED, now, rest_seconds)
+    done = frozenset(path for (path, _), letter in _keyed(settled.answers).items() if letter == DELETED)
     for pod, items in work:
         text = (pod.message or "").strip()
         if pod.phase == "Succeeded" and pod.deleting is None and len(text) == len(items):
-            kept = [item for item, letter in zip(items, text, strict=True) if letter == FAILED]
+            kept = [path for (path, _), letter in zip(items, text, strict=True) if letter == FAILED]
             if kept:
                 settled.failures.append((pod.name, f"could not delete {', '.join(kept)} (its log says why)"))
-    todo = [p for p in wanted if p not in settled.covered and p not in done]
-    create = [collector_pod(target, trainer_uid, batch) for batch in batches(todo)]
-    return _plan(settled, mine, trusted, create, collected=done)
+    todo: dict[Writer, list[str]] = {}
+    for path, writer in writers.items():
+        if (path, writer) not in settled.covered and path not in done:
+            todo.setdefault(writer, []).append(path)
+    create = [collector_pod(target, trainer_uid, batch, w) for w, paths in todo.items() for batch in batches(paths)]
+    left = {path: why for path, why in wanted.items() if isinstance(why, str)}
+    return _plan(settled, mine, trusted, create, collected=done, left=left)

@@ -44,6 +44,27 @@ class CheckpointError(Exception):
     """A checkpoint could not be written, reported or loaded."""
 
 
+UNREADABLE_EXIT = 143  # as a pod the operator ends: retryable under every restart policy but Never
+UNREADABLE_WAIT_SECONDS = 60.0  # how long load() waits for the controller to mark a checkpoint unreadable
+UNREADABLE_POLL_SECONDS = 1.0
+
+
+class CheckpointUnreadable(SystemExit):
+    """RESUME_FROM names a checkpoint this replica cannot load: no copy of its shard is there with
+    the reported sha256 (reported on the Checkpoint, which the checkpoint controller then marks
+    unreadable and stops resuming from), or one already marked so or deleted. The process must end
+    so that its replacement gets the previous committed checkpoint, the one every rank resumes
+    from: a SystemExit (exit code 143), so that no ``except Exception`` around ``load()`` starts
+    training from scratch instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(UNREADABLE_EXIT)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def default_shard(env: Mapping[str, str]) -> int:
     """This replica's shard: torchrun's node rank, else the operator's CHECKPOINT_SHARD (the
     master or chief 0, then the workers), else its rank where the framework has one, else its
@@ -64,6 +85,39 @@ def default_shards(env: Mapping[str, str]) -> int:
         if env.get(name, "").isdigit() and int(env[name]) > 0:
             return int(env[name])
     return 1
+
+
+def _ending(message: str) -> CheckpointUnreadable:
+    """The exit of a pod that cannot resume, said on stderr first (a SystemExit with a code prints
+    nothing): the pod's log says why it ended."""
+    print(f"checkpoint: {message}; exiting with {UNREADABLE_EXIT}", file=sys.stderr, flush=True)
+    return CheckpointUnreadable(message)
+
+
+def _not_resumable(obj: Mapping[str, Any]) -> str:
+    """Why the Checkpoint ``obj`` is no longer resumed from ("" while it is)."""
+    status = obj.get("status") or {}
+    if status.get("phase") == "Failed":
+        return f"is never resumed from ({status.get('reason')}: {status.get('message', '')})"
+    if status.get("phase") == "GarbageCollected":
+        return "was garbage-collected (its data is deleted)"
+    return ""
+
+
+def _first_good_copy(location: Location, report: Mapping[str, Any]) -> tuple[bytes | None, dict[str, str]]:
+    """The first copy with the reported sha256, else what each copy was: ``missing``, ``sha256
+    mismatch``, or ``error: ...`` (the storage could not answer: no verdict)."""
+    found: dict[str, str] = {}
+    for key in report["copies"]:
+        try:
+            data = location.get(key)
+        except Exception as err:  # S3 or the file system: retried by the client already
+            found[key] = f"error: {type(err).__name__}: {str(err)[:80]}"
+            continue
+        if data is not None and hashlib.sha256(data).hexdigest() == report["sha256"]:
+            return data, found
+        found[key] = "missing" if data is None else "sha256 mismatch"
+    return None, found
 
 
 @dataclass
@@ -127,6 +181,13 @@ class Checkpointer:
         put: Callable[[Location, str], None] = lambda loc, key: loc.put_file(key, path, sha, size)  # noqa: E731
         return self._write(step, epoch, shard, shards, sha, size, put, extra)
 
+    def _file_owner(self) -> dict[str, int]:
+        """Who wrote the copies on a claim (its files are this process's): the checkpoint
+        controller's collector deletes them as that user, never as root. Nothing on S3."""
+        if self.directory.startswith(S3_SCHEME):
+            return {}
+        return {"writerUid": os.geteuid(), "writerGid": os.getegid()}
+
     def _multipart(self) -> bool:
         """Whether a file's copies go up as multipart uploads (S3 with boto3, for a large one)."""
         return self.directory.startswith(S3_SCHEME) and s3_multipart.available()
@@ -164,7 +225,7 @@ class Checkpointer:
             put(location, key)
         seconds = time.monotonic() - t0
         report: dict[str, Any] = {"index": shard, "sha256": sha256, "size": size, "copies": keys}
-        report |= {"writeSeconds": round(seconds, 3)} | dict(extra or {})
+        report |= {"writeSeconds": round(seconds, 3)} | dict(extra or {}) | self._file_owner()
         return self.report(step, epoch, path, shards, report, replication)
 
     def _existing(self, name: str) -> dict[str, Any] | None:
@@ -233,7 +294,14 @@ class Checkpointer:
 
     def load(self, shard: int | None = None) -> bytes | None:
         """This replica's shard of the checkpoint in RESUME_FROM (None on a first start): the first
-        copy whose sha256 matches what was reported, so one bad copy does not stop a resume."""
+        copy whose sha256 matches what was reported, so one bad copy does not stop a resume.
+
+        When no copy is there with that sha256 (each missing or different; a storage error is no
+        verdict: CheckpointError), the shard is reported unreadable on the Checkpoint, ``load``
+        waits (up to UNREADABLE_WAIT_SECONDS) for the checkpoint controller to mark it so and
+        move the run's resume point to the previous committed checkpoint, and raises
+        :class:`CheckpointUnreadable`: the process ends, and the pod that replaces it resumes from
+        there, as every rank does (docs/checkpoints.md)."""
         if not self.resume_from:
             return None
         shard = self.shard if shard is None else shard
@@ -241,20 +309,68 @@ class Checkpointer:
         if match is None:
             raise CheckpointError(f"RESUME_FROM {self.resume_from!r} is not a checkpoint path")
         name = checkpoint_name(self.trainer, int(match.group(1)))
-        try:
-            obj = self.api.request("GET", f"{API}/namespaces/{self.api.namespace}/checkpoints/{name}")
-        except ApiError as err:
-            raise CheckpointError(f"reading {name}: {err}") from err
+        obj = self._checkpoint(name)
+        gone = _not_resumable(obj)
+        if gone:
+            raise _ending(f"{name} {gone}; this pod's replacement resumes from the run's current one")
         reports = {s["index"]: s for s in obj.get("spec", {}).get("shards", [])}
         if shard not in reports:
             raise CheckpointError(f"{name} has no shard {shard} (it has {sorted(reports)})")
         report = reports[shard]
-        location = open_location(self.resume_from, self.env)
-        for key in report["copies"]:
-            data = location.get(key)
-            if data is not None and hashlib.sha256(data).hexdigest() == report["sha256"]:
-                return data
-        raise CheckpointError(f"no copy of shard {shard} of {name} matches its sha256")
+        data, found = _first_good_copy(open_location(self.resume_from, self.env), report)
+        if data is not None:
+            return data
+        problem = ", ".join(f"{key}: {state}" for key, state in found.items())
+        if any(state.startswith("error") for state in found.values()):
+            raise CheckpointError(f"no copy of shard {shard} of {name} could be read ({problem}); not reported")
+        self._report_unreadable(obj, shard, problem)
+        marked = self._await_mark(name)
+        after = (
+            "the checkpoint controller marked it unreadable: this pod's replacement resumes from the previous "
+            "committed checkpoint"
+            if marked
+            else f"the checkpoint controller did not mark it unreadable within {UNREADABLE_WAIT_SECONDS:.0f}s: "
+            "this pod's replacement tries again"
+        )
+        raise _ending(f"no copy of shard {shard} of {name} matches its sha256 ({problem}); reported it, and {after}")
+
+    def _checkpoint(self, name: str) -> dict[str, Any]:
+        try:
+            return self.api.request("GET", f"{API}/namespaces/{self.api.namespace}/checkpoints/{name}")
+        except ApiError as err:
+            raise CheckpointError(f"reading {name}: {err}") from err
+
+    def _report_unreadable(self, obj: Mapping[str, Any], shard: int, problem: str) -> None:
+        """Apply this shard's entry of ``spec.unreadable`` (its own field manager; kept as the first
+        pod to find it unreadable said it)."""
+        name = obj["metadata"]["name"]
+        if any(u.get("index") == shard for u in obj.get("spec", {}).get("unreadable") or ()):
+            return
+        entry = {"index": shard, "pod": self.writer, "problem": problem[:512]}
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "Checkpoint",
+            "metadata": {"name": name},
+            "spec": {"unreadable": [entry]},
+        }
+        manager = f"trainerop-sdk/{self.writer}/unreadable-{shard}"[-128:]
+        path = f"{API}/namespaces/{self.api.namespace}/checkpoints/{name}?fieldManager={manager}"
+        try:
+            self.api.request("PATCH", path, body, APPLY)
+        except ApiError as err:
+            raise CheckpointError(f"reporting shard {shard} of {name} unreadable: {err}") from err
+
+    def _await_mark(self, name: str) -> bool:
+        """Whether the checkpoint controller marked ``name`` no longer resumable in time (it does so
+        once the run's new resume point is written)."""
+        deadline = time.monotonic() + UNREADABLE_WAIT_SECONDS
+        while True:
+            with contextlib.suppress(CheckpointError):  # a read that fails is not an answer
+                if _not_resumable(self._checkpoint(name)):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(UNREADABLE_POLL_SECONDS)
 
     def save_on_sigterm(self, state: Callable[[], tuple[bytes, int, int]], hard_exit: bool = False) -> None:
         """On SIGTERM (eviction, spot reclaim, scale-down) save ``state()`` -> (data, step, epoch)

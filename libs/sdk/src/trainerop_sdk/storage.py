@@ -5,12 +5,16 @@ multipart uploads: :mod:`trainerop_sdk.s3_multipart`)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import io
 import os
 import shutil
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from . import s3_multipart
 from .checksums import Digest, StoredChecksum
@@ -95,6 +99,114 @@ class LocalLocation:
         return count
 
 
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Non-blocking: a FIFO planted as a copy is opened without waiting for a writer, then refused.
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _segments(text: str) -> list[str]:
+    """The names of a relative path, none of which may climb out or stand for the directory itself."""
+    names = text.strip("/").split("/")
+    if any(name in ("", ".", "..") for name in names):
+        raise ValueError(f"{text!r} is not a plain relative path")
+    return names
+
+
+class NoFollowLocation:
+    """A checkpoint directory on a claim that tenants share, as the checkpoint controller's pods
+    read and delete it: every name below ``base`` (the trusted mount) is opened relative to its
+    parent's descriptor without following a symlink, so a symlink planted anywhere (as the
+    Trainer's directory, as the checkpoint, inside it) is an error, never a way elsewhere. A copy
+    that is not a regular file is unreadable. Read and delete only: the training pods write with
+    :class:`LocalLocation`."""
+
+    def __init__(self, base: str, path: str) -> None:
+        base = base.rstrip("/")
+        if not path.startswith(base + "/"):
+            raise ValueError(f"{path!r} is not under {base}")
+        self.base, self.names = base, _segments(path[len(base) :])
+
+    @contextlib.contextmanager
+    def _directory(self, names: list[str]) -> Iterator[int | None]:
+        """A descriptor of the directory ``names`` below base (None: a name does not exist); a
+        symlink or anything but a directory on the way raises OSError."""
+        fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in names:
+                try:
+                    inner = os.open(name, _DIRECTORY, dir_fd=fd)
+                except FileNotFoundError:
+                    yield None
+                    return
+                os.close(fd)
+                fd = inner
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _file(self, key: str) -> Iterator[BinaryIO | None]:
+        """The copy at ``key``, open for reading (None: it does not exist)."""
+        *folders, name = _segments(key)
+        with self._directory(self.names + folders) as parent:
+            if parent is None:
+                yield None
+                return
+            try:
+                fd = os.open(name, _FILE, dir_fd=parent)
+            except FileNotFoundError:
+                yield None
+                return
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError(errno.EINVAL, f"{key} is not a regular file")
+                os.set_blocking(fd, True)
+                yield f
+
+    def get(self, key: str) -> bytes | None:
+        with self._file(key) as f:
+            return None if f is None else f.read()
+
+    def stored_checksum(self, key: str) -> StoredChecksum | None:
+        """A file keeps no checksum: its size only."""
+        with self._file(key) as f:
+            return None if f is None else StoredChecksum(os.fstat(f.fileno()).st_size)
+
+    def sha256(self, key: str) -> Digest | None:
+        with self._file(key) as f:
+            if f is None:
+                return None
+            digest, size = hashlib.sha256(), 0
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+            return Digest(digest.hexdigest(), size)
+
+    def delete_all(self) -> int:
+        """Delete the directory and what is in it (0: it was gone); shutil.rmtree by descriptor
+        unlinks a symlink inside instead of following it, and refuses one as the directory."""
+        *folders, name = self.names
+        with self._directory(folders) as parent:
+            if parent is None:
+                return 0
+            try:
+                top = os.open(name, _DIRECTORY, dir_fd=parent)
+            except FileNotFoundError:
+                return 0
+            try:
+                count = sum(len(files) for _, _, files, _ in os.fwalk(".", dir_fd=top))
+            finally:
+                os.close(top)
+            shutil.rmtree(name, dir_fd=parent)
+            return count
+
+    def put(self, key: str, data: bytes) -> None:
+        raise io.UnsupportedOperation("a NoFollowLocation is read and deleted, never written")
+
+    def put_file(self, key: str, path: str, sha256: str, size: int) -> None:
+        raise io.UnsupportedOperation("a NoFollowLocation is read and deleted, never written")
+
+
 class S3Location:
     """A prefix in an S3 bucket."""
 
@@ -132,11 +244,16 @@ class S3Location:
         return self.client.delete_prefix(self.prefix) if self.prefix else 0
 
 
-def open_location(path: str, env: Mapping[str, str] | None = None, local_root: str | None = None) -> Location:
+def open_location(
+    path: str, env: Mapping[str, str] | None = None, local_root: str | None = None, follow_symlinks: bool = True
+) -> Location:
     """The checkpoint at ``path``: an s3:// URI (credentials from ``env``, the AWS_* variables) or a
-    path under /checkpoints (``local_root`` replaces /checkpoints, for tools that see the PVC elsewhere)."""
+    path under /checkpoints (``local_root`` replaces /checkpoints, for tools that see the PVC elsewhere).
+    Without ``follow_symlinks`` a path on the claim is reached and read only through real
+    directories (:class:`NoFollowLocation`: the checkpoint controller's pods on a shared claim)."""
     if path.startswith(S3_SCHEME):
         return S3Location(path, Credentials.from_env(env))
-    if local_root is not None and path.startswith(MOUNT):
-        path = local_root.rstrip("/") + path[len(MOUNT) :]
-    return LocalLocation(path)
+    root = MOUNT if local_root is None else local_root.rstrip("/")
+    if path.startswith(MOUNT):
+        path = root + path[len(MOUNT) :]
+    return LocalLocation(path) if follow_symlinks else NoFollowLocation(root, path)

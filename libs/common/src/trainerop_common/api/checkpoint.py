@@ -15,6 +15,7 @@ from .base import Conditions, K8sModel, ObjectName, cel, list_map
 CheckpointPhase = Literal["Pending", "Staging", "Committed", "GarbageCollected", "Failed"]
 MAX_SHARDS = 1024
 MAX_COPIES = 7
+MAX_ID = 2147483647  # the largest user or group id a pod may run as (runAsUser, runAsGroup)
 
 
 def immutable(name: str) -> JsonDict:
@@ -51,6 +52,22 @@ class ShardReport(K8sModel):
         "of its parts' sha256s, base64, then '-' and the number of parts), which the controller compares instead "
         "of reading the copy.",
     )
+    writer_uid: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_ID,
+        description="Copies on a PersistentVolumeClaim: the user that wrote them; the collector pod deletes them as "
+        "that user (never as root: data written as root is left on the claim).",
+    )
+    writer_gid: int | None = Field(default=None, ge=0, le=MAX_ID, description="That user's group.")
+
+
+class UnreadableShard(K8sModel):
+    """A shard a resuming pod found no readable copy of: the checkpoint is never resumed from again."""
+
+    index: int = Field(ge=0, le=MAX_SHARDS - 1)
+    pod: ObjectName = Field(description="The pod that could not load it.")
+    problem: str = Field(max_length=512, description="What each copy was, as the pod found it.")
 
 
 class CheckpointSpec(K8sModel):
@@ -94,6 +111,11 @@ class CheckpointSpec(K8sModel):
             MAX_SHARDS,
             **{"x-kubernetes-validations": [cel("size(self) >= size(oldSelf)", "reported shards cannot be removed")]},
         ),
+    )
+    unreadable: list[UnreadableShard] | None = Field(
+        default=None,
+        description="Shards a resuming pod could not load (each pod applies its own entry).",
+        json_schema_extra=list_map("index", MAX_SHARDS),
     )
 
 
