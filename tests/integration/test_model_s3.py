@@ -4,6 +4,7 @@ into the cache and each checked as it is read; a pinned manifest that changed, a
 wrong credentials refused with what to do; a second run downloads nothing."""
 
 import hashlib
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,22 @@ def test_a_tampered_file_is_refused_by_name_and_nothing_is_kept(bucket: S3Client
     )
     model_dir = cache / "s3" / bucket.bucket / "models" / "tiny"
     assert [p.name for p in model_dir.iterdir() if p.name != ".lock"] == []
+
+
+def test_a_checked_revision_is_read_only_and_one_changed_in_the_cache_is_fetched_again(
+    bucket: S3Client, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    assert initialize(pinned(bucket), cache)[0] == 0
+    digest = hashlib.sha256(sums(FILES)).hexdigest()
+    model = cache / "s3" / bucket.bucket / "models" / "tiny" / f"@{digest}"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in [model, *model.rglob("*")]} == {0o555, 0o444}
+    assert stat.S_IMODE(model.parent.stat().st_mode) == 0o1775  # sticky: another user's entries stay
+    (model / "weights" / "model.bin").chmod(0o644)  # rewritten in the cache, as an earlier release let the group
+    (model / "weights" / "model.bin").write_bytes(b"tampered")
+    code, said = initialize(pinned(bucket), cache)
+    assert (code, said.endswith("2 files downloaded and checked")) == (0, True)  # not trusted: fetched again
+    assert (model / "weights" / "model.bin").read_bytes() == FILES["weights/model.bin"]
 
 
 @pytest.mark.parametrize(

@@ -283,15 +283,3 @@ def test_a_hub_that_cannot_be_reached_is_named(tmp_path: Path) -> None:
         gone = hub.url  # a port nothing listens on once the server stops
     with pytest.raises(FetchError, match=f"cannot fetch hf://acme/tiny@main from {gone}: "):
         fetch(hub_source(f"hf://{REPO}@main"), tmp_path, [], gone, None, print)
-
-
-def test_the_cache_is_readable_by_every_user_and_writable_by_the_group(hub: HubServer, tmp_path: Path) -> None:
-    """The training container may run as another user than the initializer; runs of other users
-    share the claim through a fsGroup."""
-    hub.add(REPO, FILES)
-    fetched = fetch(hub_source(f"hf://{REPO}@main"), tmp_path, [], hub.url, None, lambda _: None)
-    commit_dir = fetched.path.resolve()
-    modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in [commit_dir, *commit_dir.rglob("*")]}
-    assert set(modes.values()) <= {0o664, 0o775}
-    assert modes[f"hf/acme/tiny/{fetched.commit}/model.safetensors"] == 0o664
-    assert all((tmp_path / d).stat().st_mode & 0o777 == 0o775 for d in ("hf", "hf/acme", "hf/acme/tiny"))

@@ -63,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return failed(err.reason, str(err), args.termination_log)
     how = "downloaded and checked" if fetched.downloaded else "found checked in the cache"
     version = f"commit {fetched.commit}" if isinstance(source, HubSource) else f"manifest sha256:{fetched.commit}"
-    report(VERIFIED, f"{source} at {version}: {fetched.files} files {how}", args.termination_log)
+    note = f"; {fetched.note}" if fetched.note else ""
+    report(VERIFIED, f"{source} at {version}: {fetched.files} files {how}{note}", args.termination_log)
     say(f"ready: {fetched.path}")
     return 0
 

@@ -28,10 +28,11 @@ from .cache import (
     FetchError,
     Say,
     cache_not_writable,
-    cached,
     exclusive,
+    found,
     into_place,
     partial_directory,
+    placed,
     shared_directories,
 )
 
@@ -51,7 +52,7 @@ def fetch(
     """The model at ``source`` in ``cache``: found there, or downloaded and checked."""
     where = revision_path(cache, source, patterns)
     with hub_errors(source, endpoint):
-        shared_directories(cache, where.parent)
+        shared_directories(cache, where.parent, say)
         with exclusive(where.parent / ".lock", say):
             return fetched_under_lock(source, where, patterns, endpoint, token, say)
 
@@ -63,20 +64,21 @@ def fetched_under_lock(
     api = HfApi(endpoint=endpoint, token=token or False)
     commit = source.revision if source.pinned else resolve(api, source)
     final = where.parent / (commit + patterns_key(patterns))
-    files = cached(where, final)
+    files = found(final, say)
     if files is not None:
         say(f"{source} (commit {commit}) is in the cache: nothing to download")
-        return Fetched(where, commit, files, downloaded=False)
+        path, note = placed(where, final, say)
+        return Fetched(path, commit, files, downloaded=False, note=note)
     expected = listing(api, source, commit, patterns)
     size = sum(e.size for e in expected.values())
     say(f"downloading {len(expected)} files ({size / 2**20:.1f} MiB) of {source} (commit {commit})")
     with partial_directory(final) as partial:
         download(source, commit, expected, partial, endpoint, token, say)
         checked(partial, expected)
-    shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's own bookkeeping
-    into_place(partial, final, where, manifest(source, commit, patterns, expected))
-    say(f"verified {len(expected)} files against the Hub's listing: {where}")
-    return Fetched(where, commit, len(expected), downloaded=True)
+        shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's own bookkeeping
+        path, note = into_place(partial, final, where, manifest(source, commit, patterns, expected), say)
+    say(f"verified {len(expected)} files against the Hub's listing: {path}")
+    return Fetched(path, commit, len(expected), downloaded=True, note=note)
 
 
 def resolve(api: HfApi, source: HubSource) -> str:

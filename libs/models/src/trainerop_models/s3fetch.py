@@ -24,10 +24,11 @@ from .cache import (
     FetchError,
     Say,
     cache_not_writable,
-    cached,
     exclusive,
+    found,
     into_place,
     partial_directory,
+    placed,
     shared_directories,
 )
 
@@ -38,16 +39,16 @@ def fetch_s3(source: S3Source, cache: Path, patterns: Sequence[str], creds: Cred
     """The model at ``source`` in ``cache``: found there, or downloaded and checked."""
     where = cache / revision_dir(source, patterns)
     with s3_errors(source, creds.endpoint):
-        shared_directories(cache, where.parent)
+        shared_directories(cache, where.parent, say)
         with exclusive(where.parent / ".lock", say):
             return fetched_under_lock(source, where, patterns, S3Client(creds, source.bucket), say)
 
 
 def fetched_under_lock(source: S3Source, where: Path, patterns: Sequence[str], client: S3Client, say: Say) -> Fetched:
-    files = cached(where, where) if source.pinned else None  # its directory is the pin's: no request at all
+    files = found(where, say) if source.pinned else None  # its directory is the pin's: no request at all
     if files is not None:
         say(f"{source} is in the cache: nothing to download")
-        return Fetched(where, str(source.manifest_sha256), files, downloaded=False)
+        return Fetched(where, str(source.manifest_sha256), files, downloaded=False)  # no link to move
     sums = client.get(source.manifest_key)
     if sums is None:
         raise FetchError(
@@ -55,27 +56,28 @@ def fetched_under_lock(source: S3Source, where: Path, patterns: Sequence[str], c
             f"bucket {source.bucket} has no {source.manifest_key}: put the model's files under {source.prefix}/ "
             f"with their {SUMS} (sha256sum * > {SUMS})",
         )
-    found = hashlib.sha256(sums).hexdigest()
-    if source.pinned and found != source.manifest_sha256:
+    digest = hashlib.sha256(sums).hexdigest()
+    if source.pinned and digest != source.manifest_sha256:
         raise FetchError(
             "HashMismatch",
-            f"refused: {source.manifest_key} hashes to sha256:{found}, not the sha256:{source.manifest_sha256} the "
+            f"refused: {source.manifest_key} hashes to sha256:{digest}, not the sha256:{source.manifest_sha256} the "
             "source names (it changed since it was pinned, or was tampered with); nothing was downloaded",
         )
-    final = where.parent / (f"@{found}" + patterns_key(patterns))
-    files = cached(where, final)
+    final = where.parent / (f"@{digest}" + patterns_key(patterns))
+    files = found(final, say)
     if files is not None:
-        say(f"{source} (manifest sha256:{found}) is in the cache: nothing to download")
-        return Fetched(where, found, files, downloaded=False)
+        say(f"{source} (manifest sha256:{digest}) is in the cache: nothing to download")
+        path, note = placed(where, final, say)
+        return Fetched(path, digest, files, downloaded=False, note=note)
     expected = wanted_files(source, sums, patterns)
-    say(f"downloading {len(expected)} files of {source} (manifest sha256:{found})")
+    say(f"downloading {len(expected)} files of {source} (manifest sha256:{digest})")
+    listed = {path: {"sha256": sha} for path, sha in sorted(expected.items())}
+    manifest = {"source": str(source), "manifest": digest, "files": listed, "patterns": list(patterns)}
     with partial_directory(final) as partial:
         download(client, source, expected, partial, say)
-    listed = {path: {"sha256": sha} for path, sha in sorted(expected.items())}
-    manifest = {"source": str(source), "manifest": found, "files": listed, "patterns": list(patterns)}
-    into_place(partial, final, where, json.dumps(manifest, indent=1))
-    say(f"verified {len(expected)} files against {SUMS}: {where}")
-    return Fetched(where, found, len(expected), downloaded=True)
+        path, note = into_place(partial, final, where, json.dumps(manifest, indent=1), say)
+    say(f"verified {len(expected)} files against {SUMS}: {path}")
+    return Fetched(path, digest, len(expected), downloaded=True, note=note)
 
 
 def wanted_files(source: S3Source, sums: bytes, patterns: Sequence[str]) -> dict[str, str]:
@@ -108,7 +110,7 @@ def download(client: S3Client, source: S3Source, expected: Mapping[str, str], in
             )
         say(f"downloaded {path} ({got.size / 2**20:.1f} MiB)")
 
-    into.mkdir(parents=True)
+    into.mkdir(parents=True, exist_ok=True)  # made by partial_directory
     pool = ThreadPoolExecutor(PARALLEL_DOWNLOADS)
     try:
         list(pool.map(one, sorted(expected)))
