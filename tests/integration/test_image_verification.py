@@ -2,8 +2,10 @@
 an ImagePolicy's runs get pods only for images a policy key signed, and those pods pull the digest
 that was verified; unsigned images, another key's signature and a signature carried over to a
 moved tag are refused with the image named; a registry that does not answer holds the run until
-it does."""
+it does; a run scaled up after its tag moved pulls the digest it was let through with, old pods
+and new."""
 
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from testbed import cosign, registry
 from tests.factories import trainer_manifest
 from tests.harness import Cluster, condition, eventually
 from tests.integration.registry_images import push_small_image, registry_request
+from trainerop_common.contracts import REPLICA_TYPE_LABEL
 from trainerop_common.signatures import signature_tag
 
 REPOSITORY = "docker.io/library/trainer-operator-verify-check"
@@ -27,7 +30,7 @@ GOVERNED = "docker.io/library/trainer-operator-verify-*"
 class Signed:
     team: cosign.KeyPair
     other: cosign.KeyPair
-    tags: dict[str, str]  # what -> tag (signed, moved, later: by the team's key; other: by another key)
+    tags: dict[str, str]  # what -> tag (signed, moved, later, first, second: by the team's key; other: by another key)
     digests: dict[str, str]
 
 
@@ -37,9 +40,11 @@ def signed(local_registry: str, tmp_path_factory: pytest.TempPathFactory) -> Sig
     run = uuid.uuid4().hex[:8]
     team = cosign.key_pair(tmp / "keys", "team", "team-password")
     other = cosign.key_pair(tmp / "keys", "other", "")
-    tags = {what: f"{what}-{run}" for what in ("signed", "other", "unsigned", "moved", "target", "later")}
+    whats = ("signed", "other", "unsigned", "moved", "target", "later", "first", "second")
+    tags = {what: f"{what}-{run}" for what in whats}
     digests = {what: push_small_image(tmp, f"{REPOSITORY}:{tag}") for what, tag in tags.items()}
-    for what, keys in (("signed", team), ("moved", team), ("later", team), ("other", other)):
+    signers = (("signed", team), ("moved", team), ("later", team), ("first", team), ("second", team), ("other", other))
+    for what, keys in signers:
         cosign.sign(keys, f"{registry.mirror_path(REPOSITORY)}@{digests[what]}")
     return Signed(team, other, tags, digests)
 
@@ -75,8 +80,9 @@ def verified(cluster: Cluster, namespace: str, name: str, status: str) -> dict[s
     return eventually(check, what=f"ImagesVerified {status} on {name}")
 
 
-def pod_images(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", f"trainer-name={name}", "-o", "json"))
+def pod_images(cluster: Cluster, namespace: str, name: str, role: str = "") -> list[str]:
+    selector = f"trainer-name={name}" + (f",{REPLICA_TYPE_LABEL}={role}" if role else "")
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json"))
     return [c["image"] for p in pods["items"] for c in p["spec"]["containers"]]
 
 
@@ -171,6 +177,35 @@ def test_a_registry_that_does_not_answer_holds_the_run_until_it_does(
         registry.start(cluster_tool.RUN_DIR)
     verified(cluster, namespace, "later", "True")  # asked again with backoff (at most 30 s apart)
     assert eventually(lambda: pod_images(cluster, namespace, "later")) == [f"{REPOSITORY}@{signed.digests['later']}"]
+
+
+def test_a_run_scaled_up_after_its_tag_moved_pulls_the_digest_it_was_let_through_with(
+    cluster: Cluster, namespace: str, signed: Signed, image_policy: Any
+) -> None:
+    """One digest per image for the whole run: the tag moves to another image, signed by the same
+    key, and the scale-up's new pods pull what the running ones run, not what the tag names now."""
+    image_policy()
+    run(cluster, namespace, "rolling", signed.tags["first"])
+    verified(cluster, namespace, "rolling", "True")
+    first = f"{REPOSITORY}@{signed.digests['first']}"
+    assert eventually(lambda: pod_images(cluster, namespace, "rolling", "worker"), what="the first worker") == [first]
+    path = f"{REPOSITORY}/manifests/"
+    registry_request(path + signed.tags["first"], put=registry_request(path + signed.tags["second"]))
+    moved = "sha256:" + hashlib.sha256(registry_request(path + signed.tags["first"])).hexdigest()
+    assert moved == signed.digests["second"]  # the tag names the second image now
+    cluster.kubectl("scale", "trainer", "rolling", "-n", namespace, "--replicas=3")
+
+    def opened_for_the_scale_up() -> dict[str, Any]:
+        found = condition(cluster.get("trainer", "rolling", namespace), "ImagesVerified")
+        return found if found.get("status") == "True" and found.get("observedGeneration") == 2 else {}
+
+    eventually(opened_for_the_scale_up, what="ImagesVerified True for generation 2")
+
+    eventually(lambda: len(pod_images(cluster, namespace, "rolling", "worker")) == 3, what="three workers")
+    every = pod_images(cluster, namespace, "rolling")
+    assert every == [first] * len(every)  # the first worker, the new ones, and any other role's
+    (check,) = cluster.get("trainer", "rolling", namespace)["status"]["verify"]["images"]
+    assert check["digest"] == signed.digests["first"]
 
 
 def test_a_policy_key_that_cannot_be_read_is_said_on_the_policy(

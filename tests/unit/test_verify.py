@@ -9,10 +9,7 @@ import pytest
 from aiohttp import web
 
 from tests.factories import trainer_spec
-from trainerop_common.api.base import Condition
-from trainerop_common.api.trainer import VerifyStatus
 from trainerop_common.signatures import Verdict
-from trainerop_verify.controller import checked_digests, gate_open
 from trainerop_verify.decide import Decision, Inspection, Observed, decide
 from trainerop_verify.policy import Policy, fingerprint, run_images
 from trainerop_verify.references import Location, Reference, ReferenceError, location, parse, parse_mirrors
@@ -264,29 +261,6 @@ def test_an_image_not_inspected_yet_is_waited_for() -> None:
     assert (decision.conditions[0].reason, decision.retry) == ("RegistryUnavailable", True)
 
 
-SECTION = {"generation": 3, "policies": "fp", "images": [{"image": "a", "digest": D1}]}
-
-
-@pytest.mark.parametrize(
-    ("section", "generation", "opened", "kept"),
-    [
-        (None, 3, True, {}),
-        (SECTION, 3, True, {"a": D1}),
-        (SECTION, 4, True, {}),
-        (SECTION, 3, False, {}),
-        ({**SECTION, "images": [{"image": "a", "digest": D1, "problem": "unsigned (Warn)"}]}, 3, True, {"a": D1}),
-    ],
-    ids=["none", "same generation, gate open", "new generation", "gate closed: resolved again", "warned: kept"],
-)
-def test_an_accepted_digest_is_kept_for_its_generation(
-    section: dict[str, Any] | None, generation: int, opened: bool, kept: dict[str, str]
-) -> None:
-    """Kept whatever the policies do meanwhile (a changed policy checks the same digests again),
-    so later pods pull what the running ones run."""
-    status = VerifyStatus.model_validate(section) if section is not None else None
-    assert checked_digests(status, generation, opened) == kept
-
-
 @pytest.mark.parametrize(
     ("header", "params"),
     [
@@ -305,26 +279,6 @@ def test_an_accepted_digest_is_kept_for_its_generation(
 )
 def test_a_registry_that_asks_for_a_token_says_where_to_get_it(header: str, params: dict[str, str] | None) -> None:
     assert challenge(header) == params
-
-
-def gate(status: str, generation: int) -> Condition:
-    return Condition.model_validate(
-        {
-            "type": "ImagesVerified",
-            "status": status,
-            "reason": "R",
-            "observedGeneration": generation,
-            "lastTransitionTime": "2026-12-05T00:00:00Z",
-        }
-    )
-
-
-@pytest.mark.parametrize(
-    ("condition", "opened"),
-    [(None, False), (gate("True", 3), True), (gate("True", 2), False), (gate("False", 3), False)],
-)
-def test_the_gate_is_open_only_for_the_current_generation(condition: Condition | None, opened: bool) -> None:
-    assert gate_open(condition, 3) is opened
 
 
 async def test_a_registry_body_is_read_to_its_end_however_it_arrives() -> None:

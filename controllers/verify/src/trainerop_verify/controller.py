@@ -5,11 +5,9 @@ from typing import Any
 import kopf
 
 from trainerop_common.api import Trainer, kind_info
-from trainerop_common.api.base import Condition
-from trainerop_common.api.trainer import VerifyStatus
 from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import rfc3339
-from trainerop_common.conditions import Desired, find
+from trainerop_common.conditions import Desired
 from trainerop_common.outcome import Outcome, StatusSection
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
@@ -17,7 +15,7 @@ from trainerop_common.signatures import PublicKeyError
 from trainerop_common.status_writer import StatusWriter
 
 from .config import VerifyConfig
-from .decide import CONDITION, SECTION, Decision, Inspection, Observed, decide, governing
+from .decide import SECTION, Decision, Inspection, Observed, decide, kept_digests, lookups
 from .inspection import Inspector, policy_keys
 from .policy import Policy, fingerprint, run_images
 from .references import parse_mirrors
@@ -73,31 +71,15 @@ class VerifyController:
         generation = int(body["metadata"].get("generation", 0))
         policies = [Policy.of(raw) for raw in await self.policies.grouped(namespace_of(body))]
         applied = fingerprint(policies)
-        status = trainer.status
-        opened = status is not None and gate_open(find(status.conditions or [], CONDITION), generation)
-        kept = checked_digests(status.verify if status else None, generation, opened)
         images = run_images(trainer.spec)
+        # The digests the run was let through with, from its own earlier section (a restart keeps
+        # them): checked again against today's policies, never resolved again.
+        kept = kept_digests(trainer.status.verify if trainer.status else None)
         inspections: dict[str, Inspection] = {}
-        for image in images:
-            ref, governed, _ = governing(image, policies)
-            if ref is not None and governed:
-                inspections[image] = await self.inspector.inspect(ref, governed, kept.get(image))
-        decision = decide(Observed(generation, images, policies, inspections, applied))
+        for look in lookups(images, policies, kept):
+            inspections[look.image] = await self.inspector.inspect(look.ref, look.policies, look.digest)
+        decision = decide(Observed(generation, images, policies, inspections, applied, kept))
         return outcome(decision, self.config.recheck_refused_seconds)
-
-
-def gate_open(condition: Condition | None, generation: int) -> bool:
-    return condition is not None and condition.status == "True" and condition.observed_generation == generation
-
-
-def checked_digests(section: VerifyStatus | None, generation: int, opened: bool) -> dict[str, str]:
-    """The digests this generation's images were let through with (the gate open for it): kept,
-    so the pods created later pull what the running ones run, whatever the tags name since; a
-    changed policy checks those same digests again. A closed gate resolves the tags again (the
-    image may have been signed and pushed since)."""
-    if section is None or section.generation != generation or not opened:
-        return {}
-    return {c.image: c.digest for c in section.images or () if c.digest}
 
 
 def outcome(decision: Decision, recheck: float) -> Outcome:

@@ -31,8 +31,9 @@ class Inspector:
         self.accepted: OrderedDict[VerdictKey, Verdict] = OrderedDict()
 
     async def inspect(self, ref: Reference, policies: Sequence[Policy], digest: str | None) -> Inspection:
-        """``digest``: the one this generation of the run was already checked with (kept, so a
-        tag moved since changes nothing); else the tag is resolved now."""
+        """``digest``: the one the run was let through with (kept for the whole run, so a tag moved
+        since changes nothing: that digest is checked against today's policies); else the tag is
+        resolved now."""
         where = location(ref, self.mirrors)
         try:
             digest = digest or ref.digest or await self.registry.digest(where, ref.tag or "latest")
