@@ -29,6 +29,7 @@ from bench.trainer_pods import exit_with
 from tests.harness import Cluster, eventually
 from trainerop_common.config import ControllerConfig
 from trainerop_common.kube import RESOURCES
+from trainerop_common.names import MANAGED_BY
 
 TRAINER = RESOURCES["Trainer"]
 # A no-op resync round comes within the controllers' resync period (their default at most).
@@ -190,12 +191,16 @@ def resync_and_completion(
 def plain_copy(obj: Obj, namespace: str) -> Obj:
     """An object the operator created, as a plain client would create it: no owner, no status, no
     server-set fields; pods run as the namespace's default ServiceAccount (the operator's runner
-    ServiceAccounts, Roles, RoleBindings and Leases are not made: the ceiling is pods and Services)."""
+    ServiceAccounts, Roles, RoleBindings and Leases are not made: the ceiling is pods and Services),
+    without the operator's managed-by label (a plain client's objects are not the operator's: the
+    admission policy holding those to existing Trainers selects them by it, and costs the operator's
+    creations what it costs)."""
     meta = obj["metadata"]
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in MANAGED_BY}
     out: Obj = {
         "apiVersion": "v1",
         "kind": obj["kind"],
-        "metadata": {"name": meta["name"], "namespace": namespace, "labels": meta.get("labels") or {}},
+        "metadata": {"name": meta["name"], "namespace": namespace, "labels": labels},
         "spec": json.loads(json.dumps(obj["spec"])),
     }
     spec = out["spec"]
