@@ -7,6 +7,7 @@ to deploy/components/kubeflow/crds);
 
 import argparse
 import functools
+import inspect
 import json
 import sys
 from importlib import resources
@@ -128,6 +129,27 @@ def without_defaults(node: Any) -> Any:
     return node
 
 
+# metav1.TypeMeta's descriptions, as controller-gen and the built-in kinds write them (the API server
+# refuses a CRD whose schema says anything of metadata but its type).
+TYPE_META_DESCRIPTIONS = {
+    "apiVersion": "APIVersion defines the versioned schema of this representation of an object. "
+    "Servers should convert recognized schemas to the latest internal value, and "
+    "may reject unrecognized values. "
+    "More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+    "kind": "Kind is a string value representing the REST resource this object represents. "
+    "Servers may infer this from the endpoint the client submits requests to. "
+    "Cannot be updated. "
+    "In CamelCase. "
+    "More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+}
+
+
+def kind_description(info: KindInfo) -> str:
+    """The kind's description: the first paragraph of its model's docstring, on one line."""
+    doc = inspect.cleandoc(info.model.__doc__ or "") or info.kind
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
 def object_schema(info: KindInfo) -> dict[str, Any]:
     raw = info.model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
@@ -137,10 +159,10 @@ def object_schema(info: KindInfo) -> dict[str, Any]:
         props["status"] = without_defaults(props["status"])
     schema: dict[str, Any] = {
         "type": "object",
-        "description": (info.model.__doc__ or info.kind).strip().splitlines()[0],
+        "description": kind_description(info),
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {"type": "string", "description": TYPE_META_DESCRIPTIONS["apiVersion"]},
+            "kind": {"type": "string", "description": TYPE_META_DESCRIPTIONS["kind"]},
             "metadata": {"type": "object"},
             **props,
         },

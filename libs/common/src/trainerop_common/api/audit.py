@@ -37,20 +37,22 @@ AuditStage = Literal["RequestReceived", "ResponseComplete"]
 class AuditUser(K8sModel):
     """Who acted, as the API server authenticated them."""
 
-    username: str = Field(min_length=1, max_length=512)
-    uid: str | None = Field(default=None, max_length=128)
-    groups: list[Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=64)
+    username: str = Field(min_length=1, max_length=512, description="The name the API server authenticated.")
+    uid: str | None = Field(default=None, max_length=128, description="A unique id of the user, when known.")
+    groups: list[Annotated[str, Field(max_length=256)]] | None = Field(
+        default=None, max_length=64, description="The groups the user belongs to."
+    )
 
 
 class AuditObjectRef(K8sModel):
     """What was acted on."""
 
     resource: str = Field(min_length=1, max_length=63, description="e.g. trainers, trainingprofiles")
-    namespace: str | None = Field(default=None, max_length=63)
+    namespace: str | None = Field(default=None, max_length=63, description="Unset for a cluster-scoped object.")
     name: str | None = Field(default=None, max_length=253, description="Unset for a collection.")
-    uid: str | None = Field(default=None, max_length=64)
-    api_group: str | None = Field(default=None, max_length=253)
-    api_version: str | None = Field(default=None, max_length=63)
+    uid: str | None = Field(default=None, max_length=64, description="metadata.uid of the object, when known.")
+    api_group: str | None = Field(default=None, max_length=253, description="e.g. trainer.operator.kubeflow.org")
+    api_version: str | None = Field(default=None, max_length=63, description="e.g. v1")
     subresource: str | None = Field(default=None, max_length=63, description="e.g. scale, status")
 
 
@@ -58,9 +60,13 @@ class AuditSeal(K8sModel):
     """What a seal covers: the hashes of the records written since the previous seal, and that
     seal's name and hash, so the seals form a chain (trainerop_audit.seal; docs/audit.md)."""
 
-    sequence: int = Field(ge=1)
-    previous: str | None = Field(default=None, max_length=253)
-    previous_hash: str | None = Field(default=None, min_length=64, max_length=64)
+    sequence: int = Field(ge=1, description="The seal's place in the chain, from 1.")
+    previous: str | None = Field(
+        default=None, max_length=253, description="The previous seal's name; unset: the first."
+    )
+    previous_hash: str | None = Field(
+        default=None, min_length=64, max_length=64, description="The sha256 of the previous seal (hex)."
+    )
     records: dict[str, Annotated[str, Field(min_length=64, max_length=64)]] = Field(
         json_schema_extra={"maxProperties": 5000},
         description="Record name -> sha256 of its name, uid, creation time, spec.",
@@ -68,8 +74,18 @@ class AuditSeal(K8sModel):
 
 
 class AuditLogSpec(K8sModel):
-    level: Literal["Metadata"] = "Metadata"
-    audit_id: str = Field(alias="auditID", min_length=1, max_length=64)
+    """The record, immutable once written."""
+
+    level: Literal["Metadata"] = Field(
+        default="Metadata", description="Metadata: who did what to which object, without request or response bodies."
+    )
+    audit_id: str = Field(
+        alias="auditID",
+        min_length=1,
+        max_length=64,
+        description="The request's auditID in the API server's audit log; for an action no request stands for, a "
+        "stable ID the audit controller derives.",
+    )
     stage: AuditStage = Field(
         description="RequestReceived: a user's request, recorded when it reached admission (after "
         "authentication and authorization, before it was stored). ResponseComplete: an action the "
@@ -78,13 +94,23 @@ class AuditLogSpec(K8sModel):
     verb: str = Field(min_length=1, max_length=32, description="create, update, patch, delete")
     user: AuditUser
     object_ref: AuditObjectRef
-    request_received_timestamp: str = Field(json_schema_extra={"format": "date-time"})
-    stage_timestamp: str = Field(json_schema_extra={"format": "date-time"})
-    action: AuditAction
-    reason: str = Field(default="", max_length=1024)
-    message: str = Field(default="", max_length=4096)
-    generation: int = Field(default=0, ge=0)
-    details: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(default=None, max_length=32)
+    request_received_timestamp: str = Field(
+        json_schema_extra={"format": "date-time"}, description="When the request reached the API server."
+    )
+    stage_timestamp: str = Field(
+        json_schema_extra={"format": "date-time"}, description="When the stage was reached (the record written)."
+    )
+    action: AuditAction = Field(
+        description="What happened to the workload: Created, Updated, Scaled, Suspended, Resumed, Deleted (a "
+        "user's); Admitted, Started, Restarted, Checkpointed, Succeeded, Failed (the operator's); Pruned, Sealed "
+        "(the audit controller's)."
+    )
+    reason: str = Field(default="", max_length=1024, description="CamelCase reason code of the action.")
+    message: str = Field(default="", max_length=4096, description="The action in words, for a person.")
+    generation: int = Field(default=0, ge=0, description="The object's metadata.generation the action concerns.")
+    details: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
+        default=None, max_length=32, description="Further facts of the action, name -> value."
+    )
     seal: AuditSeal | None = Field(default=None, description="Set on a seal (action Sealed).")
     deleted_records: list[Annotated[str, Field(max_length=253)]] | None = Field(
         default=None, max_length=100000, description="The records a retention pass deleted (action Pruned)."

@@ -93,10 +93,12 @@ PluginChoice = Literal["Ask", "Skip"]  # whether the quota controller asks its p
 class Condition(K8sModel):
     """A metav1.Condition: one entry of ``status.conditions``, keyed by ``type``."""
 
-    type: str = Field(min_length=1, max_length=316)
-    status: ConditionStatus
+    type: str = Field(
+        min_length=1, max_length=316, description="The condition's type in CamelCase (e.g. Ready); one entry per type."
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(min_length=1, max_length=1024, description="CamelCase reason code.")
-    message: str = Field(default="", max_length=32768)
+    message: str = Field(default="", max_length=32768, description="Details of the transition, for a person.")
     last_transition_time: str = Field(
         json_schema_extra={"format": "date-time"},
         description="When status last changed; untouched while status stays the same.",
@@ -106,14 +108,19 @@ class Condition(K8sModel):
     )
 
 
-Conditions = Annotated[list[Condition], Field(json_schema_extra=list_map("type", 32))]
+Conditions = Annotated[
+    list[Condition],
+    Field(json_schema_extra=list_map("type", 32), description="The latest observations of the object, one per type."),
+]
 
 
 class EnvVar(K8sModel):
     """An environment variable for training containers (corev1.EnvVar)."""
 
-    name: str = Field(min_length=1, max_length=256)
-    value: str | None = None
+    name: str = Field(min_length=1, max_length=256, description="corev1.EnvVar name: the variable's name.")
+    value: str | None = Field(
+        default=None, description="corev1.EnvVar value: the literal value (unset: valueFrom's, else empty)."
+    )
     value_from: FreeForm | None = Field(
         default=None, description="corev1.EnvVarSource: secretKeyRef, configMapKeyRef, fieldRef..."
     )
@@ -125,27 +132,48 @@ EnvList = Annotated[list[EnvVar], Field(json_schema_extra=list_map("name", 256))
 class Toleration(K8sModel):
     """corev1.Toleration."""
 
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    key: str | None = Field(default=None, description="The taint key it matches; empty with Exists: every key.")
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Equal (the default): the taint's value must be value; Exists: any value."
+    )
+    value: str | None = Field(default=None, description="The taint value it matches (Equal); empty with Exists.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The taint effect it matches; empty: every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="NoExecute only: seconds the pod stays bound after the taint is added (unset: forever).",
+    )
 
 
 class ResourceRequirements(K8sModel):
     """Requests and limits of a training container (corev1.ResourceRequirements)."""
 
-    requests: ResourceList | None = None
-    limits: ResourceList | None = None
+    requests: ResourceList | None = Field(
+        default=None, description="Resource name (cpu, memory, nvidia.com/gpu...) -> the quantity each container needs."
+    )
+    limits: ResourceList | None = Field(
+        default=None, description="Resource name -> the most each container may use (at least its request)."
+    )
 
 
 class PodSecurity(K8sModel):
     """Who the training pods run as (a profile sets or relaxes it; docs/profile.md). Unset fields keep
     the operator's default: any non-root user the image names (Pod Security "restricted")."""
 
-    run_as_user: int | None = Field(default=None, ge=0, le=2147483647)
-    run_as_group: int | None = Field(default=None, ge=0, le=2147483647)
-    fs_group: int | None = Field(default=None, ge=0, le=2147483647)
+    run_as_user: int | None = Field(
+        default=None, ge=0, le=2147483647, description="corev1.PodSecurityContext runAsUser: the containers' user id."
+    )
+    run_as_group: int | None = Field(
+        default=None, ge=0, le=2147483647, description="corev1.PodSecurityContext runAsGroup: their primary group id."
+    )
+    fs_group: int | None = Field(
+        default=None,
+        ge=0,
+        le=2147483647,
+        description="corev1.PodSecurityContext fsGroup: the group that owns the pods' volumes, added to the "
+        "containers' groups.",
+    )
     run_as_non_root: bool | None = Field(
         default=None, description="false lets an image run as root (the pods then fail a restricted namespace)."
     )
@@ -154,16 +182,22 @@ class PodSecurity(K8sModel):
 class PodContribution(K8sModel):
     """The restricted pod-spec fragment a concern may contribute to training pods (docs/design/contributions.md)."""
 
-    env: list[EnvVar] | None = None
-    volumes: list[FreeForm] | None = None
-    volume_mounts: list[FreeForm] | None = None
-    node_selector: dict[str, str] | None = None
-    tolerations: list[Toleration] | None = None
-    affinity: FreeForm | None = None
-    service_account_name: str | None = None
+    env: list[EnvVar] | None = Field(default=None, description="Environment variables of the training containers.")
+    volumes: list[FreeForm] | None = Field(default=None, description="corev1.Volume entries added to the pods.")
+    volume_mounts: list[FreeForm] | None = Field(
+        default=None, description="corev1.VolumeMount entries added to the training containers."
+    )
+    node_selector: dict[str, str] | None = Field(
+        default=None, description="Node labels the pods require (corev1.PodSpec nodeSelector)."
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None, description="Taints the pods tolerate (corev1.PodSpec tolerations)."
+    )
+    affinity: FreeForm | None = Field(default=None, description="corev1.Affinity of the pods.")
+    service_account_name: str | None = Field(default=None, description="The ServiceAccount the pods run as.")
     resources: ResourceRequirements | None = None
-    annotations: dict[str, str] | None = None
-    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = Field(default=None, description="Annotations added to the pods.")
+    labels: dict[str, str] | None = Field(default=None, description="Labels added to the pods.")
     security_context: PodSecurity | None = None
     scheduling_gates: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(
         default=None,
@@ -182,8 +216,14 @@ class PodContribution(K8sModel):
 class RunPolicyDefaults(K8sModel):
     """Run-policy fields a concern proposes for a Trainer that leaves them unset."""
 
-    restart_policy: RestartPolicy | None = None
-    backoff_limit: int | None = Field(default=None, ge=0, le=1000)
+    restart_policy: RestartPolicy | None = Field(
+        default=None,
+        description="Never, OnFailure, Always or ExitCode (exit codes 1-127 permanent, 128-255 retryable); "
+        "as a Trainer's spec.runPolicy.restartPolicy.",
+    )
+    backoff_limit: int | None = Field(
+        default=None, ge=0, le=1000, description="Restarts before the run fails; as spec.runPolicy.backoffLimit."
+    )
 
 
 # The roles a run's replicas may have (trainerop_common.topology.Role).
@@ -211,7 +251,7 @@ class Grant(K8sModel):
 class Contribution(K8sModel):
     """A concern's pod contribution and the Trainer generation it was computed for."""
 
-    generation: int = Field(ge=0)
+    generation: int = Field(ge=0, description="The Trainer's metadata.generation it was computed for.")
     pod: PodContribution = Field(default_factory=PodContribution)
     run_policy: RunPolicyDefaults | None = Field(
         default=None, description="Defaults for spec.runPolicy fields the Trainer leaves unset."

@@ -40,10 +40,14 @@ class ShardReport(K8sModel):
         "json_schema_extra": {"x-kubernetes-validations": [cel("self == oldSelf", "a reported shard is immutable")]}
     }
 
-    index: int = Field(ge=0, le=MAX_SHARDS - 1)
-    sha256: str = Field(pattern=r"^[a-f0-9]{64}$")
-    size: int = Field(ge=0)
-    copies: list[CopyKey] = Field(min_length=1, max_length=MAX_COPIES)
+    index: int = Field(ge=0, le=MAX_SHARDS - 1, description="The shard's number, below spec.shardCount.")
+    sha256: str = Field(pattern=r"^[a-f0-9]{64}$", description="The shard's sha256 (hex), the same for every copy.")
+    size: int = Field(ge=0, description="The shard's size in bytes.")
+    copies: list[CopyKey] = Field(
+        min_length=1,
+        max_length=MAX_COPIES,
+        description="Where each copy was written, relative to spec.path (at most replicationFactor).",
+    )
     write_seconds: float | None = Field(default=None, ge=0, description="How long writing every copy took.")
     parts_sha256: str | None = Field(
         default=None,
@@ -65,7 +69,7 @@ class ShardReport(K8sModel):
 class UnreadableShard(K8sModel):
     """A shard a resuming pod found no readable copy of: the checkpoint is never resumed from again."""
 
-    index: int = Field(ge=0, le=MAX_SHARDS - 1)
+    index: int = Field(ge=0, le=MAX_SHARDS - 1, description="The shard's number.")
     pod: ObjectName = Field(description="The pod that could not load it.")
     problem: str = Field(max_length=512, description="What each copy was, as the pod found it.")
 
@@ -88,15 +92,23 @@ class CheckpointSpec(K8sModel):
     trainer: ObjectName = Field(
         description="The Trainer this checkpoint belongs to.", json_schema_extra=immutable("trainer")
     )
-    epoch: int = Field(ge=0, json_schema_extra=immutable("epoch"))
-    step: int = Field(default=0, ge=0, json_schema_extra=immutable("step"))
+    epoch: int = Field(ge=0, description="The training epoch it was taken at.", json_schema_extra=immutable("epoch"))
+    step: int = Field(
+        default=0, ge=0, description="The training step it was taken at.", json_schema_extra=immutable("step")
+    )
     path: str = Field(
         min_length=1,
         max_length=1024,
         description="Where the checkpoint is stored.",
         json_schema_extra=immutable("path"),
     )
-    shard_count: int = Field(default=1, ge=1, le=MAX_SHARDS, json_schema_extra=immutable("shardCount"))
+    shard_count: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_SHARDS,
+        description="Shards the checkpoint is split into (one per writing replica).",
+        json_schema_extra=immutable("shardCount"),
+    )
     replication_factor: int = Field(
         default=1,
         ge=1,
@@ -106,6 +118,7 @@ class CheckpointSpec(K8sModel):
     )
     shards: list[ShardReport] | None = Field(
         default=None,
+        description="The shards written so far, one entry per index (each writer applies its own).",
         json_schema_extra=list_map(
             "index",
             MAX_SHARDS,
@@ -122,18 +135,28 @@ class CheckpointSpec(K8sModel):
 class CheckpointStatus(K8sModel):
     """Written by the checkpoint controller."""
 
-    phase: CheckpointPhase | None = None
+    phase: CheckpointPhase | None = Field(
+        default=None, description="Pending, Staging, Committed, GarbageCollected or Failed."
+    )
     committed_replicas: int = Field(
         default=0, ge=0, description="Verified copies of the weakest shard (a majority commits)."
     )
     verified_shards: int = Field(default=0, ge=0, description="Shards with a majority of verified copies.")
     reason: str | None = Field(default=None, description="CamelCase reason of the phase.")
     message: str | None = Field(default=None, max_length=4096, description="What is missing, wrong or done.")
-    commit_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
-    collect_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    commit_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When it was committed."
+    )
+    collect_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When it was garbage-collected (its data deleted).",
+    )
     conditions: Conditions | None = None
 
 
 class Checkpoint(K8sModel):
+    """One checkpoint of a Trainer: where its shards are, and whether they are committed (docs/checkpoints.md)."""
+
     spec: CheckpointSpec
     status: CheckpointStatus | None = None

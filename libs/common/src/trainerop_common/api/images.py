@@ -29,6 +29,8 @@ class PublicKey(K8sModel):
 
 
 class ImagePolicySpec(K8sModel):
+    """Which images of the namespace the policy governs, the keys that may sign them, and what a failure does."""
+
     images: list[ImageGlob] = Field(
         default_factory=lambda: ["*"],
         min_length=1,

@@ -25,7 +25,7 @@ SECRET_NAME_RE2 = "(?i)(token|key|secret|password|passwd)"
 class RuntimeConfig(K8sModel):
     """A Secret from the Trainer's own namespace, mounted read-only into every training container."""
 
-    secret: ObjectName
+    secret: ObjectName = Field(description="The Secret's name (in the Trainer's namespace).")
     mount_path: str = Field(min_length=2, max_length=1024, pattern=r"^/.*", description="Absolute path.")
 
 
@@ -36,11 +36,20 @@ class RetryPolicy(RunPolicyDefaults):
 class TrainingProfileSpec(K8sModel):
     """Where and how a Trainer runs, separated from what it trains."""
 
-    node_selector: dict[str, str] | None = Field(default=None, json_schema_extra={"maxProperties": 64})
-    tolerations: list[Toleration] | None = Field(default=None, json_schema_extra={"maxItems": 64})
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        json_schema_extra={"maxProperties": 64},
+        description="Node labels the training pods require (corev1.PodSpec nodeSelector).",
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None,
+        json_schema_extra={"maxItems": 64},
+        description="Taints the training pods tolerate (corev1.PodSpec tolerations).",
+    )
     runtime_config: RuntimeConfig | None = None
     env_vars: EnvList | None = Field(
         default=None,
+        description="Environment variables of the training containers; a Trainer's own spec.env wins by name.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(

@@ -60,7 +60,9 @@ class PlacementScore(K8sModel):
 class NamespaceSelector(K8sModel):
     """Which namespaces a policy covers; empty selects every namespace."""
 
-    match_labels: dict[str, str] | None = None
+    match_labels: dict[str, str] | None = Field(
+        default=None, description="Labels a namespace must all have; unset or empty: every namespace."
+    )
 
 
 class Budgets(K8sModel):
@@ -75,15 +77,17 @@ class Prices(K8sModel):
     """Price per unit and hour by resource (cpu per core, memory and ephemeral-storage per GiB,
     others such as nvidia.com/gpu per unit), for the cost estimate in status and metrics."""
 
-    on_demand: PriceList | None = None
-    spot: PriceList | None = None
+    on_demand: PriceList | None = Field(default=None, description="Resource name -> price on on-demand nodes.")
+    spot: PriceList | None = Field(default=None, description="Resource name -> price on spot nodes.")
 
 
 class PriorityClass(K8sModel):
     """A name Trainers may give in spec.scheduling.priorityClassName: higher values are admitted first."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
-    value: int = Field(ge=-1_000_000, le=1_000_000)
+    name: str = Field(
+        min_length=1, max_length=63, pattern=DNS_LABEL, description="The name Trainers give (a DNS label)."
+    )
+    value: int = Field(ge=-1_000_000, le=1_000_000, description="Its priority; higher is admitted first.")
 
 
 class ResourceAdjustment(K8sModel):
@@ -106,6 +110,8 @@ class ReclaimPolicy(K8sModel):
 
 
 class QuotaPolicySpec(K8sModel):
+    """The namespaces governed, their budgets per capacity type, admission order and prices."""
+
     model_config = K8sModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
@@ -121,7 +127,9 @@ class QuotaPolicySpec(K8sModel):
         }
     }
 
-    namespace_selector: NamespaceSelector | None = None
+    namespace_selector: NamespaceSelector | None = Field(
+        default=None, description="The namespaces the policy governs; unset: every namespace."
+    )
     budgets: Budgets = Field(description="Per selected namespace, per capacity type.")
     preference: Preference = Field(
         default="SpotFirst",
@@ -130,6 +138,7 @@ class QuotaPolicySpec(K8sModel):
     )
     priority_classes: list[PriorityClass] | None = Field(
         default=None,
+        description="The priorities Trainers may name in spec.scheduling.priorityClassName (unset there: 0).",
         json_schema_extra=list_map("name", 32),
     )
     prices: Prices | None = None
@@ -140,19 +149,23 @@ class QuotaPolicySpec(K8sModel):
 
 
 class Usage(K8sModel):
-    on_demand: ResourceList | None = None
-    spot: ResourceList | None = None
+    """Resources in use, per capacity type."""
+
+    on_demand: ResourceList | None = Field(default=None, description="Resource name -> quantity on on-demand nodes.")
+    spot: ResourceList | None = Field(default=None, description="Resource name -> quantity on spot nodes.")
 
 
 class QuotaPolicyStatus(K8sModel):
     """Written by the quota controller: totals over the namespaces the policy governs."""
 
-    admitted_trainers: int = Field(default=0, ge=0)
-    pending_trainers: int = Field(default=0, ge=0)
+    admitted_trainers: int = Field(default=0, ge=0, description="Trainers admitted and holding their budget.")
+    pending_trainers: int = Field(default=0, ge=0, description="Trainers waiting for admission.")
     used: Usage | None = Field(default=None, description="Reserved by admitted Trainers, summed over namespaces.")
     conditions: Conditions | None = None
 
 
 class QuotaPolicy(K8sModel):
+    """What the Trainers of a set of namespaces may use, on which capacity, in which order, at what price."""
+
     spec: QuotaPolicySpec
     status: QuotaPolicyStatus | None = None

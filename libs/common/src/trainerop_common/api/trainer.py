@@ -40,8 +40,8 @@ TRAINER_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 class ElasticPolicy(K8sModel):
     """Bounds within which topology.workers may change without restarting the run."""
 
-    min_workers: int = Field(ge=1, le=4096)
-    max_workers: int = Field(ge=1, le=4096)
+    min_workers: int = Field(ge=1, le=4096, description="The fewest workers the run may have.")
+    max_workers: int = Field(ge=1, le=4096, description="The most workers the run may have.")
 
 
 class Topology(K8sModel):
@@ -66,7 +66,9 @@ class Topology(K8sModel):
         le=4096,
         description="Worker replicas (the scale subresource's replicas); 0 only in a run with a master or a chief.",
     )
-    parameter_servers: int = Field(default=0, ge=0, le=256)
+    parameter_servers: int = Field(
+        default=0, ge=0, le=256, description="Parameter-server replicas (tensorflow and generic only)."
+    )
     master: int | None = Field(
         default=None,
         ge=0,
@@ -137,7 +139,9 @@ class CheckpointSpec(K8sModel):
         "AWS_ENDPOINT_URL and optionally AWS_REGION. Pods get them as env; the checkpoint controller verifies and "
         "garbage-collects with the same credentials.",
     )
-    interval_minutes: int = Field(default=15, ge=1, le=10080)
+    interval_minutes: int = Field(
+        default=15, ge=1, le=10080, description="Minutes between checkpoints (CHECKPOINT_INTERVAL_MINUTES in the pods)."
+    )
     max_retention: int = Field(default=3, ge=1, le=1000, description="Committed checkpoints to keep.")
     commit_timeout_seconds: int = Field(
         default=600, ge=10, le=86400, description="A checkpoint without a quorum of every shard this long fails."
@@ -182,10 +186,19 @@ class RunPolicy(K8sModel):
     backoff_limit: int | None = Field(
         default=None, ge=0, le=1000, description="Unset: the profile's retryPolicy.backoffLimit, else 6."
     )
-    active_deadline_seconds: int | None = Field(default=None, ge=1)
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
-    clean_pod_policy: Literal["All", "Running", "None"] = "Running"
-    suspend: bool = False
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, description="Seconds from the start after which the run fails; unset: no deadline."
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Seconds after it finishes before the Trainer is deleted; unset: kept."
+    )
+    clean_pod_policy: Literal["All", "Running", "None"] = Field(
+        default="Running",
+        description="Which pods are deleted when the run finishes: All, Running (those still running) or None.",
+    )
+    suspend: bool = Field(
+        default=False, description="true deletes the run's pods and creates none until it is false again."
+    )
     stall_timeout_seconds: int | None = Field(
         default=None,
         ge=10,
@@ -200,22 +213,28 @@ AccessMode = Literal["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany"]
 class ReplicaStorage(K8sModel):
     """A PersistentVolumeClaim per replica (<pod>-data): a replacement pod gets the same one."""
 
-    size: Quantity
+    size: Quantity = Field(description="Each claim's requested storage, a quantity such as 100Gi.")
     storage_class_name: str | None = Field(default=None, description="Unset: the cluster's default class.")
     access_modes: list[AccessMode] = Field(
-        default_factory=lambda: list[AccessMode](["ReadWriteOnce"]), json_schema_extra={"default": ["ReadWriteOnce"]}
+        default_factory=lambda: list[AccessMode](["ReadWriteOnce"]),
+        json_schema_extra={"default": ["ReadWriteOnce"]},
+        description="The claims' access modes (corev1.PersistentVolumeAccessMode).",
     )
-    mount_path: str = Field(default="/data", pattern=r"^/.*")
+    mount_path: str = Field(
+        default="/data", pattern=r"^/.*", description="Where the training container mounts its claim."
+    )
 
 
 class PodTemplateOverrides(K8sModel):
     """Per-role corev1.PodTemplateSpec fragments merged over the generated pods."""
 
-    master: FreeForm | None = None
-    worker: FreeForm | None = None
-    parameter_server: FreeForm | None = None
-    chief: FreeForm | None = None
-    evaluator: FreeForm | None = None
+    master: FreeForm | None = Field(default=None, description="Merged over the master's pod template.")
+    worker: FreeForm | None = Field(default=None, description="Merged over the workers' pod template.")
+    parameter_server: FreeForm | None = Field(
+        default=None, description="Merged over the parameter servers' pod template."
+    )
+    chief: FreeForm | None = Field(default=None, description="Merged over the chief's pod template.")
+    evaluator: FreeForm | None = Field(default=None, description="Merged over the evaluators' pod template.")
 
 
 # Frameworks whose Kubeflow contract has no parameter-server role.
@@ -315,12 +334,16 @@ class TrainerSpec(K8sModel):
         description="Epochs to train (EPOCHS in the pods; the percent done when the heartbeats give no total "
         "steps). Unset: unknown, as in a Kubeflow job; the run ends when its pods do.",
     )
-    image: str = Field(min_length=1, max_length=1024)
+    image: str = Field(min_length=1, max_length=1024, description="The training container's image reference.")
     framework: Framework = Field(
         default="generic",
+        description="pytorch, tensorflow, jax, xgboost or generic: the roles and the environment (WORLD_SIZE, "
+        "TF_CONFIG...) the pods get, as in the Kubeflow job of that framework. Immutable.",
         json_schema_extra={"x-kubernetes-validations": [cel("self == oldSelf", "framework is immutable")]},
     )
-    command: list[str] | None = None
+    command: list[str] | None = Field(
+        default=None, description="The training container's entrypoint; unset: the image's (corev1.Container command)."
+    )
     port: int | None = Field(
         default=None, ge=1, le=65535, description="The rendezvous port; unset: the framework's (pytorch 23456...)."
     )
@@ -330,8 +353,10 @@ class TrainerSpec(K8sModel):
         pattern=r"^(auto|cpu|gpu|[1-9][0-9]*)$",
         description="pytorch: processes per pod (PET_NPROC_PER_NODE; a number multiplies WORLD_SIZE). Unset: auto.",
     )
-    args: list[str] | None = None
-    env: EnvList | None = None
+    args: list[str] | None = Field(
+        default=None, description="Arguments to the entrypoint; unset: the image's (corev1.Container args)."
+    )
+    env: EnvList | None = Field(default=None, description="Environment variables of the training container.")
     resources: ResourceRequirements | None = None
     topology: Topology = Field(default_factory=Topology, json_schema_extra={"default": {}})
     checkpoint: CheckpointSpec | None = None
@@ -363,11 +388,11 @@ class TrainerSpec(K8sModel):
 class ReplicaStatus(K8sModel):
     """Counts for one role (master, worker or ps)."""
 
-    desired: int = Field(default=0, ge=0)
+    desired: int = Field(default=0, ge=0, description="Replicas the run should have.")
     active: int = Field(default=0, ge=0, description="Pods that exist and have not finished.")
-    ready: int = Field(default=0, ge=0)
-    succeeded: int = Field(default=0, ge=0)
-    failed: int = Field(default=0, ge=0)
+    ready: int = Field(default=0, ge=0, description="Pods that are ready.")
+    succeeded: int = Field(default=0, ge=0, description="Pods that succeeded.")
+    failed: int = Field(default=0, ge=0, description="Pods that failed.")
     restarts: int = Field(default=0, ge=0, description="Pods replaced after a failure.")
     last_failure_time: str | None = Field(
         default=None, json_schema_extra={"format": "date-time"}, description="Starts the restart backoff."
@@ -387,7 +412,7 @@ class TopologyStatus(K8sModel):
     """What the trainer controller observes of the run's replicas."""
 
     workers: int = Field(default=0, ge=0, description="Worker pods that exist (scale status replicas).")
-    ready_workers: int = Field(default=0, ge=0)
+    ready_workers: int = Field(default=0, ge=0, description="Worker pods that are ready.")
     selector: str = Field(default="", description="Label selector of the worker pods (scale subresource).")
     replicas: dict[str, ReplicaStatus] | None = Field(
         default=None, json_schema_extra={"maxProperties": 8}, description="Counts per role."
@@ -397,12 +422,18 @@ class TopologyStatus(K8sModel):
 class ProgressStatus(K8sModel):
     """When the run started and finished, and training progress reported through heartbeats."""
 
-    start_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
-    completion_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    start_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When the run started."
+    )
+    completion_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When it succeeded or failed."
+    )
 
     epoch: int = Field(default=0, ge=0, description="Epochs done, the furthest a heartbeat reported.")
-    step: int = Field(default=0, ge=0)
-    last_heartbeat_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    step: int = Field(default=0, ge=0, description="Steps done, the furthest a heartbeat reported.")
+    last_heartbeat_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When the last heartbeat came."
+    )
     total_steps: int | None = Field(default=None, ge=1, description="The run's steps, when its heartbeats say.")
     percent: int = Field(
         default=0, ge=0, le=100, description="Done: step of totalSteps when known, else epoch of spec.epochs."
@@ -422,8 +453,10 @@ class ProgressStatus(K8sModel):
 class ProfileStatus(K8sModel):
     """Written by the profile controller: which profile was resolved and what it contributes."""
 
-    name: str | None = None
-    kind: Literal["TrainingProfile", "ClusterTrainingProfile"] | None = None
+    name: str | None = Field(default=None, description="The profile's name.")
+    kind: Literal["TrainingProfile", "ClusterTrainingProfile"] | None = Field(
+        default=None, description="TrainingProfile (the Trainer's namespace) or ClusterTrainingProfile."
+    )
     generation: int | None = Field(default=None, ge=0, description="The profile's metadata.generation used.")
     hash: str | None = Field(default=None, description="Hash of the profile spec used (changes with its content).")
     overrides: list[str] | None = Field(
@@ -448,20 +481,24 @@ class CostStatus(K8sModel):
 
     per_hour: str = Field(description="At the admitted capacity type's prices.")
     on_demand_per_hour: str = Field(description="The same resources at on-demand prices.")
-    savings_percent: int = Field(ge=0, le=100)
+    savings_percent: int = Field(ge=0, le=100, description="perHour below onDemandPerHour, in percent.")
     accrued: str = Field(description="Up to accruedAt; add perHour for each hour since.")
-    on_demand_accrued: str
-    accrued_at: str = Field(json_schema_extra={"format": "date-time"})
+    on_demand_accrued: str = Field(description="The same time at on-demand prices.")
+    accrued_at: str = Field(json_schema_extra={"format": "date-time"}, description="When accrued was last summed.")
 
 
 class RenegotiationStatus(K8sModel):
     """A reclaim of spot capacity under the admitted run, and what the quota controller waits for."""
 
-    reason: str
-    message: str = ""
-    since: str = Field(json_schema_extra={"format": "date-time"})
-    nodes: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 64})
-    waiting_for_checkpoint: bool = False
+    reason: str = Field(description="CamelCase reason of the renegotiation.")
+    message: str = Field(default="", description="What happened and what is done about it, for a person.")
+    since: str = Field(json_schema_extra={"format": "date-time"}, description="When the reclaim was noticed.")
+    nodes: list[str] = Field(
+        default_factory=list, json_schema_extra={"maxItems": 64}, description="The nodes being reclaimed."
+    )
+    waiting_for_checkpoint: bool = Field(
+        default=False, description="true while the run keeps its pods for a checkpoint to commit."
+    )
     deadline: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},
@@ -472,11 +509,13 @@ class RenegotiationStatus(K8sModel):
 class QuotaStatus(K8sModel):
     """Written by the quota controller."""
 
-    policy: str | None = None
+    policy: str | None = Field(default=None, description="The QuotaPolicy that governs the run.")
     capacity_type: CapacityType | None = Field(default=None, description="Where the run is admitted.")
     workers: int | None = Field(default=None, ge=0, description="Workers admitted.")
-    priority: int | None = None
-    admitted_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    priority: int | None = Field(default=None, description="The value of the run's priority class.")
+    admitted_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When the run was admitted."
+    )
     renegotiations: int = Field(default=0, ge=0, description="Times the admission was moved or shrunk.")
     renegotiation: RenegotiationStatus | None = None
     cost: CostStatus | None = None
@@ -499,11 +538,14 @@ class SaveRequest(K8sModel):
         description="What asked: SpotReclaimed, NodePredicted, NodeDrained (the quota controller) or Requested"
         " (a user)."
     )
-    message: str = Field(default="", max_length=1024)
+    message: str = Field(default="", max_length=1024, description="Why, for a person.")
     step: int | None = Field(default=None, ge=0, description="The step every rank saves at (None: none reports steps).")
-    requested_at: str = Field(json_schema_extra={"format": "date-time"})
+    requested_at: str = Field(json_schema_extra={"format": "date-time"}, description="When the save was asked.")
     deadline: str = Field(json_schema_extra={"format": "date-time"}, description="When the run moves without it.")
-    phase: SavePhase = "Requested"
+    phase: SavePhase = Field(
+        default="Requested",
+        description="Requested; Committed: a checkpoint answered it; Missed: none did by the deadline.",
+    )
     checkpoint: str | None = Field(default=None, description="The committed Checkpoint that answered it.")
 
 
@@ -512,7 +554,9 @@ class CheckpointStatus(K8sModel):
 
     latest: str | None = Field(default=None, description="Name of the latest committed Checkpoint.")
     latest_step: int | None = Field(default=None, ge=0, description="Its step.")
-    last_commit_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    last_commit_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When the latest one committed."
+    )
     committed: int = Field(default=0, ge=0, description="Committed checkpoints kept (at most maxRetention).")
     resume_from: str | None = Field(default=None, description="Path training resumes from.")
     save_request: SaveRequest | None = Field(default=None, description="The latest save asked of the ranks.")
@@ -524,11 +568,13 @@ class AuditRecorded(K8sModel):
     is not written again: per condition type the transition time recorded, the restart and
     renegotiation counts and the checkpoint."""
 
-    created: bool = False
-    conditions: dict[str, str] | None = None
-    restarts: int = Field(default=0, ge=0)
-    renegotiations: int = Field(default=0, ge=0)
-    checkpoint: str | None = None
+    created: bool = Field(default=False, description="The Created record was written.")
+    conditions: dict[str, str] | None = Field(
+        default=None, description="Condition type -> the lastTransitionTime recorded."
+    )
+    restarts: int = Field(default=0, ge=0, description="The restart count recorded.")
+    renegotiations: int = Field(default=0, ge=0, description="The renegotiation count recorded.")
+    checkpoint: str | None = Field(default=None, description="The Checkpoint recorded last.")
 
 
 class AuditNotified(K8sModel):
@@ -546,7 +592,7 @@ class AuditStatus(K8sModel):
     """Written by the audit controller: a summary of the run's audit trail."""
 
     records: int = Field(default=0, ge=0, description="This run's records that exist now.")
-    last_record: str | None = None
+    last_record: str | None = Field(default=None, description="The name of the latest AuditLog record.")
     recorded: AuditRecorded | None = None
     notified: AuditNotified | None = None
 
@@ -572,14 +618,18 @@ class VerifyStatus(K8sModel):
         default=None, ge=0, description="The Trainer generation its images were checked for."
     )
     policies: str | None = Field(default=None, max_length=64, description="A hash of the policies applied.")
-    images: list[ImageCheck] | None = Field(default=None, json_schema_extra={"maxItems": 32})
+    images: list[ImageCheck] | None = Field(
+        default=None, json_schema_extra={"maxItems": 32}, description="Each image of the run, as checked."
+    )
     contribution: Contribution | None = None
 
 
 class TrainerStatus(K8sModel):
     """Each section has one writer (docs/design/status-protocol.md); conditions are shared by type."""
 
-    phase: Phase | None = None
+    phase: Phase | None = Field(
+        default=None, description="Pending, Running, Restarting, Succeeded, Failed or Suspended."
+    )
     reason: str | None = Field(default=None, max_length=128, description="What the run is doing, in one word.")
     message: str | None = Field(default=None, max_length=1024, description="What it is doing and why, for a person.")
     topology: TopologyStatus | None = None
