@@ -10,13 +10,17 @@ import pytest
 from tests.attack.conftest import SELF_SIGNED, account, attempt, needs
 from tests.factories import trainer_manifest
 from tests.harness import Cluster
+from trainerop_common.api import PodContribution
 from trainerop_common.names import MANAGED_BY
+from trainerop_sdk.names import TRAINER_UID_LABEL
+from trainerop_trainer.pods import CONTAINER_SECURITY, pod_security, runner_manifests
 
 TRAINER = account("trainer")
 BOUNDS = "ValidatingAdmissionPolicy 'trainer-operator-trainer-bounds'"
 CREATIONS = "ValidatingAdmissionPolicy 'trainer-operator-trainer-creations'"
 CA_ONLY = "ValidatingAdmissionPolicy 'trainer-operator-webhook-ca-only'"
 SECTIONS = "ValidatingAdmissionPolicy 'trainer-operator-status-sections'"
+OWNERS = 'admission webhook "validate-creations.trainer.operator.kubeflow.org" denied the request'
 
 
 def privileged_pod(account_name: str) -> dict[str, Any]:
@@ -79,6 +83,77 @@ def test_the_trainers_identity_starts_no_privileged_pod_in_a_tenants_namespace(
     pod = json.dumps(privileged_pod("trainer-operator-runner"))
     said = attempt(cluster, TRAINER, "create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=pod)
     assert CREATIONS in said, said
+
+
+def restricted_pod_of(trainer: dict[str, Any], secret: str) -> dict[str, Any]:
+    """A pod of the shape the trainer makes (Pod Security restricted, its Trainer's labels and
+    owner), mounting ``secret``: what a stolen trainer identity would make to read a Secret."""
+    meta = trainer["metadata"]
+    owner = {"apiVersion": trainer["apiVersion"], "kind": "Trainer", "name": meta["name"], "uid": meta["uid"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-worker-9",
+            "labels": {TRAINER_UID_LABEL: meta["uid"], **MANAGED_BY},
+            "ownerReferences": [{**owner, "controller": True}],
+        },
+        "spec": {
+            "serviceAccountName": "trainer-operator-runner",
+            "securityContext": pod_security(PodContribution()),
+            "containers": [
+                {
+                    "name": "x",
+                    "image": "busybox:1.36",
+                    "securityContext": CONTAINER_SECURITY,
+                    "volumeMounts": [{"name": "loot", "mountPath": "/loot"}],
+                }
+            ],
+            "volumes": [{"name": "loot", "secret": {"secretName": secret}}],
+        },
+    }
+
+
+def dry_run(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> str:
+    """``obj`` created (server dry run) as the trainer's identity: "" or the refusal."""
+    return attempt(cluster, TRAINER, "create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(obj))
+
+
+def test_the_trainers_identity_mounts_no_secret_its_trainer_does_not_name(cluster: Cluster, namespace: str) -> None:
+    """A Trainer of the namespace exists (suspended: no pods of its own); the stolen identity
+    makes a pod of it, then one of a made-up Trainer, that mount the namespace's Secret."""
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "team-secret"}, "stringData": {"k": "v"}}
+    cluster.apply(secret, namespace)
+    cluster.apply(trainer_manifest("victim", runPolicy={"suspend": True}), namespace)
+    cluster.apply(runner_manifests(namespace)[0], namespace)  # the pods' account, as the trainer makes it
+    trainer = cluster.get("trainer", "victim", namespace)
+    said = dry_run(cluster, namespace, restricted_pod_of(trainer, "team-secret"))
+    assert OWNERS in said, said
+    assert "uses only the Secrets its Trainer names" in said, said
+    assert "not team-secret" in said, said
+    made_up = {**trainer, "metadata": {"name": "made-up", "uid": "00000000-0000-0000-0000-000000000000"}}
+    said = dry_run(cluster, namespace, restricted_pod_of(made_up, "team-secret"))
+    assert OWNERS in said, said
+    assert "holds no Trainer made-up" in said, said
+
+
+def test_the_trainers_identity_creates_nothing_where_no_trainer_is(cluster: Cluster, namespace: str) -> None:
+    """Even of the shape it makes: a tenant's namespace that runs no training, like kube-system."""
+    made_up = {"apiVersion": "trainer.operator.kubeflow.org/v1", "metadata": {"name": "made-up", "uid": "0"}}
+    pod = restricted_pod_of(made_up, "x")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {key: pod["metadata"][key] for key in ("name", "labels", "ownerReferences")},
+        "spec": {"clusterIP": "None"},
+    }
+    said = dry_run(cluster, namespace, service)
+    assert OWNERS in said, said
+    assert "holds no Trainer made-up" in said, said
+    runner = runner_manifests(namespace)[0]
+    said = dry_run(cluster, namespace, runner)
+    assert OWNERS in said, said
+    assert f"only where Trainers are: {namespace} holds none" in said, said
 
 
 def test_the_trainers_identity_cannot_write_another_controllers_part_of_a_trainers_status(

@@ -3,7 +3,8 @@ Pod Security Standard "restricted" (the API server's own PodSecurity admission j
 NetworkPolicies let in exactly the webhook and metrics ports, each ServiceAccount's permissions
 match a reviewed snapshot (kubectl auth can-i --list), so RBAC cannot widen unnoticed, and the
 trainer controller's identity creates only what it makes (the admission policy
-trainer-operator-trainer-creations).
+trainer-operator-trainer-creations) and only for Trainers that exist (its webhook
+validate-creations).
 
 Snapshots: tests/integration/rbac/<controller>.txt. After a deliberate RBAC change, rewrite them
 with TRAINEROP_UPDATE_SNAPSHOTS=1 and review the diff like any other change."""
@@ -19,7 +20,6 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.factories import trainer_manifest, trainer_spec
 from tests.harness import REPO, Cluster, KubectlError, dry_run_pod, eventually
@@ -257,7 +257,7 @@ def with_runner_account(cluster: Cluster, namespace: str) -> None:
 
 def a_trainer(cluster: Cluster, namespace: str, name: str = "t", **spec: Any) -> str:
     """A suspended Trainer (its controller makes no pods for it): what the trainer controller's
-    creations must belong to (the admission policy trainer-operator-trainer-owners); its uid."""
+    creations must belong to (its webhook validate-creations); its uid."""
     cluster.apply(trainer_manifest(name, runPolicy={"suspend": True}, **spec), namespace)
     uid: str = cluster.get("trainer", name, namespace)["metadata"]["uid"]
     return uid
@@ -370,23 +370,29 @@ def test_the_trainer_controllers_identity_makes_no_other_rbac_and_no_unowned_pod
     assert "headless Services without external IPs" in as_trainer_controller(cluster, namespace, service)
 
 
-OWNERS = "ValidatingAdmissionPolicy 'trainer-operator-trainer-owners'"
-NO_TRAINER = "no params found"  # the API server's words: the binding found no Trainer in the namespace
+OWNERS = 'admission webhook "validate-creations.trainer.operator.kubeflow.org" denied the request'
 
 
 def test_the_trainer_controllers_identity_creates_nothing_where_no_trainer_is(cluster: Cluster, namespace: str) -> None:
     """Objects of the shape the trainer makes (the creations policy accepts them), in a namespace
-    without Trainers."""
-    service = {
+    without Trainers: one a Trainer would control, and one that no Trainer controls."""
+    said = as_trainer_controller(cluster, namespace, headless_service("made-up"))
+    assert OWNERS in said, said
+    assert f"{namespace} holds no Trainer t of uid made-up" in said, said
+    said = as_trainer_controller(cluster, namespace, grant(*PROFILE_GRANT))
+    assert OWNERS in said, said
+    assert f"only where Trainers are: {namespace} holds none" in said, said
+
+
+def headless_service(trainer_uid: str) -> dict[str, Any]:
+    """The Service the trainer makes for a Trainer t of ``trainer_uid``."""
+    pod = training_pod(trainer_uid)
+    return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": "t", **{k: training_pod("made-up")["metadata"][k] for k in ("labels", "ownerReferences")}},
+        "metadata": {"name": "t", **{k: pod["metadata"][k] for k in ("labels", "ownerReferences")}},
         "spec": {"clusterIP": "None"},
     }
-    for obj in (service, grant(*PROFILE_GRANT)):
-        said = as_trainer_controller(cluster, namespace, obj)
-        assert OWNERS in said, said
-        assert NO_TRAINER in said, said
 
 
 def test_the_trainer_controllers_identity_creates_only_for_the_trainer_of_that_name_that_exists(
@@ -396,7 +402,21 @@ def test_the_trainer_controllers_identity_creates_only_for_the_trainer_of_that_n
     with_runner_account(cluster, namespace)
     said = as_trainer_controller(cluster, namespace, training_pod("an-earlier-trainers-uid"))
     assert OWNERS in said, said
-    assert "only for the Trainer t that exists" in said, said
+    assert "only for a Trainer that exists" in said, said
+
+
+def test_the_trainer_controllers_identity_creates_nothing_for_a_trainer_name_that_does_not_exist(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A namespace that holds Trainers, and a pod owned by a made-up one mounting a Secret: the
+    owner is looked up by its name, so the pod is refused before its containers could start."""
+    a_trainer(cluster, namespace, name="real")
+    with_runner_account(cluster, namespace)
+    said = as_trainer_controller(cluster, namespace, with_secret(training_pod("made-up"), SECRET_VOLUME))
+    assert OWNERS in said, said
+    assert f"{namespace} holds no Trainer t of uid made-up" in said, said
+    said = as_trainer_controller(cluster, namespace, headless_service("made-up"))
+    assert f"{namespace} holds no Trainer t of uid made-up" in said, said
 
 
 SECRET_VOLUME = {"name": "s", "secret": {"secretName": "team-secret"}}
@@ -570,9 +590,9 @@ def test_the_trainer_controllers_identity_stays_out_of_the_clusters_and_the_oper
     ]
     for refusal in said:
         assert "acts only in tenants' namespaces" in refusal, refusal
-    # No Trainer there either: trainer-operator-trainer-owners refuses the account too; the API server names one.
+    # (No Trainer there either, but the API server's policies are asked before the webhook.)
     refusal = as_trainer_controller(cluster, where, account)
-    assert "acts only in tenants' namespaces" in refusal or NO_TRAINER in refusal, refusal
+    assert "acts only in tenants' namespaces" in refusal, refusal
     # Both policies refuse the pod (its account is not the runner either); the API server names one.
     assert "ValidatingAdmissionPolicy 'trainer-operator-trainer-" in as_trainer_controller(cluster, where, pod)
 
@@ -727,8 +747,8 @@ def test_the_trainer_controller_grants_secret_reading_only_to_those_controllers_
         assert said == "" or "already exists" in said, said
     elif where == "tenant":
         assert refusal in said, said
-    else:  # no Trainer there either: trainer-operator-trainer-owners refuses too; the API server names one
-        assert refusal in said or NO_TRAINER in said, said
+    else:  # no Trainer there either, but the API server's policies are asked before the webhook
+        assert refusal in said, said
 
 
 def test_secrets_are_readable_by_the_profile_and_checkpoint_controllers_only_where_trainers_are(
@@ -780,29 +800,6 @@ def test_training_pods_pass_a_restricted_namespace_unless_a_profile_lets_them_ru
 
     eventually(refused, what="the namespace's Pod Security to refuse the relaxed pods, said in an Event")
     assert pods_of("rooted") == []
-
-
-def test_an_api_server_starting_refuses_no_one_elses_objects(cluster: Cluster, namespace: str) -> None:
-    """For some seconds after it starts, the API server cannot resolve the Trainer kind that
-    trainer-operator-trainer-owners reads its parameters as, and refuses what that policy matches:
-    only what carries the operator's managed-by label, never another's PVC or pod."""
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "someone-elses"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
-    cluster_tool.restart("kube-apiserver")
-    said = cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(claim))
-    assert "created (server dry run)" in said, said
-    # The tests after this one: the operator's own objects are judged again once the kind resolves.
-    trainer = a_trainer(cluster, namespace)
-    own = claim_manifest(Owner("t", namespace, trainer, 1), trainer_spec(storage={"size": "1Gi"}), Replica("worker", 0))
-    eventually(
-        lambda: "paramKind" not in as_trainer_controller(cluster, namespace, own) or None,
-        timeout=120,
-        what="the API server to resolve the Trainer kind of trainer-operator-trainer-owners",
-    )
 
 
 @pytest.mark.parametrize(

@@ -25,16 +25,18 @@ from trainerop_common.api import GROUP, KINDS, VERSION
 from trainerop_common.cache import ObjectCache
 from trainerop_common.loops import HOME, LoopThread, on_loop
 from trainerop_common.webhook_tls import issue, make_ca, write_pair
-from trainerop_common.webhooks import ReviewServer, register_admission, register_observer
+from trainerop_common.webhooks import ReviewServer, register_admission, register_object_check, register_observer
 
 NOW = dt.datetime.now(dt.UTC)
 
 
-def review(resource: str, operation: str, subresource: str = "", size: int = 0, uid: str = "u-1") -> dict[str, Any]:
+def review(
+    resource: str, operation: str, subresource: str = "", size: int = 0, uid: str = "u-1", group: str = GROUP
+) -> dict[str, Any]:
     obj = {"metadata": {"name": "x", "namespace": "team", "uid": "obj"}, "spec": {"epochs": 1, "pad": "p" * size}}
     request: dict[str, Any] = {
         "uid": uid,
-        "resource": {"group": GROUP, "version": VERSION, "resource": resource},
+        "resource": {"group": group, "version": "v1" if group != GROUP else VERSION, "resource": resource},
         "operation": operation,
         "userInfo": {"username": "alice"},
         "oldObject" if operation == "DELETE" else "object": obj,
@@ -51,6 +53,7 @@ class Served:
         self.ca = make_ca(NOW)
         self.tmp = tmp
         self.seen: list[Mapping[str, Any]] = []
+        self.checked: list[tuple[str, str]] = []  # what the object check was asked about
         self.threads: dict[str, str] = {}  # what ran on which thread
         registry = kopf.OperatorRegistry()
 
@@ -63,17 +66,24 @@ class Served:
             self.threads["check"] = threading.current_thread().name
             return Verdict(problems=(f"no {request.name}",))
 
+        async def refuse_object(plural: str, obj: Mapping[str, Any]) -> Verdict:
+            self.checked.append((plural, obj["metadata"]["name"]))
+            return Verdict(problems=(f"no {plural} {obj['metadata']['name']}",))
+
         async def close() -> None:
             self.threads["close"] = threading.current_thread().name
 
         resources = [("trainers", "*"), ("clustertrainingprofiles", None), ("auditlogs", None)]
         register_observer(registry, "audit", resources, observer)
         register_admission(registry, "test", "validate-trainer", refuse)
+        created = [("", "v1", "pods"), ("rbac.authorization.k8s.io", "v1", "rolebindings")]
+        register_object_check(registry, "test", "validate-creations", created, refuse_object)
         insights = references.Insights()
         insights.webhook_resources.update(
             references.Resource(GROUP, VERSION, k.plural, kind=k.kind, namespaced=k.scope == "Namespaced")
             for k in KINDS
         )
+        insights.webhook_resources.update(references.Resource(g, v, p, namespaced=True) for g, v, p in created)
         self.memories = inventory.ResourceMemories()
         self.fn = functools.partial(
             kopf_admission.serve_admission_request,
@@ -157,6 +167,17 @@ async def test_a_check_that_refuses_is_not_made_to_allow(served: tuple[Served, s
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"]["message"] == "no x"
     assert s.seen == []
+
+
+@pytest.mark.parametrize(("group", "resource"), [("", "pods"), ("rbac.authorization.k8s.io", "rolebindings")])
+async def test_a_check_of_another_kinds_creation_sees_its_plural_and_object(
+    served: tuple[Served, str], group: str, resource: str
+) -> None:
+    s, url = served
+    _, answer = await s.post(url, "/validate-creations", review(resource, "CREATE", group=group))
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["message"] == f"no {resource} x"
+    assert s.checked == [(resource, "x")]
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ claims and nodes, calls decide(), carries the decision out (actions.py) and retu
 (status, Events, when to look again) for the runtime to apply."""
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -17,13 +18,14 @@ from trainerop_common.cache import Key, ObjectCache
 from trainerop_common.clock import age_seconds
 from trainerop_common.conditions import parse
 from trainerop_common.contracts import CONTRACTS, REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL, asks
-from trainerop_common.kube import urgent_requests
+from trainerop_common.kube import Kube, urgent_requests
 from trainerop_common.nodes import readiness
+from trainerop_common.objects import metadata_only
 from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
 
-from . import admission
+from . import admission, creations
 from .actions import Actions
 from .config import TrainerConfig
 from .decide import SECTION, Decision, Observed, decide, held_counts, once_created
@@ -91,6 +93,7 @@ class TrainerController:
         self.leases.register(registry, self._child_changed)
         self.claims.register(registry, self._child_changed)
         runtime.admit(registry, "validate-trainer", self.admit)
+        runtime.admit_creations(registry, "validate-creations", creations.CREATED, self.admit_creation)
 
     async def admit(self, request: Request) -> Verdict:
         """The validating webhook: node fit when the resources are new, judged on the cached nodes
@@ -105,6 +108,31 @@ class TrainerController:
             with contextlib.suppress(TimeoutError):  # past it, the cached nodes' verdict stands
                 verdict = admission.validate(request, spec, await self.rt.admission_read(lambda k: k.list_nodes()))
         return verdict
+
+    async def admit_creation(self, resource: str, obj: Mapping[str, Any]) -> Verdict:
+        """The webhook on what this controller's identity creates (creations.py): judged on the
+        Trainers the watch holds, and confirmed on the API server's before refusing (a replica
+        that does not reconcile, or a Trainer newer than the watch)."""
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        ref = creations.trainer_owner(obj)
+        name = str(ref.get("name") or "") if ref else ""
+        cached = self.rt.trainers  # the home loop's: one get, and a copy of its keys made at once
+        owner = cached.get((namespace, name)) if ref else None
+        holds = ref is not None or any(ns == namespace for ns, _ in list(cached))
+        problems = creations.creation_problems(resource, obj, owner, holds)
+        if problems:
+            with contextlib.suppress(TimeoutError):  # past it, the cached verdict stands
+                owner, holds = await self.rt.admission_read(lambda k: self._trainers_for(k, namespace, name))
+                problems = creations.creation_problems(resource, obj, owner, holds)
+        return Verdict(problems=problems)
+
+    @staticmethod
+    async def _trainers_for(kube: Kube, namespace: str, name: str) -> tuple[dict[str, Any] | None, bool]:
+        """The Trainer ``name`` of ``namespace`` (no name: none) and whether the namespace holds any."""
+        if name:
+            owner = await kube.get("Trainer", name, namespace)
+            return owner, owner is not None
+        return None, bool(await kube.list_in("Trainer", namespace, metadata_only))
 
     def _node_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         """Reconcile the Trainers with pods on a node that went away or changed readiness (not on

@@ -49,6 +49,8 @@ class Verdict:
 
 
 Check = Callable[[Request], Awaitable[Verdict]]
+# A check of the creation of another kind's object: (its plural, the object) -> the verdict.
+ObjectCheck = Callable[[str, Mapping[str, Any]], Awaitable[Verdict]]
 REFUSED = 422  # Unprocessable Entity, as the API server's own validation answers
 
 

@@ -233,6 +233,10 @@ class Kube:
         """One of the operator's own objects (None: it does not exist)."""
         return await self._get(RESOURCES[kind], name, namespace)
 
+    async def list_in(self, kind: str, namespace: str, keep: Keep = slim) -> list[dict[str, Any]]:
+        """Every object of one of the operator's kinds in ``namespace``, each as ``keep`` projects it."""
+        return await self._list(RESOURCES[kind], keep, namespace)
+
     async def _get(self, res: Any, name: str, namespace: str | None) -> dict[str, Any] | None:
         try:
             obj = await self._call("get", self._client.get(res, name, namespace=namespace))

@@ -31,8 +31,8 @@ def child_name(base: str, *suffix: str, limit: int = MAX_NAME) -> str:
 OPERATOR = "trainer-operator"
 OPERATOR_NAMESPACE = f"{OPERATOR}-system"
 PART_OF = {"app.kubernetes.io/part-of": OPERATOR}
-# On every object the trainer controller makes in tenants' namespaces: the admission policy
-# trainer-operator-trainer-owners selects them by it (deploy/controllers/trainer/rbac).
+# On every object the trainer controller makes in tenants' namespaces (the creations policy,
+# deploy/controllers/trainer/rbac, requires it): what the operator made, for anyone to select.
 MANAGED_BY = {"app.kubernetes.io/managed-by": OPERATOR}
 
 

@@ -35,7 +35,7 @@ from .redaction import redact_text
 from .status_writer import StatusWriter
 from .tracing import reconcile_span
 from .watch_events import on_event
-from .webhooks import Observer, register_admission, register_observer
+from .webhooks import Observer, register_admission, register_object_check, register_observer
 from .workqueue import Body, Key, Tasks, Trigger, WorkQueue, key_of, periodic
 
 log = logging.getLogger("trainerop.runtime")
@@ -306,6 +306,19 @@ class Runtime:
         """Serve an admission check of Trainers at ``/<webhook>`` (only with --webhook-port)."""
         if self.config.webhook.webhook_port:
             register_admission(registry, self.config.controller, webhook, check, mutating)
+            self.admission_checks += 1
+
+    def admit_creations(
+        self,
+        registry: kopf.OperatorRegistry,
+        webhook: str,
+        resources: Sequence[tuple[str, str, str]],
+        check: admission.ObjectCheck,
+    ) -> None:
+        """Serve a check of the creation of other kinds' objects at ``/<webhook>`` (only with
+        --webhook-port; see webhooks.register_object_check)."""
+        if self.config.webhook.webhook_port:
+            register_object_check(registry, self.config.controller, webhook, resources, check)
             self.admission_checks += 1
 
     def observe(

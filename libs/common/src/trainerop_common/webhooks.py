@@ -44,22 +44,57 @@ def register_admission(
         # kopf passes its admission kwargs by name: body, old, operation, warnings, patch, ...
         body: Mapping[str, Any] = kwargs["body"]
         operation = str(kwargs.get("operation") or "CREATE")
-        started = time.perf_counter()
-        outcome = "error"
-        try:
-            verdict = await check(admission.request_of(body, kwargs.get("old"), operation))
-            kwargs["warnings"].extend(verdict.warnings)
-            for name, value in verdict.spec.items():
-                kwargs["patch"].spec[name] = value
-            outcome = "refused" if verdict.problems else ("mutated" if verdict.spec else "allowed")
-        finally:
-            ADMISSION_REVIEWS.labels(controller, webhook, outcome).inc()
-            ADMISSION_DURATION.labels(controller, webhook).observe(time.perf_counter() - started)
-        if verdict.problems:
-            meta = body.get("metadata") or {}
-            problems = "; ".join(verdict.problems)
-            log.info("refused %s of Trainer %s/%s: %s", operation, meta.get("namespace"), meta.get("name"), problems)
-            raise kopf.AdmissionError(problems, code=admission.REFUSED)
+        verdict = await _judged(controller, webhook, check(admission.request_of(body, kwargs.get("old"), operation)))
+        kwargs["warnings"].extend(verdict.warnings)
+        for name, value in verdict.spec.items():
+            kwargs["patch"].spec[name] = value
+        _refuse_if(verdict, f"{operation} of Trainer", body)
+
+
+def register_object_check(
+    registry: kopf.OperatorRegistry,
+    controller: str,
+    webhook: str,
+    resources: Sequence[tuple[str, str, str]],
+    check: admission.ObjectCheck,
+) -> None:
+    """Serve ``check`` at ``/<webhook>`` for the creation of objects of other kinds (``resources``:
+    (group, version, plural); kopf knows the built-in ones): it sees the plural and the object,
+    and only refuses (a review forged by a caller of the port learns a verdict and changes nothing)."""
+
+    def handler_of(plural: str) -> Callable[..., Awaitable[None]]:
+        async def handler(**kwargs: Any) -> None:
+            body: Mapping[str, Any] = kwargs["body"]
+            verdict = await _judged(controller, webhook, check(plural, body))
+            _refuse_if(verdict, f"CREATE of {plural}", body)
+
+        return handler
+
+    for group, version, plural in resources:
+        kopf.on.validate(group, version, plural, id=webhook, operations=["CREATE"], registry=registry)(
+            handler_of(plural)
+        )
+
+
+async def _judged(controller: str, webhook: str, verdict: Awaitable[admission.Verdict]) -> admission.Verdict:
+    """The verdict, counted and timed."""
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        judged = await verdict
+        outcome = "refused" if judged.problems else ("mutated" if judged.spec else "allowed")
+        return judged
+    finally:
+        ADMISSION_REVIEWS.labels(controller, webhook, outcome).inc()
+        ADMISSION_DURATION.labels(controller, webhook).observe(time.perf_counter() - started)
+
+
+def _refuse_if(verdict: admission.Verdict, what: str, body: Mapping[str, Any]) -> None:
+    if verdict.problems:
+        meta = body.get("metadata") or {}
+        problems = "; ".join(verdict.problems)
+        log.info("refused %s %s/%s: %s", what, meta.get("namespace"), meta.get("name"), problems)
+        raise kopf.AdmissionError(problems, code=admission.REFUSED)
 
 
 def missing_files(*paths: str) -> list[str]:
