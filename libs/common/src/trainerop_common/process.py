@@ -4,6 +4,7 @@ server, and an orderly stop (kopf handles SIGINT/SIGTERM)."""
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import sys
 from collections.abc import Callable, Sequence
@@ -27,6 +28,11 @@ log = logging.getLogger("trainerop.process")
 # On stop, reconciles and Events in flight get this long to finish (a pod's termination grace is
 # 30 s by default); a reconcile cut short is done again by the next start.
 STOP_GRACE_SECONDS = 5.0
+# kopf returns from its operator after its cleanup handlers, unless a watch request it cancels
+# cannot be cancelled (kopf 1.45 raises in that request's cancel callback when the API server was
+# unreachable): then the process lives on with no watch and no webhook while /healthz answers.
+# This long after kopf's cleanup the process exits, and the kubelet starts it again.
+EXIT_AFTER_CLEANUP_SECONDS = 30.0
 F = TypeVar("F")
 Make = Callable[[Runtime, F], Controller]
 
@@ -109,17 +115,34 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
         "serving /metrics, /healthz and /readyz",
         extra={"address": config.metrics_address, "port": health.port, "scheme": scheme},
     )
+    cleaned_up = asyncio.Event()
+    watchdog = asyncio.create_task(exit_when_stuck(cleaned_up, EXIT_AFTER_CLEANUP_SECONDS))
     try:
-        await _operate(runtime, registry, settings)
+        await _operate(runtime, registry, settings, cleaned_up)
     finally:
+        cleaned_up.set()
         UP.labels(config.controller).set(0)
         await runtime.tasks.stop(grace=STOP_GRACE_SECONDS)  # before their client closes
         await health.stop()
         await kube.close()
+        watchdog.cancel()
 
 
-async def _operate(runtime: Runtime, registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings) -> None:
-    """kopf until it stops, with the runtime's jobs beside it; ready once kopf watches."""
+async def exit_when_stuck(cleaned_up: asyncio.Event, seconds: float, exit_now: Callable[[int], Any] = os._exit) -> None:
+    """Exit the process (code 1) when it is still stopping ``seconds`` after kopf's cleanup."""
+    await cleaned_up.wait()
+    await asyncio.sleep(seconds)
+    log.error("still stopping %.0f s after kopf's cleanup: exiting, so that the kubelet starts it again", seconds)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    exit_now(1)
+
+
+async def _operate(
+    runtime: Runtime, registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cleaned_up: asyncio.Event
+) -> None:
+    """kopf until it stops, with the runtime's jobs beside it; ready once kopf watches;
+    ``cleaned_up`` is set when kopf has run its cleanup handlers."""
     config = runtime.config
     kopf_ready = asyncio.Event()
 
@@ -134,6 +157,7 @@ async def _operate(runtime: Runtime, registry: kopf.OperatorRegistry, settings: 
     @kopf.on.cleanup(registry=registry)
     async def stop_helpers(**_: Any) -> None:
         # kopf waits for every task still running when it stops; ours end with it.
+        cleaned_up.set()
         for task in helpers:
             task.cancel()
 
