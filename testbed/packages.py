@@ -1,6 +1,7 @@
 """The Debian packages the real node and its images need on this machine: containerd, runc and
 the CNI plugins run the node's pods, busybox-static is its busybox image, buildah and debootstrap
-build the images. The standard library only, so set-up asks it before anything else is installed:
+build the images, iptables and ipset hold the NetworkPolicies testbed/netpol.py enforces. The
+standard library only, so set-up asks it before anything else is installed:
 
     python3 -m testbed.packages            # every package, on one line
     python3 -m testbed.packages --missing  # those this machine lacks (`testbed.node up` refuses to start without them)
@@ -23,6 +24,8 @@ PACKAGES = {
     "busybox": "busybox-static",
     "/usr/lib/cni/bridge": "containernetworking-plugins",
     "debootstrap": "debootstrap",  # the Debian base of the controllers' and the example's images
+    "/usr/sbin/iptables-save": "iptables",  # kube-proxy's Services, kube-router's NetworkPolicies
+    "/usr/sbin/ipset": "ipset",  # kube-router's sets of pods and address blocks
 }
 
 

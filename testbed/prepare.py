@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import certmanager, cluster, cosign, images, kubescore, kueue, node, prometheus, registry
+from testbed import certmanager, cluster, cosign, images, kubescore, kueue, netpol, node, prometheus, registry
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ STEPS = (
     Step("coredns", "e2e: the real node", node.coredns_binary),
     Step("kube-proxy", "e2e: the real node", node.kube_proxy_binary),
     *(Step(f"image {name}", "e2e", _image(name)) for name in images.IMAGES),
+    Step("kube-router", "attack: test_network (NetworkPolicies enforced on the real node)", netpol.binary),
 )
 
 
