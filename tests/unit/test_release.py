@@ -1,0 +1,81 @@
+"""hack/release.py: what it refuses to release, and what it names (its manifests are rendered in
+tests/integration/test_release.py)."""
+
+import pytest
+
+from hack import release
+
+CHANGELOG = """# Changelog
+
+## 0.2.0
+
+- Hang detection.
+
+## 0.1.0
+
+The first release.
+"""
+
+
+SDK = "trainerop-sdk"
+
+
+@pytest.mark.parametrize(
+    ("version", "versions", "tag", "expected"),
+    [
+        ("0.2.0", {SDK: "0.2.0"}, "v0.2.0", []),
+        ("0.2.0", {SDK: "0.2.0"}, None, []),
+        ("0.2.0", {SDK: "0.1.0"}, None, [f"{SDK} is at 0.1.0: run `python hack/release.py set-version 0.2.0`"]),
+        ("0.3.0", {SDK: "0.3.0"}, None, ["CHANGELOG.md has no entry `## 0.3.0`: write what changed"]),
+        ("0.2.0", {SDK: "0.2.0"}, "v0.2.1", ["the tag v0.2.1 does not name version 0.2.0"]),
+        (
+            "v0.2",
+            {},
+            None,
+            [
+                "'v0.2' is not a version like 0.2.0 or 0.2.0rc1",
+                "CHANGELOG.md has no entry `## v0.2`: write what changed",
+            ],
+        ),
+    ],
+)
+def test_what_stops_a_release(version: str, versions: dict[str, str], tag: str | None, expected: list[str]) -> None:
+    assert release.problems(version, versions, CHANGELOG, tag) == expected
+
+
+def test_a_versions_changelog_entry_ends_at_the_next_version() -> None:
+    assert release.changelog_entry(CHANGELOG, "0.2.0") == "- Hang detection."
+    assert release.changelog_entry(CHANGELOG, "0.1.0") == "The first release."
+    assert release.changelog_entry(CHANGELOG, "0.1") == ""
+
+
+def test_set_version_changes_the_projects_version_only() -> None:
+    text = '[project]\nname = "trainerop-sdk"\nversion = "0.1.0"\n\n[tool.x]\ntarget-version = "py311"\n'
+    assert release.with_version(text, "0.2.0") == text.replace('version = "0.1.0"', 'version = "0.2.0"')
+    with pytest.raises(release.ReleaseError):
+        release.with_version("[project]\nname = 'x'\n", "0.2.0")
+
+
+def test_every_package_and_the_workspace_carry_one_version() -> None:
+    assert len(set(release.versions().values())) == 1
+    assert {"trainerop-client", "trainerop-sdk", "trainerop-trainer"} <= set(release.versions())
+
+
+@pytest.mark.parametrize(
+    ("overlay", "name"),
+    [
+        ("dev", "trainer-operator-0.2.0.yaml"),
+        ("minimal", "trainer-operator-minimal-0.2.0.yaml"),
+        ("production", "trainer-operator-production-0.2.0.yaml"),
+    ],
+)
+def test_manifest_names(overlay: str, name: str) -> None:
+    assert release.manifest_name(overlay, "0.2.0") == name
+
+
+def test_the_overlay_is_rendered_with_one_images_entry() -> None:
+    image = "registry.example.com:5000/acme/trainer-operator"
+    assert release.kustomization("production", f"{image}:0.2.0") == (
+        "resources:\n- ../../overlays/production\n"
+        f"images:\n- name: trainer-operator\n  newName: {image}\n  newTag: 0.2.0\n"
+    )
