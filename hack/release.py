@@ -11,6 +11,7 @@ version and nothing else.
   cert-manager and production, each rendered by kustomize with one `images:` entry, so every
   place the operator's image is named (the Deployments, and the ConfigMaps that name it for the
   pods the controllers create, deploy/base/image-fields.yaml) says <registry>/trainer-operator:<version>;
+- quickstart-trainer.yaml: README.md's first Trainer (examples/quickstart/trainer.yaml);
 - wheels/: a wheel of every Python package (pip wheel), so `pip install --find-links wheels
   trainerop-client` needs nothing that is not on PyPI or here;
 - SHA256SUMS of all of it.
@@ -40,6 +41,7 @@ from testbed import cluster, images  # noqa: E402
 
 # The overlays a release publishes; the first is trainer-operator-<version>.yaml.
 OVERLAYS = ("dev", "minimal", "cert-manager", "production")
+QUICKSTART_TRAINER = REPO / "examples" / "quickstart" / "trainer.yaml"  # README.md's first Trainer
 IMAGE = "trainer-operator"  # the name the manifests give the operator's image (deploy/controllers/*)
 VERSION = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?$")  # what both pip and a tag accept
 PROJECT_VERSION = re.compile(r'^version = "[^"]*"$', re.MULTILINE)
@@ -170,6 +172,7 @@ def build(args: argparse.Namespace) -> int:
     for overlay in OVERLAYS:
         cluster.say(f"rendering deploy/overlays/{overlay} with {image}")
         (out / manifest_name(overlay, version)).write_text(render(overlay, image))
+    shutil.copyfile(QUICKSTART_TRAINER, out / "quickstart-trainer.yaml")
     cluster.say("building the wheels")
     wheels = build_wheels(out / "wheels")
     if args.push:

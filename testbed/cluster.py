@@ -749,16 +749,10 @@ def up(args: argparse.Namespace) -> int:
     for comp in components(run, bins):
         start(run, comp)
     kubectl(run, bins, "apply", "-f", str(KWOK_DELETES))
-    say(f"registering {FAKE_NODES} fake GPU nodes")
-    kubectl(
-        run,
-        bins,
-        "apply",
-        "-f",
-        "-",
-        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": fake_nodes(FAKE_NODES)}),
-    )
     if FAKE_NODES:
+        say(f"registering {FAKE_NODES} fake GPU nodes")
+        nodes = json.dumps({"apiVersion": "v1", "kind": "List", "items": fake_nodes(FAKE_NODES)})
+        kubectl(run, bins, "apply", "-f", "-", stdin=nodes)
         kubectl(run, bins, "wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
     say("waiting for the default ServiceAccount (the controller-manager creates it)")
     deadline = time.monotonic() + 60

@@ -168,7 +168,7 @@ def print_namespace(args: argparse.Namespace) -> int:
     return 0
 
 
-def kubelet_config(run: Path, ca: Path, address: str) -> dict[str, Any]:
+def kubelet_config(run: Path, ca: Path, address: str, tainted: bool = True) -> dict[str, Any]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -196,7 +196,8 @@ def kubelet_config(run: Path, ca: Path, address: str) -> dict[str, Any]:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "localStorageCapacityIsolation": False,
-        "registerWithTaints": [{"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}],
+        # Untainted (`up --untainted`), the node takes any pod, as a bare cluster's would.
+        "registerWithTaints": [{"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}] if tainted else [],
     }
 
 
@@ -346,7 +347,7 @@ def node_ready(kubeconfig: Path) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def up(_: argparse.Namespace) -> int:
+def up(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise cluster.ClusterError("the kubelet and containerd need root: run `python -m testbed.node up` as root")
     missing = packages.missing()
@@ -383,7 +384,8 @@ def up(_: argparse.Namespace) -> int:
         cluster.issue_certificate(pki, f"kubelet-{NODE}", f"system:node:{NODE}", "system:nodes")
     kubeconfig = cluster.kubeconfig(cluster.RUN_DIR, f"kubelet-{NODE}")
     address = host_ip()
-    (run / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(run, pki / "ca.crt", address)))
+    tainted = not getattr(args, "untainted", False)
+    (run / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(run, pki / "ca.crt", address, tainted)))
     kubelet = cluster.Component(
         "kubelet",
         [
@@ -478,7 +480,10 @@ def status(_: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, fn in (("up", up), ("down", down), ("status", status)):
+    starts = commands.add_parser("up")
+    starts.add_argument("--untainted", action="store_true", help="no taint of ours: the node takes any pod")
+    starts.set_defaults(fn=up)
+    for name, fn in (("down", down), ("status", status)):
         commands.add_parser(name).set_defaults(fn=fn)
     namespace = commands.add_parser(
         "namespace", help="print a namespace whose pods run on the real node, with S3 checkpoint credentials"
