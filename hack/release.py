@@ -3,7 +3,7 @@
 version and nothing else.
 
     python hack/release.py set-version 0.2.0          # every package's version, before the tag
-    python hack/release.py build --registry ghcr.io/acme [--push] [--tag v0.2.0]
+    python hack/release.py build --registry ghcr.io/acme --download-url URL [--push] [--tag v0.2.0]
 
 `build` writes dist/<version>/:
 - trainer-operator-<version>.yaml (deploy/overlays/dev: every controller, self-signed webhook
@@ -14,6 +14,10 @@ version and nothing else.
 - quickstart-trainer.yaml: README.md's first Trainer (examples/quickstart/trainer.yaml);
 - wheels/: a wheel of every Python package (pip wheel), so `pip install --find-links wheels
   trainerop-client` needs nothing that is not on PyPI or here;
+- kubectl-trainer-<version>.tar.gz and trainer.yaml: `kubectl trainer` for krew (a launcher that
+  installs the client's wheels into a virtualenv of its own on first use; Python 3.11 or newer)
+  and its krew manifest, whose download address is --download-url (where the release's files
+  will be): `kubectl krew install --manifest=trainer.yaml`;
 - SHA256SUMS of all of it.
 It refuses to start unless every package carries the version, CHANGELOG.md has its entry, and
 (with --tag) the tag names the version. --push builds the images (the operator's, which is also
@@ -29,9 +33,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: the test bed's kubectl and image builds
@@ -42,7 +49,8 @@ from testbed import cluster, images  # noqa: E402
 # The overlays a release publishes; the first is trainer-operator-<version>.yaml.
 OVERLAYS = ("dev", "minimal", "cert-manager", "production")
 QUICKSTART_TRAINER = REPO / "examples" / "quickstart" / "trainer.yaml"  # README.md's first Trainer
-IMAGE = "trainer-operator"  # the name the manifests give the operator's image (deploy/controllers/*)
+IMAGE = "trainer-operator"
+PLUGIN = "trainer"  # kubectl trainer  # the name the manifests give the operator's image (deploy/controllers/*)
 VERSION = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?$")  # what both pip and a tag accept
 PROJECT_VERSION = re.compile(r'^version = "[^"]*"$', re.MULTILINE)
 
@@ -146,6 +154,48 @@ def push_images(registry: str, version: str) -> list[str]:
     return pushed
 
 
+def plugin_archive(wheels: Path, out: Path, version: str) -> Path:
+    """kubectl-trainer-<version>.tar.gz: the launcher hack/kubectl-trainer.sh as `kubectl-trainer`
+    (it makes a virtualenv of its own on first use: the client's dependencies have C extensions,
+    so no single file can carry them), the client's and the SDK's wheels, and the LICENSE."""
+    archive = out / f"kubectl-{PLUGIN}-{version}.tar.gz"
+    launcher = (REPO / "hack" / "kubectl-trainer.sh").read_text().replace("@VERSION@", version)
+    with tempfile.TemporaryDirectory() as scratch:
+        executable = Path(scratch) / f"kubectl-{PLUGIN}"
+        executable.write_text(launcher)
+        executable.chmod(0o755)
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(executable, arcname=executable.name)
+            for wheel in [*wheels.glob("trainerop_client-*.whl"), *wheels.glob("trainerop_sdk-*.whl")]:
+                tar.add(wheel, arcname=f"wheels/{wheel.name}")
+            tar.add(REPO / "LICENSE", arcname="LICENSE")
+    return archive
+
+
+def krew_manifest(version: str, uri: str, sha256: str) -> dict[str, object]:
+    """The krew manifest of ``kubectl trainer`` (krew's Plugin v1alpha2) for the archive at ``uri``."""
+    platform = {
+        "selector": {"matchExpressions": [{"key": "os", "operator": "In", "values": ["linux", "darwin"]}]},
+        "uri": uri,
+        "sha256": sha256,
+        "bin": f"kubectl-{PLUGIN}",
+        "files": [{"from": name, "to": "."} for name in (f"kubectl-{PLUGIN}", "wheels", "LICENSE")],
+    }
+    return {
+        "apiVersion": "krew.googlecontainertools.github.com/v1alpha2",
+        "kind": "Plugin",
+        "metadata": {"name": PLUGIN},
+        "spec": {
+            "version": f"v{version}",
+            "shortDescription": "Submit, follow and inspect Trainer Operator runs",
+            "description": "Submits Trainers (an image, or a Python function), follows them with a progress bar, "
+            "reads every rank's logs, checkpoints and audit trail (docs/data-scientists.md).",
+            "caveats": "kubectl trainer runs with the python3 on your PATH: Python 3.11 or newer.",
+            "platforms": [platform],
+        },
+    }
+
+
 def checksums(folder: Path) -> str:
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
     return "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(folder)}\n" for p in files)
@@ -175,10 +225,14 @@ def build(args: argparse.Namespace) -> int:
     shutil.copyfile(QUICKSTART_TRAINER, out / "quickstart-trainer.yaml")
     cluster.say("building the wheels")
     wheels = build_wheels(out / "wheels")
+    archive = plugin_archive(out / "wheels", out, version)
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    manifest = krew_manifest(version, f"{args.download_url.rstrip('/')}/{archive.name}", digest)
+    (out / f"{PLUGIN}.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     if args.push:
         push_images(args.registry.rstrip("/"), version)
     (out / "SHA256SUMS").write_text(checksums(out))
-    cluster.say(f"release {version} in {out}: {len(OVERLAYS)} manifests, {len(wheels)} wheels")
+    cluster.say(f"release {version} in {out}: {len(OVERLAYS)} manifests, {len(wheels)} wheels, kubectl trainer")
     return 0
 
 
@@ -199,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     setter.set_defaults(run=set_version)
     builder = commands.add_parser("build", help="manifests, wheels and (--push) images into dist/<version>")
     builder.add_argument("--registry", required=True, help="where the images are, e.g. ghcr.io/acme")
+    builder.add_argument(
+        "--download-url", required=True, help="where the release's files will be (the krew manifest's archive)"
+    )
     builder.add_argument("--version", help="default: the packages' version")
     builder.add_argument("--tag", help="the git tag being released (v<version>); checked against the version")
     builder.add_argument("--push", action="store_true", help="also build the images and push them to --registry")

@@ -19,10 +19,10 @@ and ipset. The Go module proxy serves only v2.1.0, whose reported flaw is in its
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +126,7 @@ def enforcing() -> bool:
     return listed.returncode == 0 and cluster.http_ok(f"http://127.0.0.1:{HEALTH_PORT}/healthz")
 
 
-def up(_: argparse.Namespace | None = None) -> int:
+def up() -> int:
     if os.geteuid() != 0:
         raise cluster.ClusterError("iptables needs root: run `python -m testbed.netpol up` as root")
     program = binary()
@@ -146,7 +146,7 @@ def up(_: argparse.Namespace | None = None) -> int:
     return 0
 
 
-def down(_: argparse.Namespace | None = None) -> int:
+def down() -> int:
     """Stop it, then remove its chains and ipsets: it leaves them when stopped, and its own
     --cleanup-config (v2.1.0) crashes in the service proxy's part and would delete every IPVS service."""
     for name in cluster.stop_processes(containerd.node_dir(), [NAME]):
@@ -178,19 +178,24 @@ def without_its_chains(saved: str) -> str:
     return "".join(line + "\n" for line in saved.splitlines() if not its(line))
 
 
-def main(argv_: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.netpol", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("up", help="build kube-router once and enforce NetworkPolicies on the node").set_defaults(
-        run=up
-    )
-    commands.add_parser("down", help="stop it and remove its rules").set_defaults(run=down)
-    args = parser.parse_args(argv_)
-    try:
-        return int(args.run(args))
-    except cluster.ClusterError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+def main(argv: list[str] | None = None) -> int:
+    """``build``, and ``up``/``down``: the errors of those two on stderr."""
+
+    def guarded(step: Callable[[], int]) -> Callable[[], int]:
+        def run() -> int:
+            try:
+                return step()
+            except cluster.ClusterError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 1
+
+        return run
+
+    more = {
+        "up": gomodule.Command("build kube-router once and enforce NetworkPolicies on the node", guarded(up)),
+        "down": gomodule.Command("stop it and remove its rules", guarded(down)),
+    }
+    return gomodule.main(argv, __doc__.split("\n\n")[0] if __doc__ else "", "kube-router", binary, lambda: [], more)
 
 
 if __name__ == "__main__":

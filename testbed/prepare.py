@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import certmanager, cluster, cosign, images, kubescore, kueue, netpol, node, prometheus, registry
+from testbed import certmanager, cluster, cosign, images, krew, kubescore, kueue, netpol, node, prometheus, registry
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ STEPS = (
     Step("registry", "integration test_image_verification, test_signing; the real node", registry.binary),
     Step("cosign", "integration test_image_verification, test_signing; e2e", cosign.binary),
     Step("kueue", "integration test_kueue", kueue.binary),
+    Step("krew", "integration test_release", krew.binary),
     Step("prometheus", "integration test_proactive", prometheus.binary),
     Step("coredns", "e2e: the real node", node.coredns_binary),
     Step("kube-proxy", "e2e: the real node", node.kube_proxy_binary),

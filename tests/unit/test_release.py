@@ -79,3 +79,15 @@ def test_the_overlay_is_rendered_with_one_images_entry() -> None:
         "resources:\n- ../../overlays/production\n"
         f"images:\n- name: trainer-operator\n  newName: {image}\n  newTag: 0.2.0\n"
     )
+
+
+def test_the_krew_manifest_installs_the_launcher_its_wheels_and_the_license() -> None:
+    manifest = release.krew_manifest("0.2.0", "https://example.com/kubectl-trainer-0.2.0.tar.gz", "ab" * 32)
+    assert manifest["metadata"] == {"name": "trainer"}
+    spec = manifest["spec"]
+    assert isinstance(spec, dict)
+    assert spec["version"] == "v0.2.0"  # krew wants the v
+    (platform,) = spec["platforms"]
+    assert platform["bin"] == "kubectl-trainer"
+    assert platform["sha256"] == "ab" * 32
+    assert [f["from"] for f in platform["files"]] == ["kubectl-trainer", "wheels", "LICENSE"]
