@@ -89,6 +89,23 @@ def _admission_server(runtime: Runtime, settings: kopf.OperatorSettings) -> None
     )
 
 
+async def _peering_object(kube: Kube, config: ControllerConfig) -> None:
+    """The ClusterKopfPeering the replicas coordinate through, created by the first to start: a
+    manifest that held it beside its CRD could not be applied in one go on a fresh cluster
+    (kubectl and Helm find no kind for it until the CRD is served). Namespaced peering
+    (--namespaces) uses KopfPeering objects, which the platform team creates."""
+    if not config.peering or config.namespaces:
+        return
+    name = component(config.controller)
+    body = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "ClusterKopfPeering",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "trainer-operator"}},
+    }
+    if await kube.create("ClusterKopfPeering", body):
+        log.info("created the peering object", extra={"peering": name})
+
+
 async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller]) -> None:
     kube = Kube.from_environment(config.controller, config.qps, config.burst)
     runtime = Runtime(config, kube)
@@ -99,6 +116,7 @@ async def serve(config: ControllerConfig, make: Callable[[Runtime], Controller])
     if selectors:
         log.info("watching with label selectors", extra={"selectors": selectors})
     log.info("watch events handled on the stream", extra={"resources": watch_events.route(settings, registry)})
+    await _peering_object(kube, config)
     if config.webhook.webhook_port and config.webhook.webhook_tls == "self-signed":
         await _webhook_tls(runtime)
     if runtime.serves_webhooks:
