@@ -25,7 +25,11 @@ def leader(cluster: Cluster) -> str:
     status = cluster.get("clusterkopfpeering", "trainer-operator-trainer").get("status") or {}
     selector = "app.kubernetes.io/name=trainer-operator-trainer"
     listed = json.loads(cluster.kubectl("get", "pods", "-n", localdev.NAMESPACE, "-l", selector, "-o", "json"))
-    running = {p["metadata"]["name"] for p in listed["items"] if p["status"].get("phase") == "Running"}
+    running = {  # not one an overlay's rollout is removing (it may still hold the highest priority)
+        p["metadata"]["name"]
+        for p in listed["items"]
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    }
     return str(max(running & set(status), key=lambda pod: int(status[pod]["priority"])))
 
 
