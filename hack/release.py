@@ -11,9 +11,12 @@ version and nothing else.
   cert-manager and production, each rendered by kustomize with one `images:` entry, so every
   place the operator's image is named (the Deployments, and the ConfigMaps that name it for the
   pods the controllers create, deploy/base/image-fields.yaml) says <registry>/trainer-operator:<version>;
+- trainer-operator-<version>.tgz: the Helm chart of the first manifest (the same objects, the
+  image a value): `helm install trainer-operator trainer-operator-<version>.tgz`;
 - quickstart-trainer.yaml: README.md's first Trainer (examples/quickstart/trainer.yaml);
 - wheels/: a wheel of every Python package (pip wheel), so `pip install --find-links wheels
-  trainerop-client` needs nothing that is not on PyPI or here;
+  trainerop-client` needs nothing that is not on PyPI or here; constraints.txt: every third-party
+  dependency at the version CI tested (`pip install -c constraints.txt ...`);
 - kubectl-trainer-<version>.tar.gz and trainer.yaml: `kubectl trainer` for krew (a launcher that
   installs the client's wheels into a virtualenv of its own on first use; Python 3.11 or newer)
   and its krew manifest, whose download address is --download-url (where the release's files
@@ -196,6 +199,59 @@ def krew_manifest(version: str, uri: str, sha256: str) -> dict[str, object]:
     }
 
 
+CHART_VALUES = """\
+# The operator's image: every controller's, and that of the pods they start with the operator's
+# code (the model initializer, the checkpoint storage pods). Nothing else is a value: the objects
+# are deploy/overlays/dev's as rendered; change them there, or with Kustomize.
+image:
+  repository: {repository}
+  tag: "{tag}"
+"""
+CHART_IMAGE = "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+CHART_NOTES = """\
+Trainer Operator {{ .Chart.AppVersion }} runs in the namespace trainer-operator-system.
+  kubectl wait --for=condition=Available deployment --all -n trainer-operator-system --timeout=5m
+A first Trainer: README.md, Quickstart. Uninstall: helm uninstall {{ .Release.Name }}
+(its CRDs, and with them every Trainer, go too).
+"""
+
+
+def chart(rendered: str, image: str, version: str) -> dict[str, str]:
+    """The Helm chart of ``rendered`` (a release manifest naming ``image``), file by path: the same
+    objects, their image from the values; the CRDs among the templates, so that an upgrade
+    changes them and an uninstall removes them (Helm leaves those of crds/ alone)."""
+    repository, _, tag = image.rpartition(":")
+    escaped = rendered.replace("{{", '{{ "{{" }}')  # text Helm would take for an action
+    chart_yaml = {
+        "apiVersion": "v2",
+        "name": "trainer-operator",
+        "description": "A Kubernetes-native control plane for distributed ML training",
+        "type": "application",
+        "version": version,
+        "appVersion": version,
+        "kubeVersion": ">=1.30.0-0",
+    }
+    return {
+        "Chart.yaml": yaml.safe_dump(chart_yaml, sort_keys=False),
+        "values.yaml": CHART_VALUES.format(repository=repository, tag=tag),
+        "templates/trainer-operator.yaml": escaped.replace(image, CHART_IMAGE),
+        "templates/NOTES.txt": CHART_NOTES,
+    }
+
+
+def chart_archive(files: dict[str, str], out: Path, version: str) -> Path:
+    """trainer-operator-<version>.tgz, as `helm package` makes it: the files under trainer-operator/."""
+    archive = out / f"trainer-operator-{version}.tgz"
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch) / "trainer-operator"
+        for path, text in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(root, arcname="trainer-operator")
+    return archive
+
+
 def checksums(folder: Path) -> str:
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
     return "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(folder)}\n" for p in files)
@@ -222,7 +278,9 @@ def build(args: argparse.Namespace) -> int:
     for overlay in OVERLAYS:
         cluster.say(f"rendering deploy/overlays/{overlay} with {image}")
         (out / manifest_name(overlay, version)).write_text(render(overlay, image))
+    chart_archive(chart((out / manifest_name(OVERLAYS[0], version)).read_text(), image, version), out, version)
     shutil.copyfile(QUICKSTART_TRAINER, out / "quickstart-trainer.yaml")
+    shutil.copyfile(REPO / "constraints.txt", out / "constraints.txt")
     cluster.say("building the wheels")
     wheels = build_wheels(out / "wheels")
     archive = plugin_archive(out / "wheels", out, version)

@@ -21,7 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import certmanager, cluster, cosign, images, krew, kubescore, kueue, netpol, node, prometheus, registry
+from testbed import (
+    certmanager,
+    cluster,
+    cosign,
+    helm,
+    images,
+    krew,
+    kubescore,
+    kueue,
+    netpol,
+    node,
+    prometheus,
+    registry,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,7 @@ STEPS = (
     Step("kube-proxy", "e2e: the real node", node.kube_proxy_binary),
     *(Step(f"image {name}", "e2e", _image(name)) for name in images.IMAGES),
     Step("kube-router", "attack: test_network (NetworkPolicies enforced on the real node)", netpol.binary),
+    Step("helm", "quickstart: test_helm", helm.binary),
 )
 
 

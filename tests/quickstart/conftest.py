@@ -1,4 +1,4 @@
-"""The README's quickstart on a bare cluster (marker: quickstart): the
+"""The README's quickstart and the release's Helm chart on a bare cluster (marker: quickstart): the
 local cluster with no fake nodes and the real node untainted (`testbed.node up --untainted`),
 nothing of the test bed in it — no prepared namespace, no toleration, no S3 credentials, no
 operator. A pytest session of its own, after the e2e tier's (whose cluster and node are down by

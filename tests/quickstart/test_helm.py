@@ -1,6 +1,8 @@
 """The release's Helm chart (hack/release.py) with Helm built from its Go module, on the bare
-cluster: installed, upgraded to another image (every place the image is named follows), and
-uninstalled leaving nothing of the operator behind."""
+cluster: installed, upgraded to another image (every place the image is named follows),
+uninstalled leaving nothing of the operator behind, and installed again with the cluster still
+admitting pods (an admission policy's lost parameter once refused every pod after a reinstall:
+tests/unit/test_admission_policy_params.py)."""
 
 import json
 import subprocess
@@ -59,3 +61,14 @@ def test_the_chart_installs_upgrades_and_uninstalls(
     assert images_named(env) == {upgraded}
     run(env, "uninstall", "trainer-operator", "--wait", "--timeout", "5m")
     assert cluster_wide(env) == before  # nothing of the operator left
+    run(env, "install", "trainer-operator", str(chart), "--wait", "--timeout", "5m")
+    assert pod_admitted(env), "after a reinstall the API server refuses pods; see the message above"
+    run(env, "uninstall", "trainer-operator", "--wait", "--timeout", "5m")
+
+
+def pod_admitted(env: dict[str, str]) -> bool:
+    """Whether the API server admits a plain pod (a dry run: every admission step, nothing stored)."""
+    argv = ["kubectl", "run", "probe", "-n", "default", "--image=busybox:1.36", "--restart=Never", "--dry-run=server"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    print(done.stdout + done.stderr, flush=True)
+    return done.returncode == 0

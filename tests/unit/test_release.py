@@ -2,6 +2,7 @@
 tests/integration/test_release.py)."""
 
 import pytest
+import yaml
 
 from hack import release
 
@@ -91,3 +92,18 @@ def test_the_krew_manifest_installs_the_launcher_its_wheels_and_the_license() ->
     assert platform["bin"] == "kubectl-trainer"
     assert platform["sha256"] == "ab" * 32
     assert [f["from"] for f in platform["files"]] == ["kubectl-trainer", "wheels", "LICENSE"]
+
+
+def test_the_chart_holds_the_manifests_objects_with_the_image_a_value() -> None:
+    image = "registry.example.com/acme/trainer-operator:0.2.0"
+    rendered = f"kind: Deployment\nimage: {image}\n---\nkind: ConfigMap\ndata:\n  image: {image}\n  note: '{{{{x}}}}'\n"
+    files = release.chart(rendered, image, "0.2.0")
+    assert set(files) == {"Chart.yaml", "values.yaml", "templates/trainer-operator.yaml", "templates/NOTES.txt"}
+    template = files["templates/trainer-operator.yaml"]
+    assert template.count("image: {{ .Values.image.repository }}:{{ .Values.image.tag }}") == 2
+    assert image not in template
+    assert "note: '{{ \"{{\" }}x}}'" in template  # Helm prints it as it was
+    values = yaml.safe_load(files["values.yaml"])
+    assert values == {"image": {"repository": "registry.example.com/acme/trainer-operator", "tag": "0.2.0"}}
+    chart = yaml.safe_load(files["Chart.yaml"])
+    assert (chart["name"], chart["version"], chart["appVersion"]) == ("trainer-operator", "0.2.0", "0.2.0")
