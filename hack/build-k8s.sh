@@ -9,9 +9,18 @@ set -euo pipefail
 if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$BIN_DIR"; exit 0; fi
 if [[ "${1:-}" == "--print-s3-bin-dir" ]]; then echo "$S3_BIN_DIR"; exit 0; fi
 
+[[ -f "$K8S_MODULE_DIR/go.mod" ]] ||
+  die "no module builds Kubernetes $K8S_VERSION: make one with hack/k8s-versions/new.sh $K8S_VERSION"
+if [[ "$K8S_VERSION" != "$K8S_DEFAULT_VERSION" ]]; then
+  # Another version: its control plane and kubectl; etcd, kwok and the real node's kubelet are the
+  # test bed's own, built first (by this script, for the default version).
+  DEFAULT_BIN_DIR=$(TRAINER_OPERATOR_K8S_VERSION="" TRAINER_OPERATOR_BIN="" "$0" --print-bin-dir)
+  TRAINER_OPERATOR_K8S_VERSION="" TRAINER_OPERATOR_BIN="" "$0"
+fi
+
 # One build at a time: a second caller (CI's background preparation, a test session) waits for it.
 mkdir -p "$CACHE_ROOT"
-exec 9>"$CACHE_ROOT/.build-k8s.lock"
+exec 9>"$CACHE_ROOT/.build-k8s-$K8S_VERSION.lock"
 flock -n 9 || { log "waiting for another build of these binaries to finish"; flock 9; }
 
 build_weed() {
@@ -33,9 +42,14 @@ build_weed() {
   rm -rf "$work"
   log "built weed in $(( $(date +%s) - t0 ))s"
 }
-build_weed
+[[ "$K8S_VERSION" == "$K8S_DEFAULT_VERSION" ]] && build_weed  # another version's build made it first
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+if [[ "$K8S_VERSION" != "$K8S_DEFAULT_VERSION" ]]; then
+  K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  mkdir -p "$BIN_DIR"
+  for b in etcd kwok; do ln -sfn "$DEFAULT_BIN_DIR/$b" "$BIN_DIR/$b"; done
+fi
 ALL_BINS=("${K8S_BINS[@]}" etcd kwok)
 
 missing=()
@@ -58,7 +72,7 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
 
-cd "$HACK_DIR/k8s-tools"
+cd "$K8S_MODULE_DIR"
 log "downloading modules (go mod download)"
 go mod download
 for b in "${missing[@]}"; do

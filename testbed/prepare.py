@@ -34,6 +34,7 @@ from testbed import (
     node,
     prometheus,
     registry,
+    versions,
 )
 
 
@@ -48,9 +49,14 @@ def _image(name: str) -> Callable[[], object]:
     return lambda: images.build(name)
 
 
+def _kubernetes(version: str) -> Callable[[], object]:
+    return lambda: versions.build(version)
+
+
 # The lint tier uses the first two (kubectl renders the overlays kube-score checks); the
 # integration tests use the first and the next five in about this order (test files run
-# alphabetically); the e2e tests use the rest.
+# alphabetically); the e2e tests use the next ones; the versions tier the last two (after the
+# integration tier; it builds them itself when they are not ready yet, under the same lock).
 STEPS = (
     Step("kubernetes", "every cluster (Kubernetes, etcd, kwok, SeaweedFS); lint's kubectl", cluster.ensure_binaries),
     Step("kube-score", "lint: python -m testbed.kubescore check", kubescore.binary),
@@ -65,6 +71,7 @@ STEPS = (
     *(Step(f"image {name}", "e2e", _image(name)) for name in images.IMAGES),
     Step("kube-router", "attack: test_network (NetworkPolicies enforced on the real node)", netpol.binary),
     Step("helm", "quickstart: test_helm", helm.binary),
+    *(Step(f"kubernetes {v}", "versions: the smoke subset on this minor", _kubernetes(v)) for v in versions.VERSIONS),
 )
 
 

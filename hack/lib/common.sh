@@ -4,7 +4,16 @@
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO_ROOT=$(cd "$HACK_DIR/.." && pwd)
 
-K8S_VERSION=v1.34.4
+# The test bed's Kubernetes (hack/k8s-tools). TRAINER_OPERATOR_K8S_VERSION names another one that
+# has a module in hack/k8s-versions (the oldest and the newest supported minor, docs/versions.md):
+# its control plane and kubectl, with this etcd and kwok.
+K8S_DEFAULT_VERSION=v1.34.4
+K8S_VERSION=${TRAINER_OPERATOR_K8S_VERSION:-$K8S_DEFAULT_VERSION}
+if [[ "$K8S_VERSION" == "$K8S_DEFAULT_VERSION" ]]; then
+  K8S_MODULE_DIR=$HACK_DIR/k8s-tools
+else
+  K8S_MODULE_DIR=$HACK_DIR/k8s-versions/$K8S_VERSION
+fi
 ETCD_VERSION=v3.6.4
 KWOK_VERSION=v0.7.0
 # SeaweedFS: the S3-compatible server checkpoint tests write to (a pseudo-version: it has no tags
@@ -15,7 +24,7 @@ SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 CACHE_ROOT=${TRAINER_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainer-operator}
 k8s_cache_key() {
   local sum
-  sum=$( (cat "$HACK_DIR/k8s-tools/go.sum" "$HACK_DIR/k8s-tools/go.mod"; echo "$KWOK_VERSION") | sha256sum | cut -c1-12)
+  sum=$( (cat "$K8S_MODULE_DIR/go.sum" "$K8S_MODULE_DIR/go.mod"; echo "$KWOK_VERSION") | sha256sum | cut -c1-12)
   echo "k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$sum"
 }
 BIN_DIR=${TRAINER_OPERATOR_BIN:-$CACHE_ROOT/$(k8s_cache_key)/bin}

@@ -51,6 +51,7 @@ def apply_with_warnings(cluster: Cluster, manifest: dict[str, Any], namespace: s
     return result.stderr
 
 
+@pytest.mark.smoke
 def test_a_trainer_naming_a_missing_profile_is_refused_with_what_to_do(cluster: Cluster, namespace: str) -> None:
     message = refusal(cluster, trainer(profile="cost-optimized-32gpu"), namespace)
     assert 'admission webhook "validate-profile.trainer.operator.kubeflow.org" denied the request' in message

@@ -406,6 +406,7 @@ def verifier_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
+@pytest.mark.smoke
 def test_the_checkpoint_controller_may_create_only_storage_pods(cluster: Cluster, namespace: str) -> None:
     """RBAC lets the checkpoint controller create pods anywhere; its admission policy holds it to
     the verifier and collector pods, both non-root without capabilities."""

@@ -8,12 +8,16 @@ from typing import Any
 import pytest
 
 from testbed import cluster as cluster_tool
+from testbed import versions
 from tests.harness import REPO, Cluster, eventually
 
 
+@pytest.mark.smoke
 def test_server_is_the_pinned_upstream_version(cluster: Cluster) -> None:
+    """The test bed's version, or the one testbed.versions asked for (TRAINER_OPERATOR_K8S_VERSION)."""
     version = json.loads(cluster.kubectl("version", "-o", "json"))
-    assert version["serverVersion"]["gitVersion"].startswith("v1.34.")
+    assert version["serverVersion"]["gitVersion"] == versions.selected()
+    assert version["clientVersion"]["gitVersion"] == versions.selected()
 
 
 def test_fake_gpu_nodes_carry_capacity_and_placement_labels(cluster: Cluster) -> None:

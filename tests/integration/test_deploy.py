@@ -46,6 +46,7 @@ def gate_env(deployment: dict[str, Any]) -> set[str]:
     return {e["name"] for e in env if e["name"].startswith("TRAINEROP_GATE_") and e["value"] == "true"}
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_builds_and_the_api_server_accepts_it(cluster: Cluster, overlay: str) -> None:
     objects = build(cluster, overlay)

@@ -6,6 +6,8 @@ import os
 import signal
 from typing import Any
 
+import pytest
+
 from testbed import cluster as cluster_tool
 from testbed import localdev
 from tests.harness import Cluster, eventually
@@ -41,6 +43,7 @@ def state(cluster: Cluster, plural: str, name: str, namespace: str) -> str:
     return out.split()[1] if len(out.split()) > 2 else ""
 
 
+@pytest.mark.smoke
 def test_a_pytorchjob_runs_as_upstream_runs_it(cluster: Cluster, namespace: str) -> None:
     specs = {"Master": replica("pytorch", restartPolicy="OnFailure"), "Worker": replica("pytorch", 2)}
     cluster.apply(job("PyTorchJob", "mnist", specs), namespace)

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+import pytest
+
 from tests.harness import REPO, Cluster, condition, eventually, table
 from trainerop_common.api.trainer import TrainerSpec
 from trainerop_common.contracts import GATE_CONDITIONS, asks
@@ -32,6 +34,7 @@ def converged(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | N
     return obj if is_converged(obj) else None
 
 
+@pytest.mark.smoke
 def test_seed_trainer_and_profile_apply_unmodified(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl(
         "apply", "-n", namespace, "-f", str(SEED / "trainer.yaml"), "-f", str(SEED / "trainingprofile.yaml")

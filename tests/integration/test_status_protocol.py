@@ -48,6 +48,7 @@ def apply_profiled(cluster: Cluster, namespace: str) -> None:
     cluster.apply({**SEED_TRAINER, "spec": {**SEED_TRAINER["spec"], "profile": "cost-optimized-32gpu"}}, namespace)
 
 
+@pytest.mark.smoke
 def test_each_controller_writes_only_its_own_status_section(cluster: Cluster, namespace: str) -> None:
     apply_profiled(cluster, namespace)
     eventually(lambda: converged(cluster, namespace, NAME), what="every controller to report")

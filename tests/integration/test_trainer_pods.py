@@ -142,6 +142,7 @@ def test_a_permanent_failure_fails_the_trainer_naming_pod_and_exit_code(cluster:
     )
 
 
+@pytest.mark.smoke
 def test_the_run_succeeds_when_its_workers_do(cluster: Cluster, namespace: str) -> None:
     spec = {
         **SEED_TRAINER["spec"],
