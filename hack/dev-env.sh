@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with every package of the workspace (editable) and the development tools.
+# Create .venv with every package of the workspace (editable) and the development tools, at the
+# versions CI tested (constraints.txt).
 # Idempotent: a second run only installs what changed.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
@@ -13,7 +14,7 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 log "installing the workspace into .venv"
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet \
+.venv/bin/python -m pip install --quiet -c constraints.txt \
   -e libs/common -e libs/sdk -e 'libs/client[notebook]' -e libs/placement -e libs/models \
   -e controllers/trainer -e controllers/profile -e controllers/checkpoint -e controllers/quota -e controllers/audit -e controllers/kubeflow \
   -e controllers/verify \
