@@ -34,9 +34,10 @@ def canonical(name: str) -> str:
 
 def installed() -> dict[str, str]:
     """The running interpreter's third-party distributions, version by canonical name (this
-    repository's own packages, trainerop-*, are not third-party; nor are pip's installers)."""
+    repository's own packages, trainerop-* and the workspace, are not third-party; nor are pip's
+    installers)."""
     found = {canonical(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
-    ours = {name for name in found if name.startswith("trainerop-")}
+    ours = {name for name in found if name.startswith(("trainerop-", "trainer-operator-"))}  # the workspace too
     return {name: version for name, version in found.items() if name not in ours | INSTALLERS}
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job: a local cluster (unless $KUBECONFIG names one), the operator's CRDs and RBAC,
-# the controllers, and the seed README's TrainingProfile and Trainer, with their status.
+# The main job: a local cluster, the operator's CRDs and RBAC, the controllers, and the seed
+# README's TrainingProfile and Trainer, with their status. With $KUBECONFIG naming a cluster of
+# your own, hack/cluster_demo.py runs instead: the operator from its image (TRAINER_OPERATOR_IMAGE)
+# and the seed Trainer sized for that cluster, nothing of the test bed assumed.
 #
 # The controllers first run here as local processes, each with its own ServiceAccount's token
 # (testbed.localdev), for the kwok part; then, on the local cluster and as root, the real node
@@ -17,7 +19,8 @@ cd "$REPO_ROOT"
 step() { printf '\n==> %s\n' "$*"; }
 
 step "What this machine needs, installed before anything is built"
-command -v go >/dev/null || die "Go >= 1.26 builds Kubernetes and SeaweedFS: install it (https://go.dev/dl/) and run again"
+[[ -n "${KUBECONFIG:-}" ]] || command -v go >/dev/null ||
+  die "Go >= 1.26 builds Kubernetes and SeaweedFS: install it (https://go.dev/dl/) and run again"
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
   || die "Python 3.11 or newer is needed (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11"
@@ -43,21 +46,22 @@ else
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${NEEDED[@]}"
 fi
 
+step "Python environment (.venv)"
+hack/dev-env.sh
+
+if [[ -n "${KUBECONFIG:-}" ]]; then
+  # A cluster of your own: nothing of the test bed (hack/cluster_demo.py says what it needs).
+  step "Using the cluster in KUBECONFIG=$KUBECONFIG"
+  exec .venv/bin/python hack/cluster_demo.py
+fi
+
 step "Building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION and SeaweedFS (cached after the first run)"
 hack/build-k8s.sh
 export PATH="$BIN_DIR:$PATH"
 
-step "Python environment (.venv)"
-hack/dev-env.sh
-
-USER_CLUSTER=${KUBECONFIG:-}
-if [[ -z "$USER_CLUSTER" ]]; then
-  step "Local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes"
-  .venv/bin/python -m testbed.cluster up
-  export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
-else
-  step "Using the cluster in KUBECONFIG=$KUBECONFIG"
-fi
+step "Local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes"
+.venv/bin/python -m testbed.cluster up
+export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
 
 step "Operator: CRDs, namespace, ServiceAccounts, RBAC; controllers as their ServiceAccounts"
 .venv/bin/python -m testbed.localdev install
@@ -128,15 +132,6 @@ kubectl get trainer llama-7b-finetune -o jsonpath='{.status}' | python3 -m json.
 step "Controllers"
 .venv/bin/python -m testbed.localdev status
 
-if [[ -n "$USER_CLUSTER" ]]; then
-  cat <<MSG
-
-Real training (examples/jax) needs the training image in your cluster and an S3 endpoint for its
-checkpoints: see docs/training-example.md ("On kind"). Stop the local controllers with
-  .venv/bin/python -m testbed.localdev stop
-MSG
-  exit 0
-fi
 if [[ $(id -u) != 0 ]]; then
   cat <<MSG
 

@@ -114,14 +114,14 @@ def kustomization(overlay: str, image: str) -> str:
     )  # fmt: skip
 
 
-def render(overlay: str, image: str) -> str:
+def render(overlay: str, image: str, kubectl: str | None = None) -> str:
     """``kubectl kustomize`` of ``overlay`` with ``image`` (from a folder under deploy/, as
-    kustomize reads bases only below its root)."""
+    kustomize reads bases only below its root), with ``kubectl`` or else the test bed's."""
     with tempfile.TemporaryDirectory(dir=REPO / "deploy", prefix=".release-") as scratch:
         folder = Path(scratch) / overlay
         folder.mkdir()
         (folder / "kustomization.yaml").write_text(kustomization(overlay, image))
-        return run([str(cluster.bin_dir() / "kubectl"), "kustomize", str(folder)])
+        return run([kubectl or str(cluster.bin_dir() / "kubectl"), "kustomize", str(folder)])
 
 
 def run(argv: list[str]) -> str:
