@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make the Go module that builds another Kubernetes version's control plane and kubectl (the
-# oldest and the newest minor the operator supports, docs/versions.md): hack/k8s-versions/<version>/
+# oldest and the newest minor the operator supports, docs/local-cluster.md): hack/k8s-versions/<version>/
 # requires k8s.io/kubernetes at <version>, replaces each staging module with its published tag
 # (as hack/k8s-tools does for the test bed's own version), and go mod tidy writes go.sum.
 # Usage: hack/k8s-versions/new.sh v1.30.14

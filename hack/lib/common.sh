@@ -5,7 +5,7 @@ HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO_ROOT=$(cd "$HACK_DIR/.." && pwd)
 
 # The test bed's Kubernetes (hack/k8s-tools). TRAINER_OPERATOR_K8S_VERSION names another one that
-# has a module in hack/k8s-versions (the oldest and the newest supported minor, docs/versions.md):
+# has a module in hack/k8s-versions (the oldest and the newest supported minor, docs/local-cluster.md):
 # its control plane and kubectl, with this etcd and kwok.
 K8S_DEFAULT_VERSION=v1.34.4
 K8S_VERSION=${TRAINER_OPERATOR_K8S_VERSION:-$K8S_DEFAULT_VERSION}
