@@ -143,14 +143,10 @@ def install(image: str) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(RENDERED))
     say("Waiting for the seven controllers (kubectl wait ... --timeout=5m)")
     try:
-        kubectl(
-            "wait", "--for=condition=Available", "deployment", "--all", "-n", "trainer-operator-system", "--timeout=5m"
-        )
+        kubectl("wait", "--for=condition=Available", "deployment", "--all", "-n", SYSTEM, "--timeout=5m")
     except DemoError as err:
-        pods = kubectl("get", "pods", "-n", "trainer-operator-system")
-        raise DemoError(
-            f"{err}\n{pods}\nCan the nodes pull {image}? kubectl describe pod -n trainer-operator-system"
-        ) from None
+        pods = kubectl("get", "pods", "-n", SYSTEM)
+        raise DemoError(f"{err}\n{pods}\nCan the nodes pull {image}? kubectl describe pod -n {SYSTEM}") from None
 
 
 def run_trainer(storage_class: str | None) -> None:
