@@ -5,8 +5,8 @@ image (deploy/overlays/dev rendered with TRAINER_OPERATOR_IMAGE, as a release's 
 the seed Trainer sized to fit (CPU only, busybox as its training image, one epoch a few seconds)
 through every controller to Succeeded, and shows what each controller reported.
 
-    TRAINER_OPERATOR_IMAGE=ghcr.io/acme/trainer-operator:0.1.0 python hack/cluster_demo.py
-    python hack/cluster_demo.py --uninstall      # the demo's namespace and the operator go
+    TRAINER_OPERATOR_IMAGE=ghcr.io/acme/trainer-operator:0.1.0 .venv/bin/python hack/cluster_demo.py
+    .venv/bin/python hack/cluster_demo.py --uninstall   # the demo's namespace and the operator go
 
 Checkpoints need shared storage: a ReadWriteMany StorageClass named by TRAINER_DEMO_STORAGE_CLASS
 (the Trainer's checkpoint claim is made there), otherwise the run has none and the demo says so.
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         install(image)
         run_trainer(os.environ.get("TRAINER_DEMO_STORAGE_CLASS") or None)
         show()
-        print(f"\nUninstall: python hack/cluster_demo.py --uninstall (namespace {NAMESPACE} and the operator)")
+        print(f"\nUninstall: .venv/bin/python hack/cluster_demo.py --uninstall (namespace {NAMESPACE}, the operator)")
         return 0
     except DemoError as err:
         print(f"error: {err}", file=sys.stderr)
