@@ -30,6 +30,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # hack.release
 
 from hack import release
+from testbed import versions
 from trainerop_common.quantity import parse_quantity
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +38,6 @@ NAMESPACE = "trainer-demo"
 SYSTEM = "trainer-operator-system"
 NAME = "llama-7b-finetune"
 SEED = REPO / "examples" / "seed" / "trainer.yaml"
-OLDEST = (1, 30)
 POD_CPU, POD_MEMORY = "50m", "32Mi"  # what each of the demo's pods requests
 RENDERED = REPO / ".demo" / "trainer-operator.yaml"  # for --uninstall
 
@@ -60,8 +60,8 @@ def kubectl(*args: str, stdin: str | None = None) -> str:
 def version_problem(server: dict[str, Any]) -> str | None:
     """Why a server of this `kubectl version -o json` serverVersion cannot run the operator."""
     minor = int(re.sub(r"\D.*", "", str(server.get("minor", "0"))) or 0)
-    if (int(server.get("major", 0)), minor) < OLDEST:
-        return f"the cluster runs Kubernetes {server.get('gitVersion')}; the operator needs 1.30 or newer"
+    if (int(server.get("major", 0)), minor) < versions.MINIMUM_MINOR:
+        return f"the cluster runs Kubernetes {server.get('gitVersion')}; the operator needs {versions.MINIMUM} or newer"
     return None
 
 
@@ -132,7 +132,7 @@ def check_cluster() -> None:
             f"none of the {len(nodes)} nodes runs the demo's pods (Ready, schedulable, untainted, "
             f"{POD_CPU} CPU and {POD_MEMORY} memory allocatable): add such a node, then run again"
         )
-    print(f"Kubernetes 1.30 or newer; nodes that run the demo's pods: {', '.join(usable)}", flush=True)
+    print(f"Kubernetes {versions.MINIMUM} or newer; nodes that run the demo's pods: {', '.join(usable)}", flush=True)
 
 
 def install(image: str) -> None:
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if not shutil.which("kubectl"):
-            raise DemoError("kubectl is not on PATH: install it (1.30 or newer) and point $KUBECONFIG at the cluster")
+            needed = f"{versions.MINIMUM} or newer"
+            raise DemoError(f"kubectl is not on PATH: install it ({needed}) and point $KUBECONFIG at the cluster")
         if args.uninstall:
             uninstall()
             return 0

@@ -48,6 +48,7 @@ if str(REPO) not in sys.path:  # run as a script: the test bed's kubectl and ima
     sys.path.insert(0, str(REPO))
 
 from testbed import cluster, images  # noqa: E402
+from testbed import versions as kubernetes_versions  # noqa: E402
 
 # The overlays a release publishes; the first is trainer-operator-<version>.yaml.
 OVERLAYS = ("dev", "minimal", "cert-manager", "production")
@@ -229,7 +230,7 @@ def chart(rendered: str, image: str, version: str) -> dict[str, str]:
         "type": "application",
         "version": version,
         "appVersion": version,
-        "kubeVersion": ">=1.30.0-0",
+        "kubeVersion": f">={kubernetes_versions.MINIMUM}.0-0",
     }
     return {
         "Chart.yaml": yaml.safe_dump(chart_yaml, sort_keys=False),

@@ -22,6 +22,9 @@ from testbed import cluster
 
 OLDEST = "v1.30.14"  # the admission policies (v1) and webhook match conditions the operator installs are GA in 1.30
 NEWEST = "v1.37.2"
+# The oldest minor the operator supports is the oldest tested (the Helm chart's kubeVersion, the demo's check).
+MINIMUM_MINOR = (int(OLDEST[1:].split(".")[0]), int(OLDEST.split(".")[1]))
+MINIMUM = f"{MINIMUM_MINOR[0]}.{MINIMUM_MINOR[1]}"
 VERSIONS = (OLDEST, NEWEST)
 VERSION_VARIABLE = "TRAINER_OPERATOR_K8S_VERSION"
 

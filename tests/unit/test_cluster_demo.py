@@ -66,3 +66,12 @@ def test_the_checkpoint_claim_is_shared_by_every_replica() -> None:
     assert claim is not None
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert claim["spec"]["storageClassName"] == "nfs"
+
+
+def test_the_minimum_is_the_oldest_minor_ci_tests() -> None:
+    from hack import release
+    from testbed import versions
+
+    assert versions.OLDEST.startswith(f"v{versions.MINIMUM}.")
+    chart = release.chart("kind: ConfigMap\n", "r/trainer-operator:1", "1")
+    assert f"kubeVersion: '>={versions.MINIMUM}.0-0'" in chart["Chart.yaml"]
