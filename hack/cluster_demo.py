@@ -2,23 +2,27 @@
 """The main job on a cluster you already have (hack/demo.sh runs it when $KUBECONFIG is set):
 nothing of the test bed assumed. It checks what the cluster has, installs the operator from its
 image (deploy/overlays/dev rendered with TRAINER_OPERATOR_IMAGE, as a release's manifest is), runs
-the seed Trainer sized to fit (CPU only, busybox as its training image, one epoch a few seconds)
-through every controller to Succeeded, and shows what each controller reported.
+the seed Trainer sized to fit (CPU only, the operator's image as its training image, each of its
+epochs two seconds and a checkpoint) through every controller to Succeeded, and shows what each
+controller reported.
 
     TRAINER_OPERATOR_IMAGE=ghcr.io/acme/trainer-operator:0.1.0 .venv/bin/python hack/cluster_demo.py
     .venv/bin/python hack/cluster_demo.py --uninstall   # the demo's namespace and the operator go
 
-Checkpoints need shared storage: a ReadWriteMany StorageClass named by TRAINER_DEMO_STORAGE_CLASS
-(the Trainer's checkpoint claim is made there), otherwise the run has none and the demo says so.
-Uses the kubectl on PATH, pointed at the cluster by $KUBECONFIG.
+Checkpoints go to a ReadWriteMany claim in the StorageClass TRAINER_DEMO_STORAGE_CLASS names, or
+else to an S3 server the demo starts in its namespace (hack/demo_storage.py: SeaweedFS's image,
+or TRAINER_DEMO_S3_IMAGE for a mirror of it). Uses the kubectl on PATH, pointed at the cluster by
+$KUBECONFIG.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -29,7 +33,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # hack.release
 
-from hack import release
+from hack import demo_storage, release
+from hack.demo_storage import Storage
 from testbed import versions
 from trainerop_common.quantity import parse_quantity
 
@@ -38,7 +43,7 @@ NAMESPACE = "trainer-demo"
 SYSTEM = "trainer-operator-system"
 NAME = "llama-7b-finetune"
 SEED = REPO / "examples" / "seed" / "trainer.yaml"
-POD_CPU, POD_MEMORY = "50m", "32Mi"  # what each of the demo's pods requests
+POD_CPU, POD_MEMORY = "50m", "128Mi"  # what each of the demo's pods requests
 RENDERED = REPO / ".demo" / "trainer-operator.yaml"  # for --uninstall
 
 
@@ -78,46 +83,50 @@ def runs_pods(node: dict[str, Any]) -> bool:
     return ready and not spec.get("unschedulable") and not tainted and fits
 
 
-def demo_trainer(checkpoint_claim: str | None) -> dict[str, Any]:
-    """The seed Trainer (examples/seed/trainer.yaml) sized for any cluster: its topology, CPU-sized
-    pods of busybox that run each of the seed's epochs in two seconds, and its checkpoint section
-    only with a claim to write to."""
+TRAIN = """
+import os, time
+epochs = int(os.environ["EPOCHS"])
+who = f"{os.environ['REPLICA_TYPE']} {os.environ['REPLICA_INDEX']}"
+checkpointer = None
+if "CHECKPOINT_SHARD" in os.environ:  # the replicas that write a shard of each checkpoint
+    from trainerop_sdk.checkpoint import Checkpointer
+    checkpointer = Checkpointer.in_cluster()
+for epoch in range(1, epochs + 1):
+    time.sleep(2)
+    print(f"{who}: epoch {epoch} of {epochs}", flush=True)
+    if checkpointer:
+        checkpointer.save(f"{who} after epoch {epoch}".encode(), step=100 * epoch, epoch=epoch)
+"""
+
+
+def demo_trainer(image: str, checkpoint: dict[str, str]) -> dict[str, Any]:
+    """The seed Trainer (examples/seed/trainer.yaml) sized for any cluster: its topology, in
+    CPU-sized pods of the operator's ``image`` (Python and trainerop_sdk) that run each of the
+    seed's epochs in two seconds and save a checkpoint after each, to ``checkpoint``'s bucket."""
     trainer: dict[str, Any] = yaml.safe_load(SEED.read_text())
     spec = trainer["spec"]
-    epochs = int(spec["epochs"])
-    spec["image"] = "busybox:1.36"
-    spec["command"] = [
-        "sh",
-        "-c",
-        f'for e in $(seq {epochs}); do echo "rank $RANK: epoch $e of {epochs}"; sleep 2; done',
-    ]
+    spec["image"] = image
+    spec["command"] = ["python", "-c", TRAIN]
     spec["resources"] = {
         "requests": {"cpu": POD_CPU, "memory": POD_MEMORY},
         "limits": {"memory": POD_MEMORY},
     }
-    user = {"spec": {"securityContext": {"runAsUser": 65532}}}  # busybox runs as root unless told
-    spec["podTemplateOverrides"] = {"worker": user, "parameterServer": user}
-    if checkpoint_claim:
-        spec["checkpoint"]["bucket"] = checkpoint_claim
-    else:
-        del spec["checkpoint"]
+    spec["checkpoint"] |= checkpoint
     return trainer
 
 
-def checkpoint_claim(storage_class: str | None) -> dict[str, Any] | None:
-    """The Trainer's checkpoint claim in ``storage_class`` (ReadWriteMany: every replica mounts it)."""
-    if not storage_class:
-        return None
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "demo-checkpoints", "namespace": NAMESPACE},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": storage_class,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
+def storage(storage_class: str | None, s3_image: str) -> Storage:
+    """The claim in ``storage_class``, else an S3 server of the demo's own, with the key an earlier
+    run made (its server still has it) or a new one."""
+    if storage_class:
+        return demo_storage.claim_storage(NAMESPACE, storage_class)
+    try:
+        field = "jsonpath={.data.AWS_SECRET_ACCESS_KEY}"
+        stored = kubectl("get", "secret", demo_storage.CREDENTIALS, "-n", NAMESPACE, "-o", field)
+        key = base64.b64decode(stored).decode()
+    except DemoError:  # none yet
+        key = ""
+    return demo_storage.s3_storage(NAMESPACE, s3_image, key or secrets.token_hex(20))
 
 
 def check_cluster() -> None:
@@ -149,22 +158,32 @@ def install(image: str) -> None:
         raise DemoError(f"{err}\n{pods}\nCan the nodes pull {image}? kubectl describe pod -n {SYSTEM}") from None
 
 
-def run_trainer(storage_class: str | None) -> None:
+def prepare_storage(chosen: Storage) -> None:
+    for obj in chosen.objects:
+        kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+    if chosen.s3_image is None:
+        print(f"Checkpoints to the claim {chosen.checkpoint['bucket']}", flush=True)
+        return
+    say(f"An S3 server for the checkpoints in namespace {NAMESPACE} (kubectl rollout status ... --timeout=3m)")
+    try:
+        kubectl("rollout", "status", f"deployment/{demo_storage.S3_NAME}", "-n", NAMESPACE, "--timeout=3m")
+    except DemoError as err:
+        pods = kubectl("get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={demo_storage.S3_NAME}")
+        raise DemoError(
+            f"{err}\n{pods}\nCan the nodes pull {chosen.s3_image}? "
+            "Set TRAINER_DEMO_S3_IMAGE to a mirror of it, or TRAINER_DEMO_STORAGE_CLASS to a ReadWriteMany StorageClass"
+        ) from None
+    command, stdin = demo_storage.make_bucket_command()
+    kubectl("exec", "-i", "-n", NAMESPACE, f"deployment/{demo_storage.S3_NAME}", "--", *command, stdin=stdin)
+    print(f"Checkpoints to {chosen.checkpoint['bucket']} on {demo_storage.S3_NAME} (SeaweedFS)", flush=True)
+
+
+def run_trainer(image: str, chosen: Storage) -> None:
     kubectl("apply", "-f", "-", stdin=kubectl("create", "namespace", NAMESPACE, "--dry-run=client", "-o", "yaml"))
-    claim = checkpoint_claim(storage_class)
-    if claim:
-        kubectl("apply", "-f", "-", stdin=json.dumps(claim))
-    else:
-        print(
-            "No checkpoints: they need a ReadWriteMany StorageClass (set TRAINER_DEMO_STORAGE_CLASS) or S3 "
-            "(docs/checkpoints.md)",
-            flush=True,
-        )
+    prepare_storage(chosen)
     say(f"The seed Trainer, sized for this cluster, in namespace {NAMESPACE}")
-    trainer = demo_trainer(claim["metadata"]["name"] if claim else None)
-    kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(trainer))
-    gates = ["QuotaAdmitted", "ImagesVerified", *(["CheckpointReady"] if claim else [])]
-    for gate in gates:
+    kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(demo_trainer(image, chosen.checkpoint)))
+    for gate in ("QuotaAdmitted", "ImagesVerified", "CheckpointReady"):
         say(f"Waiting for {gate}")
         kubectl("wait", "-n", NAMESPACE, f"--for=condition={gate}", f"trainer/{NAME}", "--timeout=120s")
     say("Waiting for the run to succeed (its 10 epochs, 2 s each)")
@@ -176,7 +195,8 @@ def run_trainer(storage_class: str | None) -> None:
 
 
 def show() -> None:
-    for what in (["get", "trainers", "-o", "wide"], ["get", "pods", "-o", "wide"], ["get", "auditlogs"]):
+    wide = ["-o", "wide"]
+    for what in (["get", "trainers", *wide], ["get", "pods", *wide], ["get", "checkpoints"], ["get", "auditlogs"]):
         say("kubectl " + " ".join(what))
         print(kubectl(*what, "-n", NAMESPACE), flush=True)
     say(f"Each controller's section of trainer/{NAME}'s status")
@@ -212,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         check_cluster()
         install(image)
-        run_trainer(os.environ.get("TRAINER_DEMO_STORAGE_CLASS") or None)
+        s3_image = os.environ.get("TRAINER_DEMO_S3_IMAGE") or demo_storage.S3_IMAGE
+        run_trainer(image, storage(os.environ.get("TRAINER_DEMO_STORAGE_CLASS") or None, s3_image))
         show()
         print(f"\nUninstall: .venv/bin/python hack/cluster_demo.py --uninstall (namespace {NAMESPACE}, the operator)")
         return 0

@@ -224,6 +224,26 @@ def build(name: str) -> str:
     return built_id(image.ref)
 
 
+SEAWEEDFS_REPOSITORY = "docker.io/chrislusf/seaweedfs"  # SeaweedFS's own image's name
+
+
+def seaweedfs(run: Path) -> str:
+    """SeaweedFS's image as its project names it (SEAWEEDFS_REPOSITORY:<weed's version>), made from
+    the weed the test bed builds, its program at the same path (/usr/bin/weed), pushed and pulled by
+    the node: a cluster that pulls from Docker Hub runs upstream's build of the same version."""
+    weed = cluster.bin_dir("--print-s3-bin-dir") / "weed"
+    said = subprocess.run([str(weed), "version"], check=True, capture_output=True, text=True).stdout.split()
+    ref = f"{SEAWEEDFS_REPOSITORY}:{said[said.index('version') + 2]}"  # "version 30GB 4.53 linux amd64"
+    context = run / "build" / "seaweedfs"
+    shutil.rmtree(context, ignore_errors=True)
+    (context / "rootfs" / "usr" / "bin").mkdir(parents=True)
+    (context / "rootfs" / "tmp").mkdir()
+    (context / "rootfs" / "tmp").chmod(0o1777)
+    shutil.copy2(weed, context / "rootfs" / "usr" / "bin" / "weed")
+    publish(run, ref, build_image(ref, context, 'FROM scratch\nCOPY rootfs/ /\nENTRYPOINT ["/usr/bin/weed"]\n'))
+    return ref
+
+
 def load(name: str, run: Path) -> None:
     """Build ``name`` if needed, push it to the registry and have the node pull it."""
     publish(run, IMAGES[name].ref, build(name))
