@@ -201,10 +201,8 @@ def kubelet_config(run: Path, ca: Path, address: str, tainted: bool = True) -> d
     }
 
 
-def images(run: Path) -> None:
-    """The sandbox (pause) image and a busybox image, built here (cached layers), pushed to the
-    registry and pulled by containerd when they changed."""
-    t0 = time.monotonic()
+def pause_image(run: Path) -> str:
+    """The sandbox image (PAUSE_IMAGE), built here (cached layers); its image ID."""
     context = run / "build" / "pause"
     shutil.rmtree(context, ignore_errors=True)
     (context / "rootfs").mkdir(parents=True)
@@ -214,8 +212,14 @@ def images(run: Path) -> None:
         env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
         check=True,
     )
-    image = built.build_image(PAUSE_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nENTRYPOINT ["/pause"]\n')
-    built.publish(run, PAUSE_IMAGE, image)
+    return built.build_image(PAUSE_IMAGE, context, 'FROM scratch\nCOPY rootfs/ /\nENTRYPOINT ["/pause"]\n')
+
+
+def images(run: Path) -> None:
+    """The sandbox (pause) image and a busybox image, built here (cached layers), pushed to the
+    registry and pulled by containerd when they changed."""
+    t0 = time.monotonic()
+    built.publish(run, PAUSE_IMAGE, pause_image(run))
     context = run / "build" / "busybox"
     shutil.rmtree(context, ignore_errors=True)
     (context / "rootfs" / "bin").mkdir(parents=True)
@@ -271,28 +275,33 @@ def dns(run: Path, admin: Path) -> None:
 
 
 def kube_proxy_binary() -> Path:
-    """kube-proxy of the kubelet's version, built once from the foundation's Go module (a copy of
-    it: kube-proxy's extra go.sum lines must not change the key of the binary cache)."""
+    return kubernetes_binary("kube-proxy")
+
+
+def kubernetes_binary(name: str) -> Path:
+    """k8s.io/kubernetes/cmd/``name`` (kube-proxy for the node, kubeadm for kind's node image) of
+    the kubelet's version, built once from the foundation's Go module (a copy of it: the extra
+    go.sum lines must not change the key of the binary cache)."""
     kubelet = cluster.bin_dir() / "kubelet"
-    target = cluster.CACHE_ROOT / "kube-proxy" / cluster.bin_dir().parent.name
-    return cluster.built_once(target / "kube-proxy", lambda: _build_kube_proxy(kubelet, target))
+    target = cluster.CACHE_ROOT / name / cluster.bin_dir().parent.name
+    return cluster.built_once(target / name, lambda: _build_kubernetes_binary(name, kubelet, target))
 
 
-def _build_kube_proxy(kubelet: Path, target: Path) -> None:
-    binary = target / "kube-proxy"
+def _build_kubernetes_binary(name: str, kubelet: Path, target: Path) -> None:
+    binary = target / name
     version = subprocess.run([str(kubelet), "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
     minor = version.split(".")[1]
     ldflags = "-s -w"
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         ldflags += f" -X {package}.gitVersion={version} -X {package}.gitMajor=1 -X {package}.gitMinor={minor}"
         ldflags += f" -X {package}.gitTreeState=clean -X {package}.buildDate=1970-01-01T00:00:00Z"
-    cluster.say(f"building kube-proxy {version} from the k8s.io/kubernetes module (once; a minute or more)")
+    cluster.say(f"building {name} {version} from the k8s.io/kubernetes module (once; a minute or more)")
     work = target.parent / "module"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(cluster.REPO / "hack" / "k8s-tools", work, ignore=shutil.ignore_patterns("bin"))
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", f"{binary}.tmp", "k8s.io/kubernetes/cmd/kube-proxy"],
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", f"{binary}.tmp", f"k8s.io/kubernetes/cmd/{name}"],
         cwd=work,
         env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
         check=True,

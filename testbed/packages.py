@@ -1,6 +1,7 @@
 """The Debian packages the real node and its images need on this machine: containerd, runc and
 the CNI plugins run the node's pods, busybox-static is its busybox image, buildah and debootstrap
-build the images, iptables and ipset hold the NetworkPolicies testbed/netpol.py enforces. The
+build the images, iptables and ipset hold the NetworkPolicies testbed/netpol.py enforces. Apart
+from those, KIND_PACKAGES: podman runs kind's node (testbed/kind.py), which CI tests. The
 standard library only, so set-up asks it before anything else is installed:
 
     python3 -m testbed.packages            # every package, on one line
@@ -27,6 +28,7 @@ PACKAGES = {
     "/usr/sbin/iptables-save": "iptables",  # kube-proxy's Services, kube-router's NetworkPolicies
     "/usr/sbin/ipset": "ipset",  # kube-router's sets of pods and address blocks
 }
+KIND_PACKAGES = {"podman": "podman"}  # kind's provider here (no Docker engine)
 
 
 def missing() -> list[str]:

@@ -27,6 +27,7 @@ from testbed import (
     cosign,
     helm,
     images,
+    kind,
     krew,
     kubescore,
     kueue,
@@ -71,6 +72,7 @@ STEPS = (
     *(Step(f"image {name}", "e2e", _image(name)) for name in images.IMAGES),
     Step("kube-router", "attack: test_network (NetworkPolicies enforced on the real node)", netpol.binary),
     Step("helm", "quickstart: test_helm", helm.binary),
+    Step("kind", "quickstart: test_kind (kind, kubeadm, the node image)", kind.build),
     *(Step(f"kubernetes {v}", "versions: the smoke subset on this minor", _kubernetes(v)) for v in versions.VERSIONS),
 )
 

@@ -14,9 +14,14 @@ from tests.quickstart.conftest import cluster_wide
 def test_the_demo_runs_the_main_job_on_a_cluster_it_did_not_make(
     bare_cluster: dict[str, str], release_image: str
 ) -> None:
+    run_the_demo(bare_cluster, release_image)
+
+
+def run_the_demo(cluster: dict[str, str], release_image: str) -> None:
+    """hack/demo.sh on the cluster ``cluster`` names, then its --uninstall."""
     # SeaweedFS's image, the version the test bed's weed is, where the node pulls docker.io from
     assert images.seaweedfs(containerd.node_dir()) == f"docker.io/{demo_storage.S3_IMAGE}"
-    env = {**bare_cluster, "TRAINER_OPERATOR_IMAGE": release_image}
+    env = {**cluster, "TRAINER_OPERATOR_IMAGE": release_image}
     before = cluster_wide(env)
     done = subprocess.run(["bash", "hack/demo.sh"], cwd=cluster_demo.REPO, env=env, capture_output=True, text=True)
     print(done.stdout + done.stderr, flush=True)

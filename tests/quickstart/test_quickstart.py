@@ -35,7 +35,11 @@ def diagnosis(env: dict[str, str]) -> str:
 def test_the_readme_quickstart_installs_runs_a_trainer_and_uninstalls(
     bare_cluster: dict[str, str], release_image: str, version: str, tmp_path: Path
 ) -> None:
-    env = bare_cluster
+    follow_the_quickstart(bare_cluster, release_image, version, tmp_path)
+
+
+def follow_the_quickstart(env: dict[str, str], release_image: str, version: str, tmp_path: Path) -> None:
+    """The README's quickstart on the cluster ``env`` names, with the release's files in ``tmp_path``."""
     commands = quickstart_commands(README.read_text())
     assert any(release.manifest_name("dev", version) in c for c in commands), f"the README installs {version}"
     (tmp_path / release.manifest_name("dev", version)).write_text(release.render("dev", release_image))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cluster, containerd, node
+from testbed import cluster, containerd, node, packages
 
 
 def test_containerd_keeps_oom_scores_it_may_set_and_uses_debians_cni_plugins() -> None:
@@ -52,10 +52,11 @@ def test_coredns_serves_cluster_local_on_the_kubelets_dns_address_only() -> None
     assert node.kubelet_config(Path("/r"), Path("/ca"), "192.0.2.2")["clusterDNS"] == [node.DNS_IP]
 
 
-def test_ci_installs_every_package_the_node_and_the_image_builds_need() -> None:
+def test_ci_installs_every_package_the_node_the_image_builds_and_kind_need() -> None:
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     line = next(line for line in ci.splitlines() if line.startswith("NODE_PACKAGES="))
-    assert set(line.split("=", 1)[1].strip('"').split()) == set(node.PACKAGES.values())
+    needed = {*node.PACKAGES.values(), *packages.KIND_PACKAGES.values()}
+    assert set(line.split("=", 1)[1].strip('"').split()) == needed
 
 
 def test_namespaces_for_the_real_node_tolerate_its_taint_and_hold_reachable_s3_credentials(
