@@ -1,7 +1,8 @@
-"""The README's quickstart and the release's Helm chart on a bare cluster (marker: quickstart): the
-local cluster with no fake nodes and the real node untainted (`testbed.node up --untainted`),
-nothing of the test bed in it — no prepared namespace, no toleration, no S3 credentials, no
-operator. A pytest session of its own, after the e2e tier's (whose cluster and node are down by
+"""The README's quickstart, the release's Helm chart and the main job on a cluster of one's own
+(marker: quickstart): the bare cluster — the local cluster with no fake nodes and the real node
+untainted (`testbed.node up --untainted`), nothing of the test bed in it: no prepared namespace,
+no toleration, no S3 credentials, no operator — and a kind cluster (test_kind.py), whose node
+pulls through the bare cluster's registry. A pytest session of its own, after the e2e tier's (whose cluster and node are down by
 then). The operator's image is on the node as the release names it,
 docker.io/library/trainer-operator:<version>: the node pulls docker.io through the local registry,
 as a cluster with internet access pulls from Docker Hub."""
