@@ -2,10 +2,10 @@
 (marker: quickstart): the bare cluster — the local cluster with no fake nodes and the real node
 untainted (`testbed.node up --untainted`), nothing of the test bed in it: no prepared namespace,
 no toleration, no S3 credentials, no operator — and a kind cluster (test_kind.py), whose node
-pulls through the bare cluster's registry. A pytest session of its own, after the e2e tier's (whose cluster and node are down by
-then). The operator's image is on the node as the release names it,
-docker.io/library/trainer-operator:<version>: the node pulls docker.io through the local registry,
-as a cluster with internet access pulls from Docker Hub."""
+pulls through the bare cluster's registry. A pytest session of its own, after the e2e tier's
+(whose cluster and node are down by then). The operator's image is on the node as the release
+names it, docker.io/library/trainer-operator:<version>: the node pulls docker.io through the local
+registry, as a cluster with internet access pulls from Docker Hub."""
 
 import os
 import subprocess
