@@ -91,7 +91,12 @@ def test_a_tfjob_with_every_role_and_its_end(cluster: Cluster, namespace: str) -
         "Evaluator": replica("tensorflow"),
     }
     cluster.apply(job("TFJob", "tf", specs, runPolicy={"ttlSecondsAfterFinished": 5}), namespace)
-    names = eventually(lambda: cluster.names("pods", namespace) or None, what="the job's pods")
+
+    def with_the_chief() -> set[str] | None:  # the pods are created one by one: a list may come before the chief's
+        names = cluster.names("pods", namespace)
+        return names if "tf-chief-0" in names else None
+
+    names = eventually(with_the_chief, what="the chief's pod")
     assert names <= {"tf-chief-0", "tf-worker-0", "tf-worker-1", "tf-ps-0", "tf-evaluator-0"}
     chief = cluster.get("pod", "tf-chief-0", namespace)
     tf_config = json.loads(next(e["value"] for e in chief["spec"]["containers"][0]["env"] if e["name"] == "TF_CONFIG"))
