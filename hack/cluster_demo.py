@@ -26,6 +26,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +160,8 @@ def install(image: str) -> None:
 
 
 def prepare_storage(chosen: Storage) -> None:
-    for obj in chosen.objects:
-        kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+    for obj in chosen.objects:  # server-side: no copy of a Secret's data in an annotation
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(obj))
     if chosen.s3_image is None:
         print(f"Checkpoints to the claim {chosen.checkpoint['bucket']}", flush=True)
         return
@@ -173,9 +174,29 @@ def prepare_storage(chosen: Storage) -> None:
             f"{err}\n{pods}\nCan the nodes pull {chosen.s3_image}? "
             "Set TRAINER_DEMO_S3_IMAGE to a mirror of it, or TRAINER_DEMO_STORAGE_CLASS to a ReadWriteMany StorageClass"
         ) from None
-    command, stdin = demo_storage.make_bucket_command()
-    kubectl("exec", "-i", "-n", NAMESPACE, f"deployment/{demo_storage.S3_NAME}", "--", *command, stdin=stdin)
-    print(f"Checkpoints to {chosen.checkpoint['bucket']} on {demo_storage.S3_NAME} (SeaweedFS)", flush=True)
+    wait_for_bucket()
+    print(
+        f"Checkpoints to {chosen.checkpoint['bucket']} on {demo_storage.S3_NAME} (SeaweedFS, for the demo only: "
+        "its data goes with its pod; its ports other than S3's take no key and are closed only where the cluster "
+        "enforces NetworkPolicies)",
+        flush=True,
+    )
+
+
+def wait_for_bucket(tries: int = 30) -> None:
+    """Until SeaweedFS lists the bucket it makes at start (a second or two after its S3 port opens)."""
+    command, stdin = demo_storage.list_buckets_command()
+    for _ in range(tries):
+        listed = kubectl(
+            "exec", "-i", "-n", NAMESPACE, f"deployment/{demo_storage.S3_NAME}", "--", *command, stdin=stdin
+        )
+        if demo_storage.has_bucket(listed):
+            return
+        time.sleep(2)
+    raise DemoError(
+        f"{demo_storage.S3_NAME} did not make its bucket {demo_storage.BUCKET}: "
+        f"kubectl logs -n {NAMESPACE} deployment/{demo_storage.S3_NAME} says why"
+    )
 
 
 def run_trainer(image: str, chosen: Storage) -> None:

@@ -2,10 +2,13 @@
 ReadWriteMany claim in the StorageClass you name, or else an S3 server of the demo's own in its
 namespace — SeaweedFS (`weed mini`: one pod, its data in an emptyDir, so for the demo only) behind
 a Service on SeaweedFS's S3 port, which the operator's egress policy lets the checkpoint controller
-reach, with a key made for this run. Only that port takes connections (a NetworkPolicy, where the
-cluster enforces them): SeaweedFS's other ports ask for no key.
+reach. Its key is made on the demo's first run (later runs keep it) and may read, write and list,
+not make buckets: SeaweedFS makes the one bucket at start. Only the S3 port asks for a key;
+SeaweedFS's other ports (master, volume, filer) take none, and a NetworkPolicy closes them where
+the cluster enforces NetworkPolicies — elsewhere anyone in the cluster reaches them.
 
-The objects are plain data; hack/cluster_demo.py applies them and makes the bucket."""
+The objects are plain data; hack/cluster_demo.py applies them.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-S3_IMAGE = "chrislusf/seaweedfs:4.53"  # SeaweedFS's own image, the version the test bed builds weed at
+from testbed import cluster, images
+
+SEAWEEDFS_VERSION = "4.53"  # what the test bed's weed says it is (tests/quickstart/test_demo.py checks)
+S3_IMAGE = f"{images.SEAWEEDFS_REPOSITORY.removeprefix('docker.io/')}:{SEAWEEDFS_VERSION}"  # SeaweedFS's own image
 S3_NAME = "demo-s3"
 S3_PORT = 8333  # SeaweedFS's S3 port (deploy/components/network-policies allows the checkpoint controller it)
-MASTER = "127.0.0.1:9333"  # weed mini's master, inside the pod (weed shell makes the bucket there)
+MASTER = "127.0.0.1:9333"  # weed mini's master, inside the pod (weed shell lists the buckets there)
 BUCKET = "checkpoints"
 CREDENTIALS = "checkpoint-credentials"  # the Trainer's spec.checkpoint.credentialsSecret
 ACCESS_KEY = "trainer-demo"
@@ -48,22 +54,8 @@ def claim_storage(namespace: str, storage_class: str) -> Storage:
 
 def s3_storage(namespace: str, image: str, secret_key: str) -> Storage:
     """SeaweedFS in ``namespace`` and the Trainer's credentials Secret for it."""
-    endpoint = f"http://{S3_NAME}.{namespace}.svc:{S3_PORT}"
-    credentials = {
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": secret_key,
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_REGION": "us-east-1",
-    }
-    identities = {
-        "identities": [
-            {
-                "name": ACCESS_KEY,
-                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": secret_key}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-            }
-        ]
-    }
+    credentials = cluster.s3_variables(ACCESS_KEY, secret_key, f"http://{S3_NAME}.{namespace}.svc:{S3_PORT}")
+    identities = cluster.s3_identities(ACCESS_KEY, secret_key, ["Read", "Write", "List", "Tagging"])
     objects = [
         secret(namespace, CREDENTIALS, credentials),
         secret(namespace, f"{S3_NAME}-identities", {"s3.json": json.dumps(identities)}),
@@ -96,6 +88,8 @@ def s3_container(image: str) -> dict[str, Any]:
         "-admin.ui=false",
         "-webdav=false",
         "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-bucket={BUCKET}",  # made at start unless it is there
     ]
     mounts = [("data", "/data"), ("tmp", "/tmp"), ("identities", "/etc/seaweedfs")]
     return {
@@ -165,6 +159,11 @@ def s3_ingress(namespace: str) -> dict[str, Any]:
     }
 
 
-def make_bucket_command() -> tuple[list[str], str]:
-    """What `kubectl exec -i` runs in the S3 pod to make the bucket, and its stdin."""
-    return ["/usr/bin/weed", "shell", f"-master={MASTER}"], f"s3.bucket.create -name {BUCKET}\n"
+def list_buckets_command() -> tuple[list[str], str]:
+    """What `kubectl exec -i` runs in the S3 pod to list its buckets, and its stdin."""
+    return ["/usr/bin/weed", "shell", f"-master={MASTER}"], "s3.bucket.list\n"
+
+
+def has_bucket(listed: str) -> bool:
+    """Whether `weed shell`'s s3.bucket.list output names the demo's bucket."""
+    return any(line.split()[:1] == [BUCKET] for line in listed.splitlines())

@@ -176,12 +176,27 @@ def s3_endpoint() -> str:
 def s3_credentials(run: Path | None = None) -> dict[str, str]:
     """The local S3 server's credentials, as the variables a checkpoint credentials Secret holds."""
     secret = ((run or RUN_DIR) / "s3-secret-key").read_text().strip()
+    return s3_variables(S3_ACCESS_KEY, secret, s3_endpoint())
+
+
+def s3_variables(access_key: str, secret_key: str, endpoint: str) -> dict[str, str]:
+    """A SeaweedFS server's credentials as the variables a checkpoint credentials Secret holds."""
     return {
-        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": secret,
-        "AWS_ENDPOINT_URL": s3_endpoint(),
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_REGION": "us-east-1",
     }
+
+
+def s3_identities(access_key: str, secret_key: str, actions: list[str]) -> dict[str, Any]:
+    """SeaweedFS's -s3.config: one access key allowed ``actions``."""
+    identity = {
+        "name": access_key,
+        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": actions,
+    }
+    return {"identities": [identity]}
 
 
 def s3_config(run: Path) -> Path:
@@ -191,12 +206,8 @@ def s3_config(run: Path) -> Path:
         key_file.write_text(secrets.token_hex(20) + "\n")
         key_file.chmod(0o600)
     config = run / "s3-identities.json"
-    identity = {
-        "name": "trainer-operator",
-        "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": key_file.read_text().strip()}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }
-    config.write_text(json.dumps({"identities": [identity]}))
+    actions = ["Admin", "Read", "Write", "List", "Tagging"]  # Admin: the tests make buckets
+    config.write_text(json.dumps(s3_identities(S3_ACCESS_KEY, key_file.read_text().strip(), actions)))
     config.chmod(0o600)
     return config
 

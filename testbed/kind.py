@@ -62,14 +62,13 @@ def run_dir() -> Path:
     return cluster.RUN_DIR / "kind"
 
 
+KIND_DIR = cluster.CACHE_ROOT / f"kind-{VERSION}"  # kind itself, and podman's settings for it
+
+
 def binary() -> Path:
     """kind, installed once into the cache (a minute or two on 2 cores the first time)."""
     return gomodule.installed(
-        f"kind {VERSION}",
-        "python -m testbed.kind build",
-        f"{MODULE}@{VERSION}",
-        cluster.CACHE_ROOT / f"kind-{VERSION}",
-        "kind",
+        f"kind {VERSION}", "python -m testbed.kind build", f"{MODULE}@{VERSION}", KIND_DIR, "kind"
     )
 
 
@@ -120,8 +119,14 @@ def version_of(program: Path, word: str) -> str:
     return said[said.index(word) + 1]
 
 
-def kind_env(run: Path) -> dict[str, str]:
-    return {**os.environ, "KIND_EXPERIMENTAL_PROVIDER": "podman", "CONTAINERS_CONF": str(run / "containers.conf")}
+def kind_env() -> dict[str, str]:
+    """kind's environment: podman as its provider, with our containers.conf (kept beside kind, not in
+    the cluster's run directory: `kind down` must still work after `testbed.cluster down`)."""
+    conf = KIND_DIR / "containers.conf"
+    if not conf.exists() or conf.read_text() != containers_conf():
+        KIND_DIR.mkdir(parents=True, exist_ok=True)
+        conf.write_text(containers_conf())
+    return {**os.environ, "KIND_EXPERIMENTAL_PROVIDER": "podman", "CONTAINERS_CONF": str(conf)}
 
 
 def scratch_image(ref: str, program: Path, entrypoint: str) -> None:
@@ -154,6 +159,7 @@ def kube_proxy_image(ref: str) -> None:
 
 def control_plane_images(kubernetes: str, etcd_tag: str) -> None:
     """What kubeadm runs, in the local registry under the names it asks for."""
+    cluster.say("building kubeadm's images from the test bed's binaries (cached layers)")
     bins = cluster.bin_dir()
     for program in CONTROL_PLANE:
         scratch_image(f"registry.k8s.io/{program}:{kubernetes}", bins / program, f"/usr/local/bin/{program}")
@@ -179,6 +185,7 @@ def node_image() -> str:
     subprocess.run(["chmod", "-R", "u+w", str(context)], check=True)  # the module cache is read-only
     shutil.copyfile(CONTAINERFILE, context / "Containerfile")
     args = ["--build-arg", f"BASE={images.base()}", "--build-arg", f"VERSION={kubernetes}"]
+    cluster.say(f"building kind's node image {ref} (Debian's packages: minutes the first time, then cached)")
     with cluster.build_lock(images.IMAGES_DIR / "image-kind-node"):
         images.buildah("bud", "-q", "--layers", "--isolation", "chroot", *args, "-t", ref, str(context))
     to_podman(ref, images.built_id(ref))
@@ -187,6 +194,7 @@ def node_image() -> str:
 
 def to_podman(ref: str, built: str) -> None:
     """``ref`` copied from buildah's store (the test bed's) into podman's, where kind finds it."""
+    needs_podman()
     have = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True)
     if have.returncode == 0 and have.stdout.strip() == built:
         return
@@ -214,7 +222,6 @@ def prepare(run: Path) -> Path:
     shutil.rmtree(run, ignore_errors=True)
     (run / "cni").mkdir(parents=True)
     (run / "cni" / "10-kind-ptp.conflist").write_text(json.dumps(cni_conflist()))
-    (run / "containers.conf").write_text(containers_conf())
     registry.hosts(cluster.RUN_DIR, run / "certs.d")
     etcd_tag = version_of(cluster.bin_dir() / "etcd", "Version:") + "-0"  # as registry.k8s.io tags etcd
     config = cluster_config(run, ca, etcd_tag, node.COREDNS_VERSION)
@@ -222,11 +229,17 @@ def prepare(run: Path) -> Path:
     return run / "kind.yaml"
 
 
-def up() -> Path:
-    """A one-node kind cluster (a stale one of ours deleted first); its kubeconfig."""
+def needs_podman() -> None:
     if shutil.which("podman") is None:
         needed = " ".join(packages.KIND_PACKAGES.values())
         raise cluster.ClusterError(f"kind runs its node with podman here: apt-get install -y {needed}")
+    if os.geteuid() != 0:
+        raise cluster.ClusterError("kind's node runs in rootful podman here (cgroup v1): run as root")
+
+
+def up() -> Path:
+    """A one-node kind cluster (a stale one of ours deleted first); its kubeconfig."""
+    needs_podman()
     run = run_dir()
     down()
     config = prepare(run)
@@ -239,18 +252,23 @@ def up() -> Path:
     image = node_image()
     kubeconfig = run / "kubeconfig"
     argv = [str(binary()), "create", "cluster", "--name", NAME, "--image", image, "--config", str(config)]
-    created = subprocess.run([*argv, "--kubeconfig", str(kubeconfig), "--wait", "3m"], env=kind_env(run))
+    created = subprocess.run([*argv, "--kubeconfig", str(kubeconfig), "--wait", "3m"], env=kind_env())
     if created.returncode != 0:
         raise cluster.ClusterError(f"kind create cluster failed (exit {created.returncode}); see its messages above")
     return kubeconfig
 
 
 def down() -> None:
-    """Delete our kind cluster, if there is one."""
-    run = run_dir()
-    listed = subprocess.run([str(binary()), "get", "clusters"], env=kind_env(run), capture_output=True, text=True)
+    """Delete our kind cluster, if there is one (its volumes go with it; podman's kind network and
+    the empty /lib/modules stay, for the next cluster)."""
+    if not (KIND_DIR / "kind").exists():
+        return  # kind was never built here: no cluster of it
+    kind = str(KIND_DIR / "kind")
+    listed = subprocess.run([kind, "get", "clusters"], env=kind_env(), capture_output=True, text=True)
+    if listed.returncode != 0:
+        raise cluster.ClusterError(f"kind get clusters failed: {listed.stderr.strip()}")
     if NAME in listed.stdout.split():
-        subprocess.run([str(binary()), "delete", "cluster", "--name", NAME], env=kind_env(run), check=True)
+        subprocess.run([kind, "delete", "cluster", "--name", NAME], env=kind_env(), check=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,8 +72,8 @@ STEPS = (
     *(Step(f"image {name}", "e2e", _image(name)) for name in images.IMAGES),
     Step("kube-router", "attack: test_network (NetworkPolicies enforced on the real node)", netpol.binary),
     Step("helm", "quickstart: test_helm", helm.binary),
-    Step("kind", "quickstart: test_kind (kind, kubeadm, the node image)", kind.build),
     *(Step(f"kubernetes {v}", "versions: the smoke subset on this minor", _kubernetes(v)) for v in versions.VERSIONS),
+    Step("kind", "quickstart: test_kind (kind, kubeadm, the node image; needs podman)", kind.build),
 )
 
 

@@ -20,13 +20,14 @@ def test_the_demo_runs_the_main_job_on_a_cluster_it_did_not_make(
 def run_the_demo(cluster: dict[str, str], release_image: str) -> None:
     """hack/demo.sh on the cluster ``cluster`` names, then its --uninstall."""
     # SeaweedFS's image, the version the test bed's weed is, where the node pulls docker.io from
-    assert images.seaweedfs(containerd.node_dir()) == f"docker.io/{demo_storage.S3_IMAGE}"
+    built = images.seaweedfs(containerd.node_dir())
+    assert built == f"docker.io/{demo_storage.S3_IMAGE}", "the test bed's weed and the demo's image differ in version"
     env = {**cluster, "TRAINER_OPERATOR_IMAGE": release_image}
     before = cluster_wide(env)
     done = subprocess.run(["bash", "hack/demo.sh"], cwd=cluster_demo.REPO, env=env, capture_output=True, text=True)
     print(done.stdout + done.stderr, flush=True)
     assert done.returncode == 0, f"hack/demo.sh failed: {done.stderr.strip()[-2000:]}"
-    assert "Checkpoints to s3://checkpoints/seed on demo-s3 (SeaweedFS)" in done.stdout
+    assert "Checkpoints to s3://checkpoints/seed on demo-s3 (SeaweedFS, for the demo only" in done.stdout
     trainers = section(done.stdout, "kubectl get trainers -o wide")
     assert "llama-7b-finetune" in trainers
     assert "Succeeded" in trainers

@@ -93,6 +93,20 @@ def test_the_demos_s3_server_takes_its_key_on_its_s3_port_only() -> None:
     assert container["securityContext"]["runAsNonRoot"] is True
     assert kinds["Service"]["spec"]["ports"][0]["port"] == 8333
     assert kinds["NetworkPolicy"]["spec"]["ingress"] == [{"ports": [{"port": 8333, "protocol": "TCP"}]}]
+    assert "-bucket=checkpoints" in container["command"]  # SeaweedFS makes it: the key may not
+    assert '"Admin"' not in identities["stringData"]["s3.json"]
+
+
+@pytest.mark.parametrize(
+    ("listed", "found"),
+    [
+        ("  checkpoints\tsize:0\tlogical:0\tchunk:0\n", True),
+        ("  checkpoints-old\tsize:0\n  other\tsize:0\n", False),
+        ("", False),
+    ],
+)
+def test_the_bucket_is_found_in_seaweedfss_list(listed: str, found: bool) -> None:
+    assert demo_storage.has_bucket(listed) is found
 
 
 def test_the_s3_port_is_one_the_operators_egress_policy_allows_the_checkpoint_controller() -> None:
