@@ -9,7 +9,7 @@ import pytest
 
 from tests.attack.conftest import SELF_SIGNED, account, attempt, needs
 from tests.factories import trainer_manifest
-from tests.harness import Cluster
+from tests.harness import Cluster, KubectlError
 from trainerop_common.api import PodContribution
 from trainerop_common.names import MANAGED_BY
 from trainerop_sdk.names import TRAINER_UID_LABEL
@@ -135,6 +135,40 @@ def test_the_trainers_identity_mounts_no_secret_its_trainer_does_not_name(cluste
     said = dry_run(cluster, namespace, restricted_pod_of(made_up, "team-secret"))
     assert OWNERS in said, said
     assert "holds no Trainer made-up" in said, said
+
+
+HOST_LEVEL: list[dict[str, Any]] = [
+    {"hostNetwork": True},
+    {"hostPID": True},
+    {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+    {"containers": [{"name": "x", "image": "busybox:1.36", "securityContext": {"privileged": True}}]},
+    {"containers": [{"name": "x", "image": "busybox:1.36", "ports": [{"containerPort": 22, "hostPort": 22}]}]},
+]
+
+
+def test_a_namespace_labelled_privileged_opens_no_host_level_pod_to_the_trainers_identity_or_a_tenant(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Issue 53 loosened what the trainer makes to the namespace's own Pod Security level; a
+    namespace labelled privileged still gets no host-level pod from the operator's identity (a
+    stolen token there), nor through a tenant's Trainer, whose webhook refusal says no level
+    allows it (docs/security.md, "The cluster's rules")."""
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=privileged")
+    cluster.apply(trainer_manifest("victim", runPolicy={"suspend": True}), namespace)
+    cluster.apply(runner_manifests(namespace)[0], namespace)
+    pod = restricted_pod_of(cluster.get("trainer", "victim", namespace), "unused")
+    spec: dict[str, Any] = {**pod["spec"], "volumes": [], "containers": [{"name": "x", "image": "busybox:1.36"}]}
+    pod["spec"] = spec | {"securityContext": {}}
+    assert dry_run(cluster, namespace, pod) == ""  # root, its capabilities: what privileged allows
+    for change in HOST_LEVEL:
+        said = dry_run(cluster, namespace, {**pod, "spec": {**spec, "securityContext": {}, **change}})
+        assert CREATIONS in said, (change, said)
+    for change in HOST_LEVEL:
+        hostile = trainer_manifest("hostile", podTemplateOverrides={"worker": {"spec": change}})
+        with pytest.raises(KubectlError) as refused:
+            cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(hostile))
+        said = str(refused.value)
+        assert "no privileged or host-level pod, at any Pod Security level" in said, (change, said)
 
 
 def test_the_trainers_identity_creates_nothing_where_no_trainer_is(cluster: Cluster, namespace: str) -> None:

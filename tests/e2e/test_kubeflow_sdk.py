@@ -5,8 +5,11 @@ upstream's CI runs them (`pytest --namespace`, no gang scheduler), with only ima
 examples/pytorch's image for upstream's kubeflow/pytorch-dist-mnist and for the SDK's PyTorch base
 image (a constant of the SDK, set in the copied conftest.py).
 
-Recorded in docs/kubeflow.md ("Upstream's SDK tests"): the two plain PyTorchJob tests pass, the
-gang-scheduling one skips itself, and the one from docker.io/hello-world is left out (a root image)."""
+The namespace is labelled Pod Security baseline, as its administrator would label it for a root
+image: upstream's test from docker.io/hello-world (a root image that prints and exits 0) runs the
+node's busybox image (root, whose shell exits 0 on no input) unchanged otherwise. Recorded in
+docs/kubeflow.md ("Upstream's SDK tests"): the three plain PyTorchJob tests pass and the
+gang-scheduling one skips itself."""
 
 import re
 import shutil
@@ -18,15 +21,14 @@ import pytest
 
 from bench import kubeflow as upstream
 from testbed import cluster as cluster_tool
-from testbed import containerd, images
+from testbed import containerd, images, node
 from tests.harness import Cluster
+from trainerop_common.pod_security import BASELINE, ENFORCE_LABEL
 
 SDK = f"kubeflow-training=={upstream.VERSION.lstrip('v')}"
 PINS = (SDK, "kubernetes==30.1.0", "pytest==9.2.0")  # the SDK asks for kubernetes>=27.2.0
 UPSTREAM_IMAGE = "kubeflow/pytorch-dist-mnist:latest"
-# The one test left out here: its image, docker.io/hello-world, runs as root, which the training
-# pods' Pod Security "restricted" refuses (docs/kubeflow.md says so).
-LEFT_OUT = "test/e2e/test_e2e_pytorchjob.py::test_sdk_e2e_create_from_image"
+UPSTREAM_ROOT_IMAGE = '"docker.io/hello-world"'
 
 
 def sdk_python() -> Path:
@@ -45,15 +47,17 @@ def sdk_python() -> Path:
 
 
 def upstream_tests(into: Path, image: str) -> Path:
-    """Upstream's sdk/python/test, its images ours: the example's in the test, the SDK's PyTorch
-    base image in conftest.py (the SDK reads it when a job is made from a function)."""
+    """Upstream's sdk/python/test, its images ours: the example's and hello-world's in the test,
+    the SDK's PyTorch base image in conftest.py (the SDK reads it when a job is made from a
+    function)."""
     shutil.copytree(upstream.module_dir() / "sdk" / "python" / "test", into / "test")
     for copied in (into / "test").rglob("*"):
         copied.chmod(0o644 if copied.is_file() else 0o755)  # the module cache is read-only
     pytorch = into / "test" / "e2e" / "test_e2e_pytorchjob.py"
     source = pytorch.read_text()
-    assert UPSTREAM_IMAGE in source, f"{UPSTREAM_IMAGE} is no longer upstream's image"
-    pytorch.write_text(source.replace(UPSTREAM_IMAGE, image))
+    for upstreams in (UPSTREAM_IMAGE, UPSTREAM_ROOT_IMAGE):
+        assert upstreams in source, f"{upstreams} is no longer upstream's image"
+    pytorch.write_text(source.replace(UPSTREAM_IMAGE, image).replace(UPSTREAM_ROOT_IMAGE, repr(node.BUSYBOX_IMAGE)))
     with (into / "test" / "conftest.py").open("a") as conftest:
         conftest.write(
             "\n\n# Trainer Operator's e2e tier: this machine's image for the SDK's PyTorch base image.\n"
@@ -74,16 +78,17 @@ def test_upstreams_pytorchjob_sdk_tests_pass(
 ) -> None:
     python = sdk_python()
     root = upstream_tests(tmp_path, pytorch_image)
+    cluster.kubectl("label", "namespace", real_namespace, f"{ENFORCE_LABEL}={BASELINE}")
     argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--namespace={real_namespace}"]
-    argv += ["test/e2e/test_e2e_pytorchjob.py", "--deselect", LEFT_OUT]
+    argv += ["test/e2e/test_e2e_pytorchjob.py"]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(cluster.kubeconfig)}
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
     print(done.stdout[-6000:] + done.stderr[-3000:], flush=True)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr
     assert done.returncode == 0, summary
-    # Upstream's two plain PyTorchJob tests pass; its gang-scheduling test skips itself (no
-    # GANG_SCHEDULER_NAME, as upstream's CI runs without one).
+    # Upstream's three plain PyTorchJob tests pass (the root image's in the baseline namespace);
+    # its gang-scheduling test skips itself (no GANG_SCHEDULER_NAME, as upstream's CI runs without one).
     counts = dict((word, int(n)) for n, word in re.findall(r"(\d+) (passed|skipped|deselected|failed)", summary))
-    assert counts == {"passed": 2, "skipped": 1, "deselected": 1}, summary
-    for name in ("test_sdk_e2e", "test_sdk_e2e_create_from_func"):
+    assert counts == {"passed": 3, "skipped": 1}, summary
+    for name in ("test_sdk_e2e", "test_sdk_e2e_create_from_func", "test_sdk_e2e_create_from_image"):
         assert f"PASSED test/e2e/test_e2e_pytorchjob.py::{name}" in done.stdout, done.stdout[-3000:]

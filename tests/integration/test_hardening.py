@@ -802,6 +802,32 @@ def test_training_pods_pass_a_restricted_namespace_unless_a_profile_lets_them_ru
     assert pods_of("rooted") == []
 
 
+def test_a_root_template_is_refused_under_restricted_and_runs_as_root_once_the_namespace_says_baseline(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Issue 53: the namespace's own level, not the operator's. Under restricted (no label) the
+    webhook refuses the root override, naming the level and the label; once the namespace is
+    labelled baseline, the same Trainer is admitted at once (a refusal is confirmed on the API
+    server's namespace) and its pod is created as root (no runAsNonRoot, no capability drop), the
+    API server's own PodSecurity and the creations policy admitting it. A host path stays refused."""
+    root = {"worker": {"spec": {"securityContext": {"runAsUser": 0}}}}
+    rooted = trainer_manifest("rooted", topology={"workers": 1}, podTemplateOverrides=root)
+    with pytest.raises(KubectlError) as refused:
+        cluster.apply(rooted, namespace)
+    assert 'Pod Security "restricted" forbids it' in refused.value.stderr
+    assert "pod-security.kubernetes.io/enforce" in refused.value.stderr
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=baseline")
+    cluster.apply(rooted, namespace)  # the webhook reads the new level
+    eventually(lambda: "rooted-worker-0" in cluster.names("pod", namespace), what="the root pod under baseline")
+    pod = cluster.get("pod", "rooted-worker-0", namespace)
+    assert pod["spec"]["securityContext"] == {"runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert "securityContext" not in pod["spec"]["containers"][0]
+    host = {"worker": {"spec": {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}}}
+    with pytest.raises(KubectlError) as bound:
+        cluster.apply(trainer_manifest("host", topology={"workers": 1}, podTemplateOverrides=host), namespace)
+    assert "no privileged or host-level pod, at any Pod Security level" in bound.value.stderr
+
+
 @pytest.mark.parametrize(
     ("change", "refusal"),
     [

@@ -87,6 +87,16 @@ def test_an_override_restricted_forbids_is_refused_when_it_is_set_or_changed_not
     assert trainer.validate(same, trainer_spec(podTemplateOverrides=hostile, epochs=2), None).allowed
 
 
+@pytest.mark.parametrize(("level", "allowed"), [("restricted", False), ("baseline", True), ("privileged", True)])
+def test_a_root_override_is_judged_by_the_namespaces_pod_security_level(level: str, allowed: bool) -> None:
+    root = {"worker": {"spec": {"securityContext": {"runAsUser": 0}}}}
+    verdict = trainer.validate(create(podTemplateOverrides=root), trainer_spec(podTemplateOverrides=root), None, level)
+    assert verdict.allowed is allowed
+    if not allowed:
+        (problem,) = verdict.problems
+        assert 'Pod Security "restricted" forbids it' in problem
+
+
 # -- trainer: node fit -----------------------------------------------------------------------------
 
 

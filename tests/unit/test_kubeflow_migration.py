@@ -1,9 +1,10 @@
 """docs/kubeflow.md's migration table is complete and true: every field of the served Kubeflow
-CRDs has a row, and each pod template field's verdict there (kept, refused, dropped) is what the
-kubeflow controller's conversion and the trainer's override rules do with it."""
+CRDs has a row, and each pod template field's verdict there (kept, refused, dropped, or kept only
+in namespaces of a looser Pod Security level) is what the kubeflow controller's conversion and the
+trainer's override rules do with it at each level."""
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from trainerop_common.pod_security import BASELINE, LEVELS, RESTRICTED
 from trainerop_kubeflow import convert
 from trainerop_trainer import overrides
 
@@ -59,13 +61,28 @@ def template(crd: Path) -> dict[str, Any]:
     return found
 
 
-def verdict(fragment: dict[str, Any], field: str) -> str:
-    """What happens to ``field`` of a replica spec's ``fragment``: refused by the trainer's webhook,
-    dropped by the conversion, or kept."""
+# What a field's verdicts at the three Pod Security levels (restricted, baseline, privileged) are
+# called in the table: where a looser namespace keeps what "restricted" refuses, the row says so.
+PHRASES = {
+    ("kept", "kept", "kept"): "kept",
+    ("dropped", "dropped", "dropped"): "dropped",
+    ("refused", "refused", "refused"): "refused",
+    ("refused", "kept", "kept"): "kept in `baseline` and `privileged` namespaces",
+    ("refused", "refused", "kept"): "kept in `privileged` namespaces",
+}
+
+
+def verdict_at(fragment: dict[str, Any], field: str, level: str) -> str:
     converted = convert.override(fragment)
-    if overrides.fragment_problems(converted, "spec.podTemplateOverrides.worker"):
+    if overrides.fragment_problems(converted, "spec.podTemplateOverrides.worker", level):
         return "refused"
     return "kept" if field in keys(converted) else "dropped"
+
+
+def verdict(fragment: dict[str, Any], field: str) -> str:
+    """What happens to ``field`` of a replica spec's ``fragment`` at each Pod Security level of the
+    job's namespace: refused by the trainer's webhook, dropped by the conversion, or kept."""
+    return PHRASES[tuple(verdict_at(fragment, field, level) for level in LEVELS)]  # type: ignore[index]
 
 
 def keys(value: Any) -> set[str]:
@@ -102,23 +119,27 @@ def test_every_pod_template_field_has_the_verdict_the_rules_give() -> None:
 
 
 @pytest.mark.parametrize(
-    ("heading", "schema_path", "allowed"),
+    ("heading", "schema_path", "rules"),
     [
-        ("Template field", ("spec", "securityContext"), overrides.POD_SECURITY),
-        ("Container field", ("spec", "containers", "securityContext"), overrides.CONTAINER_SECURITY),
+        ("Template field", ("spec", "securityContext"), lambda level: overrides.RULES[level].pod),
+        ("Container field", ("spec", "containers", "securityContext"), lambda level: overrides.RULES[level].container),
     ],
 )
-def test_every_security_context_field_is_kept_only_where_restricted_allows_it(
-    heading: str, schema_path: tuple[str, ...], allowed: Mapping[str, Any]
+def test_every_security_context_field_is_kept_only_at_the_levels_that_allow_it(
+    heading: str, schema_path: tuple[str, ...], rules: Callable[[str], Mapping[str, Any]]
 ) -> None:
     schema = template(CRDS[0])["spec"]["properties"][schema_path[1]]
     if len(schema_path) == 3:
         schema = schema["items"]["properties"][schema_path[2]]
     rows = [(fields, here) for fields, here in table(heading) if "securityContext" in fields]
     for field in schema["properties"]:
-        said = [here.split(" ", 1)[0] for here in named(rows, field)]
-        assert ("kept" in said) is (field in allowed), f"securityContext.{field}: {said}"
-        assert "refused" in said or field in allowed, f"securityContext.{field}: {said}"
+        said = named(rows, field)
+        loosest = next((level for level in LEVELS if field in rules(level)), None)
+        expected = {RESTRICTED: "kept", BASELINE: PHRASES["refused", "kept", "kept"]}.get(
+            loosest or "", PHRASES["refused", "refused", "kept"] if loosest else "refused"
+        )
+        assert any(here.startswith(expected) for here in said), f"securityContext.{field}: {expected} ({said})"
+        assert loosest or not any(here.startswith("kept") for here in said), f"securityContext.{field}: {said}"
 
 
 def test_every_container_field_has_the_verdict_the_rules_give() -> None:

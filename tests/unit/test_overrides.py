@@ -1,11 +1,13 @@
 """What spec.podTemplateOverrides may set (issue 20): Pod Security "restricted", and nothing the
 operator owns; each refusal names the field and what to do instead."""
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tests.factories import trainer_spec
+from trainerop_common.pod_security import BASELINE, ENFORCE_LABEL, LEVELS, PRIVILEGED, RESTRICTED
 from trainerop_trainer.decide import decide
 from trainerop_trainer.overrides import override_problems
 
@@ -61,7 +63,7 @@ def test_what_restricted_allows_is_allowed(worker: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("worker", "field", "says"),
     [
-        ({"spec": {"hostNetwork": True}}, f"{W}.spec.hostNetwork", "not allowed in an override"),
+        ({"spec": {"hostNetwork": True}}, f"{W}.spec.hostNetwork", "no privileged or host-level pod"),
         ({"spec": {"hostPID": True}}, f"{W}.spec.hostPID", "not allowed"),
         (
             {"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
@@ -74,7 +76,7 @@ def test_what_restricted_allows_is_allowed(worker: dict[str, Any]) -> None:
         (
             {"spec": {"containers": [{"name": "t", "securityContext": {"privileged": True}}]}},
             f"{W}.spec.containers[0].securityContext.privileged",
-            "restricted",
+            "at any Pod Security level",
         ),
         (
             {"spec": {"containers": [{"name": "t", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]}},
@@ -118,3 +120,69 @@ def test_a_trainer_stored_with_a_forbidden_override_gets_no_pods_and_says_why_on
     assert f"{W}.spec.hostNetwork" in created.message
     assert d.events == ()  # said when the status changes, not on every reconcile
     assert [e[1] for e in d.on_change] == ["OverrideNotAllowed"]
+
+
+ROOT = {"spec": {"securityContext": {"runAsUser": 0, "runAsNonRoot": False}}}
+NFS = {"spec": {"volumes": [{"name": "d", "nfs": {"server": "s", "path": "/"}}]}}
+CHOWN = {"spec": {"containers": [{"name": "t", "securityContext": {"capabilities": {"add": ["CHOWN"]}}}]}}
+ESCALATE = {"spec": {"containers": [{"name": "t", "securityContext": {"allowPrivilegeEscalation": True}}]}}
+ADMIN = {"spec": {"containers": [{"name": "t", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]}}
+UNCONFINED = {"spec": {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}}
+SYSCTLS = {"spec": {"securityContext": {"sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]}}}
+SELINUX = {"spec": {"securityContext": {"seLinuxOptions": {"type": "container_t"}}}}
+SELINUX_USER = {"spec": {"securityContext": {"seLinuxOptions": {"user": "system_u"}}}}
+PRIVILEGED_CONTAINER = {"spec": {"containers": [{"name": "t", "securityContext": {"privileged": True}}]}}
+HOST_PATH = {"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}
+HOST_PORT = {"spec": {"containers": [{"name": "t", "ports": [{"containerPort": 80, "hostPort": 80}]}]}}
+HOST_NETWORK = {"spec": {"hostNetwork": True}}
+
+# What each level of the namespace allows (issue 53: the cluster's rules), and what none does (the
+# operator's bound: no host-level pod). "level": refused, naming the namespace's level and its
+# label; "bound": refused at every level, saying so.
+LEVEL_TABLE = [
+    # override        restricted  baseline  privileged
+    (ROOT, "level", "", ""),
+    (NFS, "level", "", ""),
+    (CHOWN, "level", "", ""),
+    (ESCALATE, "level", "", ""),
+    (SELINUX, "level", "", ""),
+    (ADMIN, "level", "level", ""),
+    (UNCONFINED, "level", "level", ""),
+    (SYSCTLS, "level", "level", ""),
+    (SELINUX_USER, "level", "level", ""),
+    (PRIVILEGED_CONTAINER, "bound", "bound", "bound"),
+    (HOST_PATH, "bound", "bound", "bound"),
+    (HOST_PORT, "bound", "bound", "bound"),
+    (HOST_NETWORK, "bound", "bound", "bound"),
+]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize(("worker", "restricted", "baseline", "privileged"), LEVEL_TABLE)
+def test_an_override_is_refused_only_where_the_namespaces_level_or_the_operators_bound_refuses_it(
+    level: str, worker: dict[str, Any], restricted: str, baseline: str, privileged: str
+) -> None:
+    expected = {RESTRICTED: restricted, BASELINE: baseline, PRIVILEGED: privileged}[level]
+    found = override_problems(trainer_spec(podTemplateOverrides={"worker": worker}), level)
+    if not expected:
+        assert found == []
+        return
+    assert found
+    for problem in found:
+        if expected == "level":
+            assert f'Pod Security "{level}" forbids it' in problem, problem
+            assert ENFORCE_LABEL in problem, problem
+        else:
+            assert "no privileged or host-level pod, at any Pod Security level" in problem, problem
+
+
+def test_a_trainer_held_by_its_namespaces_level_gets_its_pods_once_the_namespace_allows_the_override() -> None:
+    s = trainer_spec(topology={"workers": 2}, podTemplateOverrides={"worker": ROOT})
+    held = decide(observed(s))
+    assert held.create_pods == ()
+    (created,) = [c for c in held.conditions if c.type == "Created"]
+    assert created.reason == "OverrideNotAllowed"
+    assert 'Pod Security "restricted"' in created.message
+    going = decide(replace(observed(s), pod_security=BASELINE))
+    assert len(going.create_pods) == 2
+    assert all(p["spec"]["securityContext"]["runAsUser"] == 0 for p in going.create_pods)

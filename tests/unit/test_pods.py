@@ -11,6 +11,7 @@ import pytest
 from tests.factories import trainer_fields, trainer_spec
 from trainerop_common.api import Contribution, PodContribution
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.pod_security import BASELINE, PRIVILEGED
 from trainerop_common.topology import role_override
 from trainerop_trainer.pods import (
     Owner,
@@ -413,6 +414,24 @@ def test_training_pods_are_restricted_unless_a_profile_relaxes_who_they_run_as(
     (container,) = pod["spec"]["containers"]
     assert container["securityContext"] == RESTRICTED_CONTAINER
     (wait,) = pod["spec"]["initContainers"]  # busybox would run as root: it gets a user of its own
+    assert wait["securityContext"] == {**RESTRICTED_CONTAINER, "runAsUser": 65532, "runAsNonRoot": True}
+
+
+@pytest.mark.parametrize("level", [BASELINE, PRIVILEGED])
+def test_in_a_looser_namespace_training_pods_run_as_their_image_says_and_the_operators_own_stay_restricted(
+    level: str,
+) -> None:
+    """Issue 53: a namespace labelled baseline or privileged gets pods as its tenants' own would be
+    (the image's user and capabilities), with the runtime's seccomp profile; the operator's own
+    init container keeps its user and restricted context; an override's containers are as written."""
+    sidecar = {"name": "proxy", "image": "envoy:1"}
+    spec = spec_with(podTemplateOverrides={"worker": {"spec": {"containers": [sidecar]}}})
+    pod = pod_manifest(OWNER, spec, Replica("worker", 1), {}, PodSettings(), level)
+    assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    trainer, proxy = pod["spec"]["containers"]
+    assert "securityContext" not in trainer
+    assert proxy == sidecar
+    (wait,) = pod["spec"]["initContainers"]
     assert wait["securityContext"] == {**RESTRICTED_CONTAINER, "runAsUser": 65532, "runAsNonRoot": True}
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainerop_common.admission import Request, Verdict
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.pod_security import RESTRICTED
 from trainerop_common.quantity import parse_quantity
 from trainerop_common.topology import override_name, role_counts, role_override
 
@@ -82,11 +83,14 @@ def check_node_fit(wanted: Mapping[str, Decimal], nodes: Sequence[Mapping[str, A
     )
 
 
-def validate(request: Request, spec: TrainerSpec, nodes: Sequence[Mapping[str, Any]] | None) -> Verdict:
-    """The verdict on a Trainer; ``nodes`` None: do not judge node fit (turned off, or unchanged)."""
+def validate(
+    request: Request, spec: TrainerSpec, nodes: Sequence[Mapping[str, Any]] | None, level: str = RESTRICTED
+) -> Verdict:
+    """The verdict on a Trainer in a namespace of Pod Security ``level``; ``nodes`` None: do not
+    judge node fit (turned off, or unchanged)."""
     unfit = check_node_fit(pod_requests(spec), nodes) if nodes is not None else None
     warnings = unused_overrides(spec) if request.changed("podTemplateOverrides") or request.changed("topology") else []
-    refused = override_problems(spec) if request.changed("podTemplateOverrides") else []
+    refused = override_problems(spec, level) if request.changed("podTemplateOverrides") else []
     model = model_problem(spec.model) if request.changed("model") else None
     problems = (*refused, *((unfit,) if unfit else ()), *((model,) if model else ()))
     return Verdict(problems=problems, warnings=tuple(warnings))

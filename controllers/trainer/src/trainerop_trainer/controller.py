@@ -22,6 +22,7 @@ from trainerop_common.kube import Kube, urgent_requests
 from trainerop_common.nodes import readiness
 from trainerop_common.objects import metadata_only
 from trainerop_common.outcome import Outcome, soonest
+from trainerop_common.pod_security import level_of, namespace_level
 from trainerop_common.process import run_entrypoint
 from trainerop_common.runtime import Body, Runtime
 
@@ -77,6 +78,9 @@ class TrainerController:
         self.claims = children("PersistentVolumeClaim", "", "persistentvolumeclaims")
         self.leases = children("Lease", "coordination.k8s.io", "leases")
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
+        # Each namespace's Pod Security level: how its training pods are made and judged.
+        self.namespaces = ObjectCache(runtime.kube.list_namespaces, "", "v1", "namespaces", keep=metadata_only)
+        self._levels: dict[str, str] = {}  # namespace -> the level last seen
         model = ModelSettings(image=config.model_init_image, endpoint=config.hf_endpoint)
         self.settings = PodSettings(init_image=config.init_image, model=model)
         self.backoff = RestartBackoff(config.restart_backoff_seconds, config.restart_backoff_cap_seconds)
@@ -90,24 +94,36 @@ class TrainerController:
         self.services.register(registry, self._child_changed)
         self.guards.register(registry, self._guard_changed)
         self.nodes.register(registry, self._node_changed)
+        self.namespaces.register(registry, self._namespace_changed)
         self.leases.register(registry, self._child_changed)
         self.claims.register(registry, self._child_changed)
         runtime.admit(registry, "validate-trainer", self.admit)
         runtime.admit_creations(registry, "validate-creations", creations.CREATED, self.admit_creation)
 
     async def admit(self, request: Request) -> Verdict:
-        """The validating webhook: node fit when the resources are new, judged on the cached nodes
-        and confirmed on a fresh list before refusing; unused overrides pointed out."""
+        """The validating webhook: node fit when the resources are new, overrides by the namespace's
+        Pod Security level, judged on the cached nodes and namespace and confirmed on the API
+        server's before refusing; unused overrides pointed out."""
         try:
             spec = TrainerSpec.model_validate(request.spec)
         except ValidationError as err:  # the API server's schema passed it: a newer API than ours
             return Verdict(warnings=(f"the trainer controller does not understand this spec yet: {err}",))
         judge_fit = self.config.admission_node_fit and request.changed("resources")
-        verdict = admission.validate(request, spec, await self.nodes.values() if judge_fit else None)
-        if judge_fit and not verdict.allowed:
-            with contextlib.suppress(TimeoutError):  # past it, the cached nodes' verdict stands
-                verdict = admission.validate(request, spec, await self.rt.admission_read(lambda k: k.list_nodes()))
+        cached = await self.namespaces.get("", request.namespace)
+        nodes = await self.nodes.values() if judge_fit else None
+        verdict = admission.validate(request, spec, nodes, namespace_level(cached))
+        if verdict.allowed:  # (a namespace not seen yet is judged as restricted, the strictest)
+            return verdict
+        with contextlib.suppress(TimeoutError):  # past it, the cached verdict stands
+            nodes, level = await self.rt.admission_read(lambda k: self._fresh(k, request))
+            verdict = admission.validate(request, spec, nodes, level)
         return verdict
+
+    async def _fresh(self, kube: Kube, request: Request) -> tuple[list[dict[str, Any]] | None, str]:
+        """The nodes (when node fit is judged) and the namespace's level, as the API server has them."""
+        judge_fit = self.config.admission_node_fit and request.changed("resources")
+        nodes = await kube.list_nodes() if judge_fit else None
+        return nodes, level_of(await kube.get_namespace_labels(request.namespace))
 
     async def admit_creation(self, resource: str, obj: Mapping[str, Any]) -> Verdict:
         """The webhook on what this controller's identity creates (creations.py): judged on the
@@ -148,6 +164,18 @@ class TrainerController:
         owners = {owner_of(p) for p in self.pods.items.values() if (p.get("spec") or {}).get("nodeName") == node}
         requeue = self.rt.requeue_urgently if deleted else self.rt.requeue  # a node gone is lost at once
         requeue([k for k in owners if k in self.rt.trainers])
+
+    def _namespace_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
+        """A namespace relabelled to another Pod Security level: its Trainers are judged again (one
+        held by an override the old level refused may now go on; new pods follow the new level)."""
+        name = body["metadata"]["name"]
+        level = namespace_level(body)
+        before = self._levels.pop(name, level)
+        if deleted:
+            return
+        self._levels[name] = level
+        if before != level:
+            self.rt.requeue([k for k in list(self.rt.trainers) if k[0] == name])
 
     def _pod_changed(self, key: Key, body: dict[str, Any], deleted: bool) -> None:
         if body.get("metadata", {}).get("uid") not in self.actions.removed:  # not its replacement's news
@@ -227,6 +255,7 @@ class TrainerController:
             cordoned=frozenset(n["metadata"]["name"] for n in found if (n.get("spec") or {}).get("unschedulable")),
             age=age_seconds(body, now),
             gates_grace=self.config.gates_grace_seconds,
+            pod_security=await self._level(owner.namespace),
             pods=pods,
             services=services,
             contributions=contributions_of(trainer.spec, status),
@@ -234,6 +263,14 @@ class TrainerController:
             backoff=self.backoff,
         )
         return observed, loss
+
+    async def _level(self, namespace: str) -> str:
+        """The namespace's Pod Security level: the watch's, or the API server's for a namespace the
+        watch has not brought yet (a Trainer created with its namespace)."""
+        cached = await self.namespaces.get("", namespace)
+        if cached is not None:
+            return namespace_level(cached)
+        return level_of(await self.rt.kube.get_namespace_labels(namespace))
 
     async def reconcile(self, body: Body) -> Outcome:
         assert self.rt.writer is not None

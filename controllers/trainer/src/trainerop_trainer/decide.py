@@ -178,7 +178,7 @@ def refused(run: Run) -> Decision | None:
     """Overrides that set what they may not, or a model source that cannot be fetched (stored
     before the rule, or with the webhook away): no pod is created from them; pods already running
     go on."""
-    problems = override_problems(run.obs.spec)
+    problems = override_problems(run.obs.spec, run.obs.pod_security)
     own = run.obs.spec.model is not None
     model = model_problem(run.spec.model, "spec.model" if own else f"profile {run.obs.spec.profile}'s spec.model")
     if not problems and model is None:

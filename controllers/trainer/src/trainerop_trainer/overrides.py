@@ -1,18 +1,28 @@
 """What a Trainer's ``spec.podTemplateOverrides`` may set (pure; docs/trainer.md).
 
 Overrides are merged last into pods the trainer controller creates with its own identity, so a
-tenant who may create Trainers but not pods must not reach through them what Pod Security
-"restricted" forbids, nor the fields the operator owns (identity, placement, priority). Allowed:
-labels and annotations; placement hints (affinity, nodeSelector, tolerations, spread); DNS and
-host aliases; the volume types "restricted" allows; containers and init containers with their
-usual fields, no host ports, and a security context within "restricted"; a pod security context
-within "restricted". Anything else is refused, each problem naming the field and what to do.
+tenant who may create Trainers but not pods must not reach through them what the namespace's Pod
+Security level forbids (restricted where it says none: :mod:`trainerop_common.pod_security`), nor
+the fields the operator owns (identity, placement, priority), nor a host-level pod at any level.
+Allowed: labels and annotations; placement hints (affinity, nodeSelector, tolerations, spread); DNS
+and host aliases; the volume types the level allows (never a host path); containers and init
+containers with their usual fields, no host ports, and security contexts within the level, never
+privileged. Anything else is refused, each problem naming the field and what to do.
 """
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trainerop_common.api.trainer import TrainerSpec
+from trainerop_common.pod_security import (
+    BASELINE,
+    BASELINE_CAPABILITIES,
+    BASELINE_SELINUX_TYPES,
+    ENFORCE_LABEL,
+    PRIVILEGED,
+    RESTRICTED,
+)
 from trainerop_common.topology import ROLES, override_name, role_override
 
 METADATA = {"labels", "annotations"}
@@ -47,6 +57,8 @@ OWNED = {
     "hostname": "each replica's DNS name is the operator's",
     "subdomain": "each replica's DNS name is the operator's",
 }
+# The host's namespaces: never, at any level (BOUND).
+HOST = {"hostNetwork", "hostPID", "hostIPC"}
 # Pod Security "restricted": the volume types it allows.
 VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
 CONTAINER = {
@@ -74,81 +86,170 @@ CONTAINER = {
     "tty",
 }
 PROFILES = {"RuntimeDefault", "Localhost"}
-RESTRICTED = 'Pod Security "restricted" forbids it'
+# What the operator never creates, whatever the namespace's level (docs/security.md): its identity
+# must not be turned into a host-level pod (the creations policy holds it to that too).
+BOUND = "the operator creates no privileged or host-level pod, at any Pod Security level"
 
 Check = Callable[[Any], bool]
-# Security context fields "restricted" allows, each with the values it allows.
-POD_SECURITY: dict[str, Check] = {
+
+
+def _confined(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("type") != "Unconfined"
+
+
+def _selinux(value: Any) -> bool:
+    """Baseline's SELinux options: no user or role, a container type."""
+    return (
+        isinstance(value, Mapping)
+        and not value.keys() & {"user", "role"}
+        and value.get("type", "") in BASELINE_SELINUX_TYPES
+    )
+
+
+def _capabilities(allowed: Callable[[str], bool]) -> Check:
+    return lambda v: isinstance(v, Mapping) and set(v) <= {"drop", "add"} and all(map(allowed, v.get("add") or ()))
+
+
+# Security context fields each level allows, each with the values it allows.
+RESTRICTED_POD: dict[str, Check] = {
     "runAsNonRoot": lambda v: v is True,
     "runAsUser": lambda v: isinstance(v, int) and v != 0,
     "runAsGroup": lambda v: isinstance(v, int),
     "fsGroup": lambda v: isinstance(v, int),
     "fsGroupChangePolicy": lambda v: isinstance(v, str),
     "supplementalGroups": lambda v: isinstance(v, list),
+    "supplementalGroupsPolicy": lambda v: isinstance(v, str),
+    "seLinuxChangePolicy": lambda v: isinstance(v, str),
     "seccompProfile": lambda v: isinstance(v, Mapping) and v.get("type") in PROFILES,
     "appArmorProfile": lambda v: isinstance(v, Mapping) and v.get("type") in PROFILES,
 }
-CONTAINER_SECURITY: dict[str, Check] = {
-    **{k: POD_SECURITY[k] for k in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile", "appArmorProfile")},
+RESTRICTED_CONTAINER: dict[str, Check] = {
+    **{k: RESTRICTED_POD[k] for k in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile", "appArmorProfile")},
     "readOnlyRootFilesystem": lambda v: isinstance(v, bool),
     "allowPrivilegeEscalation": lambda v: v is False,
     "privileged": lambda v: v is False,
     "procMount": lambda v: v == "Default",
-    "capabilities": lambda v: (
-        isinstance(v, Mapping) and set(v) <= {"drop", "add"} and set(v.get("add") or ()) <= {"NET_BIND_SERVICE"}
+    "capabilities": _capabilities(lambda c: c == "NET_BIND_SERVICE"),
+}
+BASELINE_LOOSER: dict[str, Check] = {
+    "runAsNonRoot": lambda v: isinstance(v, bool),
+    "runAsUser": lambda v: isinstance(v, int),
+    "seccompProfile": _confined,
+    "appArmorProfile": _confined,
+    "seLinuxOptions": _selinux,
+}
+PRIVILEGED_LOOSER: dict[str, Check] = {
+    "seccompProfile": lambda v: isinstance(v, Mapping),
+    "appArmorProfile": lambda v: isinstance(v, Mapping),
+    "seLinuxOptions": lambda v: isinstance(v, Mapping),
+}
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What one Pod Security level lets a template or override set."""
+
+    pod: Mapping[str, Check]
+    container: Mapping[str, Check]
+    volumes: Callable[[str], bool]  # a volume type
+
+
+RULES = {
+    RESTRICTED: Rules(RESTRICTED_POD, RESTRICTED_CONTAINER, lambda kind: kind in VOLUMES),
+    BASELINE: Rules(
+        {**RESTRICTED_POD, **BASELINE_LOOSER},
+        {
+            **RESTRICTED_CONTAINER,
+            **BASELINE_LOOSER,
+            "allowPrivilegeEscalation": lambda v: isinstance(v, bool),
+            "capabilities": _capabilities(lambda c: c in BASELINE_CAPABILITIES),
+        },
+        lambda kind: kind != "hostPath",
+    ),
+    PRIVILEGED: Rules(
+        {**RESTRICTED_POD, **BASELINE_LOOSER, **PRIVILEGED_LOOSER, "sysctls": lambda v: isinstance(v, list)},
+        {
+            **RESTRICTED_CONTAINER,
+            **BASELINE_LOOSER,
+            **PRIVILEGED_LOOSER,
+            "allowPrivilegeEscalation": lambda v: isinstance(v, bool),
+            "capabilities": _capabilities(lambda c: isinstance(c, str)),
+            "procMount": lambda v: isinstance(v, str),
+        },
+        lambda kind: kind != "hostPath",
     ),
 }
 
 
-def _security(context: Any, allowed: Mapping[str, Check], path: str) -> list[str]:
+def why(level: str, looser: bool) -> str:
+    """Why a value is refused: the namespace's level (``looser``: a looser level would allow it),
+    else the operator's bound."""
+    if not looser:
+        return BOUND
+    return f'Pod Security "{level}" forbids it: the namespace\'s {ENFORCE_LABEL} label sets the level'
+
+
+def _security(context: Any, rules: Callable[[str], Mapping[str, Check]], level: str, path: str) -> list[str]:
     if not isinstance(context, Mapping):
         return []  # not an object: the API server says what is wrong
     out = []
     for key, value in context.items():
-        check = allowed.get(key)
+        check = rules(level).get(key)
         if check is None or not check(value):
-            out.append(f"{path}.{key}: {value!r} is not allowed ({RESTRICTED})")
+            loose = rules(PRIVILEGED).get(key)
+            out.append(f"{path}.{key}: {value!r} is not allowed ({why(level, bool(loose and loose(value)))})")
     return out
 
 
-def _container(container: Any, path: str) -> list[str]:
+def _pod_rules(level: str) -> Mapping[str, Check]:
+    return RULES[level].pod
+
+
+def _container_rules(level: str) -> Mapping[str, Check]:
+    return RULES[level].container
+
+
+def _container(container: Any, level: str, path: str) -> list[str]:
     if not isinstance(container, Mapping):
         return []
     out = [f"{path}.{key}: not allowed in an override" for key in container if key not in CONTAINER]
     for i, port in enumerate(container.get("ports") or ()):
         if isinstance(port, Mapping) and (port.get("hostPort") or port.get("hostIP")):
-            out.append(f"{path}.ports[{i}]: a host port is not allowed ({RESTRICTED})")
-    return out + _security(container.get("securityContext"), CONTAINER_SECURITY, f"{path}.securityContext")
+            out.append(f"{path}.ports[{i}]: a host port is not allowed ({BOUND})")
+    return out + _security(container.get("securityContext"), _container_rules, level, f"{path}.securityContext")
 
 
-def _volume(volume: Any, path: str) -> list[str]:
+def _volume(volume: Any, level: str, path: str) -> list[str]:
     if not isinstance(volume, Mapping):
         return []
-    kinds = set(volume) - {"name"}
-    return [
-        f"{path}.{k}: this volume type is not allowed ({RESTRICTED}); use {', '.join(sorted(VOLUMES))}"
-        for k in sorted(kinds - VOLUMES)
-    ]
+    refused = sorted(k for k in set(volume) - {"name"} if not RULES[level].volumes(k))
+    if level == RESTRICTED:
+        use = f"use {', '.join(sorted(VOLUMES))}"
+        return [f"{path}.{k}: this volume type is not allowed ({why(level, k != 'hostPath')}); {use}" for k in refused]
+    return [f"{path}.{k}: this volume type is not allowed ({BOUND})" for k in refused]
 
 
-def _spec(spec: Mapping[str, Any], path: str) -> list[str]:
+def _spec(spec: Mapping[str, Any], level: str, path: str) -> list[str]:
     out = []
     for key in spec:
         if key in OWNED:
             out.append(f"{path}.{key}: set by the operator ({OWNED[key]})")
+        elif key in HOST:
+            out.append(f"{path}.{key}: not allowed ({BOUND})")
         elif key not in SPEC:
-            out.append(f"{path}.{key}: not allowed in an override ({RESTRICTED} or the operator owns it)")
-    out += _security(spec.get("securityContext"), POD_SECURITY, f"{path}.securityContext")
+            out.append(f"{path}.{key}: not allowed in an override")
+    out += _security(spec.get("securityContext"), _pod_rules, level, f"{path}.securityContext")
     for kind in ("containers", "initContainers"):
         for i, container in enumerate(spec.get(kind) or ()):
-            out += _container(container, f"{path}.{kind}[{i}]")
+            out += _container(container, level, f"{path}.{kind}[{i}]")
     for i, volume in enumerate(spec.get("volumes") or ()):
-        out += _volume(volume, f"{path}.volumes[{i}]")
+        out += _volume(volume, level, f"{path}.volumes[{i}]")
     return out
 
 
-def fragment_problems(fragment: Mapping[str, Any], path: str) -> list[str]:
-    """What of one role's PodTemplateSpec fragment is not allowed, each naming its field."""
+def fragment_problems(fragment: Mapping[str, Any], path: str, level: str = RESTRICTED) -> list[str]:
+    """What of one role's PodTemplateSpec fragment is not allowed in a namespace of Pod Security
+    ``level``, each naming its field."""
     out = [
         f"{path}.{key}: not allowed in an override (only metadata and spec)"
         for key in fragment
@@ -159,15 +260,16 @@ def fragment_problems(fragment: Mapping[str, Any], path: str) -> list[str]:
         out += [f"{path}.metadata.{key}: only labels and annotations may be set" for key in meta if key not in METADATA]
     spec = fragment.get("spec")
     if isinstance(spec, Mapping):
-        out += _spec(spec, f"{path}.spec")
+        out += _spec(spec, level, f"{path}.spec")
     return out
 
 
-def override_problems(spec: TrainerSpec) -> list[str]:
-    """Every field of ``spec.podTemplateOverrides`` that is not allowed, with why and what to use."""
+def override_problems(spec: TrainerSpec, level: str = RESTRICTED) -> list[str]:
+    """Every field of ``spec.podTemplateOverrides`` that is not allowed in a namespace of Pod
+    Security ``level``, with why and what to use."""
     out = []
     for role in ROLES:
         fragment = role_override(spec, role)
         if fragment:
-            out += fragment_problems(fragment, f"spec.podTemplateOverrides.{override_name(role)}")
+            out += fragment_problems(fragment, f"spec.podTemplateOverrides.{override_name(role)}", level)
     return out

@@ -30,6 +30,7 @@ from trainerop_common.contracts import (
 )
 from trainerop_common.image_fields import IMAGE_LISTS, image_slots
 from trainerop_common.names import MANAGED_BY, PART_OF, component, replica_claim_name
+from trainerop_common.pod_security import RESTRICTED
 from trainerop_common.topology import Role, is_master_replica, role_override
 
 from .model import ModelSettings, cache_mount, cache_volume, init_container, model_path
@@ -260,7 +261,7 @@ def training_env(owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodC
 
 
 def training_container(
-    owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodContribution, settings: PodSettings
+    owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodContribution, settings: PodSettings, level: str
 ) -> dict[str, Any]:
     contract = CONTRACTS[spec.framework]
     requests = dict((merged.resources.requests or {}) if merged.resources else {})
@@ -288,18 +289,19 @@ def training_container(
         mounts.append(cache_mount(spec.model))
     if mounts:
         container["volumeMounts"] = mounts
-    container["securityContext"] = dict(CONTAINER_SECURITY)
+    if level == RESTRICTED:
+        container["securityContext"] = dict(CONTAINER_SECURITY)
     return container
 
 
 def pod_spec(
-    owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodContribution, settings: PodSettings
+    owner: Owner, spec: TrainerSpec, replica: Replica, merged: PodContribution, settings: PodSettings, level: str
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "restartPolicy": "Never",  # the operator replaces failed pods itself, per its restart rules
         "hostname": replica.name(owner.name),
         "subdomain": owner.name,  # the Trainer's headless Service: DNS <hostname>.<trainer>
-        "containers": [training_container(owner, spec, replica, merged, settings)],
+        "containers": [training_container(owner, spec, replica, merged, settings, level)],
     }
     target = rendezvous(owner.name, spec, replica, owner.per_replica_services)
     model = spec.model
@@ -323,21 +325,27 @@ def pod_spec(
     out |= {k: v for k, v in placement.items() if v}
     # A concern may pick another identity; it then needs the runner's Lease permissions to beat.
     out["serviceAccountName"] = merged.service_account_name or RUNNER_SERVICE_ACCOUNT
-    out["securityContext"] = pod_security(merged)
+    out["securityContext"] = pod_security(merged, level)
     return out
 
 
-# Pod Security "restricted" by default (docs/trainer.md): no privilege escalation, every capability
-# dropped, the runtime's seccomp profile, and a non-root user — the image's own, unless a profile
-# names one (PodSecurity) or lets it be root (runAsNonRoot false: then no longer "restricted").
+# Pod Security "restricted" where the namespace says no looser level (docs/trainer.md): no privilege
+# escalation, every capability dropped, the runtime's seccomp profile, and a non-root user — the
+# image's own, unless a profile names one (PodSecurity) or lets it be root (runAsNonRoot false:
+# then no longer "restricted"). Where the namespace says baseline or privileged, only the runtime's
+# seccomp profile: the image's user and capabilities are its own, as on a pod of the tenant's.
 CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 INIT_USER = 65532  # the rendezvous wait needs no identity; busybox would otherwise run as root
 
 
-def pod_security(merged: PodContribution) -> dict[str, Any]:
-    """The pod's securityContext: restricted's, with what the concerns contributed over it."""
+def pod_security(merged: PodContribution, level: str = RESTRICTED) -> dict[str, Any]:
+    """The pod's securityContext in a namespace of Pod Security ``level``: the level's defaults,
+    with what the concerns contributed over them."""
     contributed = merged.security_context.to_k8s() if merged.security_context else {}
-    return {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}, **contributed}
+    defaults: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if level == RESTRICTED:
+        defaults = {"runAsNonRoot": True, **defaults}
+    return {**defaults, **contributed}
 
 
 def pod_manifest(
@@ -346,9 +354,10 @@ def pod_manifest(
     replica: Replica,
     contributions: Mapping[str, PodContribution],
     settings: PodSettings,
+    level: str = RESTRICTED,
 ) -> dict[str, Any]:
-    """A replica's pod: the contributions merged in order, the Trainer's own spec over them, the
-    role's podTemplateOverrides last."""
+    """A replica's pod in a namespace of Pod Security ``level``: the contributions merged in order,
+    the Trainer's own spec over them, the role's podTemplateOverrides last."""
     merged = merge_contributions([contributions[c] for c in CONTRIBUTION_ORDER if c in contributions])
     pod: dict[str, Any] = {
         "apiVersion": "v1",
@@ -364,12 +373,13 @@ def pod_manifest(
             },
             "ownerReferences": [owner.reference()],
         },
-        "spec": pod_spec(owner, spec, replica, merged, settings),
+        "spec": pod_spec(owner, spec, replica, merged, settings, level),
     }
     fragment = role_override(spec, replica.role)
     if fragment:
         _apply_override(pod, fragment)
-    restrict_containers(pod["spec"])
+    if level == RESTRICTED:
+        restrict_containers(pod["spec"])
     pin_images(pod["spec"], merged.images or {})
     return pod
 

@@ -13,6 +13,7 @@ from trainerop_common.api.trainer import Phase, TrainerSpec, TrainerStatus
 from trainerop_common.clock import parse_time, rfc3339, whole_seconds
 from trainerop_common.conditions import Desired, find
 from trainerop_common.outcome import Event, StatusSection
+from trainerop_common.pod_security import RESTRICTED
 from trainerop_common.topology import effective
 
 from .guard import GuardChange, GuardView
@@ -50,6 +51,7 @@ class Observed:
     cordoned: Set[str] = frozenset()  # of the nodes under the run's pods, those cordoned (a drain)
     age: float | None = None  # seconds since the Trainer was created (None: unknown)
     gates_grace: float = 0.0  # --gates-grace-seconds
+    pod_security: str = RESTRICTED  # the namespace's Pod Security level (trainerop_common.pod_security)
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def replacements(run: Run, r: Restarts, waiting: Sequence[str]) -> Replacements:
         if x not in held and x not in gang_wait:
             if x.role not in by_role:
                 by_role[x.role] = role_contributions(run.obs.contributions, x.role)
-            pod = pod_manifest(owner, run.spec, x, by_role[x.role], run.obs.settings)
+            pod = pod_manifest(owner, run.spec, x, by_role[x.role], run.obs.settings, run.obs.pod_security)
             node = placed_node(grant, x.role, x.index)
             create.append(pin(pod, node) if node else pod)
     return Replacements(desired, missing, held, gang_wait, list(backoff.values()), create)
