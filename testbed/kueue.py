@@ -9,11 +9,13 @@ proxy serves, once per version, into ~/.cache/trainer-operator/kueue-<version>. 
 the cluster against the admin kubeconfig, with a configuration (:func:`configuration`) that turns
 off what needs a cluster-side deployment: leader election, its own certificate management (the
 test bed's CA signs its webhook certificate for 127.0.0.1), the metrics server and the
-visibility API server. Its webhooks cannot be turned off; the ones for Kueue's own kinds are
-registered by URL (:func:`webhook_configurations`), those of job kinds it does not manage here
-(pods, Jobs, ...) are not. One quirk: without its own certificate management the manager reads
-a metrics certificate from the fixed path /etc/kueue/metrics/certs even with metrics off, so
-:func:`start` writes the test bed's certificate there (the test bed runs as root).
+visibility API server. Its webhooks cannot be turned off; the ones for Kueue's own kinds and for
+PyTorchJobs are registered by URL (:func:`webhook_configurations`), those of job kinds it does not
+manage here (pods, Jobs, ...) are not. It manages PyTorchJobs as its shipped configuration does
+(which lists every Kubeflow kind), so that a job it admits itself is seen to be admitted once.
+One quirk: without its own certificate management the manager reads a metrics certificate from
+the fixed path /etc/kueue/metrics/certs even with metrics off, so :func:`start` writes the test
+bed's certificate there (the test bed runs as root).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ VISIBILITY_PORT = cluster.PORT_BASE + 42  # not served (VisibilityOnDemand off);
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # fixed in cmd/kueue/main.go
 # Trainers as a kind Kueue's core admits through Workloads it does not make itself.
 EXTERNAL_FRAMEWORK = "Trainer.v1alpha1.trainer.operator.kubeflow.org"
+# A Kubeflow kind Kueue's own integration admits (its shipped configuration lists them all).
+PYTORCHJOB_FRAMEWORK = "kubeflow.org/pytorchjob"
 
 
 def go() -> str:
@@ -78,24 +82,34 @@ def configuration(cert_dir: Path) -> dict[str, Any]:
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
         "featureGates": {"VisibilityOnDemand": False},
-        "integrations": {"frameworks": ["batch/job"], "externalFrameworks": [EXTERNAL_FRAMEWORK]},
+        "integrations": {
+            "frameworks": ["batch/job", PYTORCHJOB_FRAMEWORK],
+            "externalFrameworks": [EXTERNAL_FRAMEWORK],
+        },
     }
 
 
 def webhook_configurations(ca_bundle: bytes) -> list[dict[str, Any]]:
-    """Kueue's webhook configurations for its own kinds (kueue.x-k8s.io), calling the local
-    process by URL; the webhooks of job kinds (pods, Jobs, JobSets, ...) are left out."""
+    """Kueue's webhook configurations for its own kinds (kueue.x-k8s.io) and for PyTorchJobs
+    (their queue label suspends them until admitted), calling the local process by URL; the
+    webhooks of other job kinds (pods, Jobs, JobSets, ...) are left out."""
     manifests = module_dir() / "config" / "components" / "webhook" / "manifests.yaml"
     ca = base64.b64encode(ca_bundle).decode()
     configs = []
     for config in (d for d in yaml.safe_load_all(manifests.read_text()) if d):
-        hooks = [h for h in config["webhooks"] if all(r["apiGroups"] == ["kueue.x-k8s.io"] for r in h["rules"])]
+        hooks = [h for h in config["webhooks"] if all(_served(r) for r in h["rules"])]
         for hook in hooks:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{WEBHOOK_PORT}{path}", "caBundle": ca}
         config["metadata"]["name"] = f"kueue-{config['metadata']['name']}"
         configs.append(config | {"webhooks": hooks})
     return configs
+
+
+def _served(rule: dict[str, Any]) -> bool:
+    """A webhook rule of Kueue's own kinds or of PyTorchJobs (PYTORCHJOB_FRAMEWORK)."""
+    groups, resources = list(rule["apiGroups"]), list(rule["resources"])
+    return groups == ["kueue.x-k8s.io"] or (groups, resources) == (["kubeflow.org"], ["pytorchjobs"])
 
 
 def serving_certificate(run: Path) -> Path:

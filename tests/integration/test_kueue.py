@@ -310,3 +310,44 @@ def test_the_kueue_component_turns_it_on_for_the_quota_controller(cluster: Clust
         {"kind": "ServiceAccount", "name": "trainer-operator-quota", "namespace": "trainer-operator-system"}
     ]
     cluster.kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts", "-k", str(overlay))
+
+
+def test_a_pytorchjob_kueue_manages_itself_is_admitted_once_through_kueues_own_workload(
+    cluster: Cluster, namespace: str, kueue_manager: None
+) -> None:
+    """Issue 53: Kueue manages PyTorchJobs, as its shipped configuration does. A job with the queue
+    label is suspended by Kueue's webhook and reported as Kueue's own Workload; its Trainer (which
+    carries the job's labels, the queue's too) makes no second one: the quota controller reads the
+    job's Workload, and the pods start once Kueue resumes the job, on the flavor's nodes Kueue wrote
+    into the job's templates. Before this, the Trainer's own Workload asked for the same GPUs again,
+    and with the queue full it waited for ever."""
+    queues(cluster, namespace, gpus=8, domain="nvl-7")
+
+    def replica(count: int) -> dict[str, Any]:
+        container = {"name": "pytorch", "image": "busybox:1.36", "resources": {"limits": {GPU: 4}}}
+        return {"replicas": count, "template": {"spec": {"containers": [container]}}}
+
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "kj", "labels": {QUEUE_LABEL: "team"}},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(1)}},
+    }
+    cluster.apply(job, namespace)
+    uid = cluster.get("pytorchjob", "kj", namespace)["metadata"]["uid"]
+    admitted = eventually(lambda: gate(cluster, namespace, "kj", "AdmittedByKueue"), what="the job's run admitted")
+    (name,) = cluster.names("workloads", namespace)  # one Workload: Kueue's, for the job
+    wl = workload(cluster, namespace, name)
+    assert wl["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == uid
+    assert wl["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
+    assert quota(cluster, namespace, "kj")[0]["workload"] == name
+    assert f"the job's Workload {name} to ClusterQueue {namespace}" in admitted["message"]
+
+    def placed() -> list[dict[str, Any]] | None:
+        pods = [p for p in pods_of(cluster, namespace, "kj") if p["spec"].get("nodeName")]
+        return pods if len(pods) == 2 else None
+
+    for pod in eventually(placed, what="the job's two pods placed"):
+        assert pod["spec"]["nodeSelector"][DOMAIN] == "nvl-7"  # Kueue's flavor, through the job's templates
+        assert TOLERATION in pod["spec"]["tolerations"]
+    assert cluster.names("workloads", namespace) == {name}  # still one

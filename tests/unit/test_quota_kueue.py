@@ -436,3 +436,70 @@ def test_a_run_kueue_would_queue_whose_pods_cannot_be_sized_is_held_without_a_wo
     d = plan(replace(world([t], []), kueue=True, flavors=FLAVORS)).decisions[t.uid]
     assert (d.condition.status, d.condition.reason) == ("False", "InvalidResources")
     assert "resourceClaims" in d.condition.message
+
+
+# -- a Kubeflow job Kueue admits itself (issue 53: one job, one admission) ------------------------
+
+JOB_UID = "uid-of-the-pytorchjob"
+JOB_WL = "pytorchjob-job-1a2b3"
+
+
+def of_job(**extra: Any) -> TrainerInfo:
+    """The Trainer the kubeflow controller made for a PyTorchJob with the queue label (copied)."""
+    return job(controller_uid=JOB_UID, **extra)
+
+
+JOB_DECISIONS: list[tuple[str, TrainerInfo, WorkloadView, str, str, str]] = [
+    # (case, trainer, the job's workload, condition status, reason, in the message)
+    (
+        "queued",
+        of_job(),
+        WorkloadView(JOB_WL, 0, pending_message="insufficient quota"),
+        "False",
+        "WaitingForKueue",
+        f"through its Workload {JOB_WL}, which waits: insufficient quota",
+    ),
+    ("admitted", of_job(), replace(admitted(ONE_FLAVOR), name=JOB_WL), "True", "AdmittedByKueue", "ClusterQueue cq"),
+    (
+        "evicted",
+        of_job(),
+        replace(admitted(ONE_FLAVOR, evicted="Preempted"), name=JOB_WL),
+        "False",
+        "WaitingForKueue",
+        "waits: Preempted",
+    ),
+    ("over", of_job(finished=NOW), replace(admitted(ONE_FLAVOR), name=JOB_WL), "True", "Released", "is over"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "t", "w", "status", "reason", "message"), JOB_DECISIONS, ids=[r[0] for r in JOB_DECISIONS]
+)
+def test_a_kubeflow_job_kueue_admits_itself_is_admitted_through_its_workload_alone(
+    case: str, t: TrainerInfo, w: WorkloadView, status: str, reason: str, message: str
+) -> None:
+    workloads = {JOB_UID: w}
+    assert kueue.job_workload(t, workloads) == w
+    d = plan(replace(world([t], []), kueue=True, workloads=workloads, flavors=FLAVORS)).decisions[t.uid]
+    assert (d.condition.status, d.condition.reason) == (status, reason), case
+    assert message in d.condition.message, case
+    assert d.quota["workload"] == JOB_WL
+    granted = (d.quota.get("contribution") or {}).get("grant")
+    assert (granted is not None) == (reason == "AdmittedByKueue"), case
+    assert kueue.actions(t, "team", None, False, {}, w) == []  # no Workload of the Trainer's is made
+
+
+def test_a_trainers_workload_made_before_kueue_made_the_jobs_is_deleted() -> None:
+    own = WorkloadView(WL, 2)
+    job_wl = WorkloadView(JOB_WL, 0)
+    assert [a.verb for a in kueue.actions(of_job(), "team", own, False, {}, job_wl)] == ["delete"]
+    assert kueue.actions(of_job(deleting=True), "team", own, False, {}, job_wl) == []
+
+
+def test_a_trainer_of_a_job_kueue_does_not_manage_gets_its_own_workload() -> None:
+    """Kueue without the job's kind among its integrations makes no Workload for the job: the
+    quota controller reports the Trainer, as for any run with the queue label."""
+    t = of_job()
+    assert kueue.job_workload(t, {}) is None
+    assert [a.verb for a in kueue.actions(t, "team", None, False, {})] == ["create"]
+    assert kueue.job_workload(job(), {JOB_UID: WorkloadView(JOB_WL, 0)}) is None  # a Trainer of no job

@@ -90,7 +90,9 @@ def sort_out(p: Planner, obs: Observed) -> list[tuple[TrainerInfo, PolicyInfo]]:
             by_namespace[t.namespace] = policy_for(obs.policies, obs.namespace_labels[t.namespace])
         policy = by_namespace[t.namespace]
         queue = t.queue if obs.kueue else None
-        if queue is not None and (
+        if queue is not None and (job := kueue.job_workload(t, obs.workloads)) is not None:
+            p.decisions[t.uid] = kueue.decide_by_job(t, job)  # Kueue admits its job: the same run
+        elif queue is not None and (
             over(t) or invalid(t) is None
         ):  # Kueue decides (docs/design/placement.md, decision 6)
             w = obs.workloads.get(t.uid)

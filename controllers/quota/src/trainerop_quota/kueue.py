@@ -174,7 +174,7 @@ def decide(
         return Decision({"workload": w.name}, condition("False", "WaitingForKueue", message))
     worker_set = w.pod_sets.get(pod_set_name("worker"))
     workers = worker_set.count if worker_set is not None else t.spec.topology.workers
-    grant_id = f"kueue-{w.admission_hash}"
+    grant_id = admission_id(w)
     # Pods carry the admission they were made under: another one (or none, after an eviction) replaces them.
     contribution: dict[str, Any] = {
         "generation": t.generation,
@@ -185,15 +185,51 @@ def decide(
     flavor_names = sorted({f for a in w.pod_sets.values() for f in a.flavors.values()})
     flavors_used = ", ".join(flavor_names) or "none"
     message = f"Kueue admitted Workload {w.name} to ClusterQueue {w.cluster_queue} (flavors: {flavors_used})"
-    quota = {
+    quota = admitted_quota(w, workers, contribution)
+    if (placed := topology_score(w.pod_sets, *nodes)) is not None:
+        quota["placementScore"] = placed.to_k8s()
+    return Decision(quota, condition("True", "AdmittedByKueue", message), (("Normal", "AdmittedByKueue", message),))
+
+
+def admission_id(w: WorkloadView) -> str:
+    """The grant's id: Kueue's admission, so that pods of an earlier one are replaced."""
+    return f"kueue-{w.admission_hash}"
+
+
+def admitted_quota(w: WorkloadView, workers: int, contribution: Mapping[str, Any]) -> dict[str, Any]:
+    """status.quota of a run Kueue admitted through ``w``, its contribution with the grant."""
+    grant = {"id": admission_id(w), "workers": workers}
+    return {
         "workload": w.name,
         "clusterQueue": w.cluster_queue,
         "workers": workers,
         "admittedTime": w.admitted_time,
-        "contribution": contribution | {"grant": {"id": grant_id, "workers": workers}},
+        "contribution": {**contribution, "grant": grant},
     }
-    if (placed := topology_score(w.pod_sets, *nodes)) is not None:
-        quota["placementScore"] = placed.to_k8s()
+
+
+def job_workload(t: TrainerInfo, workloads: Mapping[str, WorkloadView]) -> WorkloadView | None:
+    """The Workload Kueue made for the Kubeflow job that controls the run, if it made one: Kueue's
+    own integration for the job's kind admits it (Kueue's shipped configuration manages the
+    Kubeflow kinds), so the run is reported to Kueue once, as that job."""
+    return workloads.get(t.controller_uid) if t.controller_uid else None
+
+
+def decide_by_job(t: TrainerInfo, w: WorkloadView) -> Decision:
+    """The quota decision for a run whose Kubeflow job Kueue admits through its own Workload ``w``:
+    Kueue suspends and resumes the job (and so the Trainer), and writes its flavors' node labels
+    and tolerations into the job's templates, which reach the pods as the Trainer's overrides; no
+    Workload of the Trainer's is made (docs/kubeflow.md#kueue)."""
+    if t.finished or t.deleting:
+        return Decision(
+            {"workload": w.name}, condition("True", "Released", "the run is over; Kueue reads the job's end")
+        )
+    if w.evicted is not None or not w.admitted or w.cluster_queue is None:
+        said = w.evicted or w.pending_message
+        message = f"Kueue admits the job through its Workload {w.name}, which waits" + (f": {said}" if said else "")
+        return Decision({"workload": w.name}, condition("False", "WaitingForKueue", message))
+    message = f"Kueue admitted the job's Workload {w.name} to ClusterQueue {w.cluster_queue}"
+    quota = admitted_quota(w, t.spec.topology.workers, {"generation": t.generation})
     return Decision(quota, condition("True", "AdmittedByKueue", message), (("Normal", "AdmittedByKueue", message),))
 
 
@@ -266,7 +302,7 @@ def topology_score(
     return score(where, sites, levels)
 
 
-Verb = Literal["create", "replace", "release", "finish", "activate", "deactivate"]
+Verb = Literal["create", "replace", "release", "finish", "activate", "deactivate", "delete"]
 
 
 @dataclass(frozen=True)
@@ -279,13 +315,22 @@ class WorkloadAction:
 
 
 def actions(
-    t: TrainerInfo, queue: str, w: WorkloadView | None, pods_left: bool, priorities: Mapping[str, int] | None = None
+    t: TrainerInfo,
+    queue: str,
+    w: WorkloadView | None,
+    pods_left: bool,
+    priorities: Mapping[str, int] | None = None,
+    job: WorkloadView | None = None,
 ) -> list[WorkloadAction]:
     """What to write to Kueue for one run: its Workload made (again, when the spec changed before
     any reservation), deactivated while the run is suspended, its reservation given back once an
-    evicted or suspended run's pods are gone, marked Finished when the run ends."""
+    evicted or suspended run's pods are gone, marked Finished when the run ends. A run whose
+    Kubeflow job has a Workload of Kueue's own (``job``) has none: one made before Kueue's
+    appeared is deleted."""
     if t.deleting:
         return []  # the Workload goes with its owner
+    if job is not None:
+        return [WorkloadAction("delete", t.namespace, w.name)] if w is not None else []
     known = priorities or {}
     if w is None:
         # A run whose pods cannot be sized is held as InvalidResources (decide.sort_out): no Workload.

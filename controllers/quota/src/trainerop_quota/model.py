@@ -65,6 +65,7 @@ class TrainerInfo:
     last_commit: str | None = None  # status.checkpoint.lastCommitTime
     save: tuple[str, str] | None = None  # status.checkpoint.saveRequest's (id, phase)
     queue: str | None = None  # the Kueue LocalQueue it asks for (label kueue.x-k8s.io/queue-name)
+    controller_uid: str | None = None  # what controls it (a Kubeflow job's Trainer: the job), by uid
     kueue_priority_class: str | None = None  # label kueue.x-k8s.io/priority-class
     placement_plugin: PluginChoice | None = None  # its profile's placementPlugin
     profile_packing: Packing | None = None  # its profile's packing (the spec's wins)

@@ -19,6 +19,7 @@ from trainerop_common.contracts import (
     replica_index,
 )
 from trainerop_common.nodes import lost, readiness
+from trainerop_common.objects import controller_uid
 from trainerop_common.quantity import parse_quantity
 
 from .capacity import RECLAIM_TAINTS, NodeInfo, PodInfo, capacity_type, pod_requests
@@ -209,6 +210,7 @@ def trainer_info(
         last_commit=status.checkpoint.last_commit_time if status.checkpoint else None,
         save=save_of(status.checkpoint.save_request if status.checkpoint else None),
         queue=queue_of(meta.get("labels")),
+        controller_uid=controller_uid(body) or None,
         kueue_priority_class=(meta.get("labels") or {}).get(PRIORITY_LABEL) or None,
         placement_plugin=section.placement_plugin if section else None,
         profile_packing=section.packing if section else None,

@@ -4,15 +4,15 @@ written to the Workloads (made, made again, deactivated or activated with the ru
 their reservation given back after an eviction, marked Finished)."""
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import kopf
 from lightkube import ApiError
 
 from trainerop_common.cache import Derived, ObjectCache
 from trainerop_common.clock import rfc3339
+from trainerop_common.objects import controller_uid
 from trainerop_common.runtime import Runtime
 
 from . import kueue
@@ -22,18 +22,12 @@ from .model import Observed
 log = logging.getLogger("trainerop.quota.kueue")
 
 
-def owner_uid(body: Mapping[str, Any]) -> str:
-    """The uid of the Trainer that owns a Workload ("" for one of another kind's)."""
-    refs = body.get("metadata", {}).get("ownerReferences") or ()
-    return next((str(r.get("uid")) for r in refs if r.get("kind") == "Trainer" and r.get("controller")), "")
-
-
 class Workloads:
     def __init__(self, runtime: Runtime, poke: Callable[[], None]) -> None:
         kube = runtime.kube
         self.rt = runtime
         self.workloads = ObjectCache(
-            lambda keep: kube.list_all("Workload", keep), kueue.GROUP, kueue.VERSION, "workloads", index=owner_uid
+            lambda keep: kube.list_all("Workload", keep), kueue.GROUP, kueue.VERSION, "workloads", index=controller_uid
         )
         self.flavors = ObjectCache(
             lambda keep: kube.list_all("ResourceFlavor", keep), kueue.GROUP, kueue.VERSION, "resourceflavors"
@@ -53,9 +47,10 @@ class Workloads:
         self.priorities.register(registry, lambda *_: self._poke())
 
     async def observe(self, obs: Observed) -> Observed:
-        """``obs`` with Kueue's side: the Workloads by owner, the ResourceFlavors and priorities."""
-        bodies = [b for b in await self.workloads.values() if owner_uid(b)]
-        workloads = {owner_uid(b): view for b, view in zip(bodies, self.views.over(bodies), strict=True)}
+        """``obs`` with Kueue's side: the Workloads by owner (a Trainer, or a Kubeflow job Kueue
+        admits itself), the ResourceFlavors and priorities."""
+        bodies = [b for b in await self.workloads.values() if controller_uid(b)]
+        workloads = {controller_uid(b): view for b, view in zip(bodies, self.views.over(bodies), strict=True)}
         flavors = {f.name: f for f in map(flavor_view, await self.flavors.values())}
         priorities = {c["metadata"]["name"]: int(c.get("value") or 0) for c in await self.priorities.values()}
         return replace(obs, kueue=True, workloads=workloads, flavors=flavors, priorities=priorities)
@@ -67,7 +62,8 @@ class Workloads:
         for t in obs.trainers:
             if t.queue is None:
                 continue
-            for action in kueue.actions(t, t.queue, obs.workloads.get(t.uid), t.uid in holding, obs.priorities):
+            own, job = obs.workloads.get(t.uid), kueue.job_workload(t, obs.workloads)
+            for action in kueue.actions(t, t.queue, own, t.uid in holding, obs.priorities, job):
                 try:
                     await self._do(action, obs)
                 except ApiError as err:
@@ -81,6 +77,8 @@ class Workloads:
             if action.verb == "replace":
                 await kube.delete("Workload", name, ns)
             await kube.create("Workload", dict(action.body), ns)
+        elif action.verb == "delete":
+            await kube.delete("Workload", name, ns)
         elif action.verb in ("activate", "deactivate"):
             await kube.merge_patch("Workload", ns, name, {"spec": {"active": action.verb == "activate"}})
         else:

@@ -1,6 +1,6 @@
 """What of a Kubernetes object a controller keeps (pure): never the field managers' record."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # What of an object a cache holds: a pure projection, applied to each object as it arrives.
@@ -59,3 +59,10 @@ def removed_at_once(answer: object) -> bool:
         return answer.get("status") == "Success"
     meta = answer.get("metadata")
     return isinstance(meta, dict) and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds")
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str:
+    """The uid of the object that controls ``obj`` (its owner reference marked controller), ""
+    when none does."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return next((str(r.get("uid") or "") for r in refs if r.get("controller")), "")
