@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bench import kubeflow as upstream
 from testbed import containerd, images
 from testbed.cluster import ClusterError
 from tests.e2e.volumes import node_volume
-from tests.harness import Cluster, eventually, table
+from tests.harness import REPO, Cluster, eventually, table
 from trainerop_common.contracts import KUBEFLOW_JOB_NAME_LABEL
 
 
@@ -120,3 +121,66 @@ def test_upstreams_tfjob_trains_with_multi_worker_mirrored_strategy_to_succeeded
     # cleanPodPolicy None: the pods stay after the job ends.
     left = cluster.kubectl("get", "pods", "-n", real_namespace, "-l", f"{KUBEFLOW_JOB_NAME_LABEL}={name}", "-o", "name")
     assert len(left.split()) == 2, left
+
+
+def parameter_server_example(file: str, image: str) -> dict[str, Any]:
+    """examples/tensorflow's parameter-server run (a TFJob or a Trainer), with the node's image."""
+    body: dict[str, Any] = yaml.safe_load((REPO / "examples" / "tensorflow" / file).read_text())
+    if body["kind"] == "Trainer":
+        body["spec"]["image"] = image
+    for spec in body["spec"].get("tfReplicaSpecs", {}).values():
+        for container in spec["template"]["spec"]["containers"]:
+            container["image"] = image
+    return body
+
+
+def chief_trained(cluster: Cluster, namespace: str, chief: str) -> list[tuple[int, float]]:
+    """The chief's epochs and losses, after it says it coordinated one parameter server and two workers."""
+    log = cluster.kubectl("logs", "-n", namespace, chief, "-c", "tensorflow")
+    assert "parameter servers: 1, workers: 2" in log, log
+    assert "training done" in log, log
+    return [(int(e), float(loss)) for e, loss in upstream.KERAS_LOSS.findall(log)]
+
+
+def test_a_tfjob_of_a_chief_a_parameter_server_and_two_workers_trains_to_succeeded(
+    cluster: Cluster, real_namespace: str, framework_images: dict[str, str]
+) -> None:
+    """Issue 53: parameter-server training (ParameterServerStrategy: the variables on the parameter
+    server, the steps on the workers, the chief coordinating) as a TFJob with the three roles; the
+    chief's success ends the job and cleanPodPolicy Running stops the servers."""
+    job = parameter_server_example("parameter_server_tfjob.yaml", framework_images["tensorflow-example"])
+    name = job["metadata"]["name"]
+    cluster.apply(job, real_namespace)
+    done = eventually(lambda: finished(cluster, "tfjob", real_namespace, name), timeout=600, what="the TFJob to finish")
+    roles = [(f"{name}-chief-0", "tensorflow"), (f"{name}-ps-0", "tensorflow"), (f"{name}-worker-0", "tensorflow")]
+    outcome = ended(done, cluster, real_namespace, roles)
+    assert outcome == "Succeeded", outcome
+    assert done["status"]["replicaStatuses"]["Chief"].get("succeeded") == 1, done["status"]
+    losses = chief_trained(cluster, real_namespace, f"{name}-chief-0")
+    assert len(losses) == 5, losses
+    assert falling(losses), losses
+    for server in (f"{name}-ps-0", f"{name}-worker-0", f"{name}-worker-1"):
+        log = cluster.kubectl("logs", "-n", real_namespace, server, "-c", "tensorflow")
+        assert f"serving as {server.split('-')[-2]} {server.split('-')[-1]}" in log, log
+
+    def servers_stopped() -> bool:
+        left = cluster.names("pods", real_namespace)
+        return not {f"{name}-ps-0", f"{name}-worker-0", f"{name}-worker-1"} & left
+
+    assert eventually(servers_stopped, timeout=120, what="cleanPodPolicy Running to stop the servers")
+
+
+def test_the_same_parameter_server_run_as_a_trainer_trains_to_succeeded(
+    cluster: Cluster, real_namespace: str, framework_images: dict[str, str]
+) -> None:
+    trainer = parameter_server_example("parameter_server_trainer.yaml", framework_images["tensorflow-example"])
+    name = trainer["metadata"]["name"]
+    cluster.apply(trainer, real_namespace)
+
+    def over() -> str | None:
+        phase = cluster.get("trainer", name, real_namespace).get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    assert eventually(over, timeout=600, what="the Trainer to finish") == "Succeeded"
+    losses = chief_trained(cluster, real_namespace, f"{name}-chief-0")
+    assert falling(losses), losses
