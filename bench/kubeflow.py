@@ -74,6 +74,7 @@ def upstream_file(relative: str) -> Path:
 # tests/e2e/test_kubeflow_frameworks.py and the main job with this repository's example images.
 PYTORCH_EXAMPLE = "examples/pytorch/mnist/v1/pytorch_job_mnist_gloo.yaml"  # Master + Worker, DDP over gloo
 TENSORFLOW_EXAMPLE = "examples/tensorflow/distribution_strategy/keras-API/multi_worker_tfjob.yaml"  # 2 Workers
+XGBOOST_EXAMPLE = "examples/xgboost/xgboostjob.yaml"  # Master + 2 Workers, xgboost's collective tracker
 # The loss lines those images print: examples/pytorch/mnist.py's per batch, examples/tensorflow's per epoch.
 TORCH_LOSS = re.compile(r"Train Epoch: (\d+) \[\d+/\d+\]\tloss=([0-9.]+)")
 KERAS_LOSS = re.compile(r"Epoch (\d+): loss=([0-9.]+)")

@@ -54,6 +54,7 @@ IMAGES = {
     "tensorflow-example": Image(
         "docker.io/library/trainer-operator-tensorflow-example:dev", "examples/tensorflow/Dockerfile"
     ),
+    "xgboost-example": Image("docker.io/library/trainer-operator-xgboost-example:dev", "examples/xgboost/Dockerfile"),
     "placement-example": Image(
         "docker.io/library/trainer-operator-placement-example:dev", "examples/placement/Dockerfile"
     ),

@@ -8,6 +8,7 @@ them on CPU, and this machine has no GPU. Each job reaches Succeeded with its lo
 reads back as upstream's status."""
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,16 @@ def falling(losses: list[tuple[int, float]]) -> bool:
     return len(losses) >= 2 and losses[-1][1] < losses[0][1]
 
 
+FRAMEWORK_IMAGES = ("pytorch-example", "tensorflow-example", "xgboost-example")
+
+
 @pytest.fixture(scope="module")
 def framework_images(real_node: str, operator_in_cluster: None) -> dict[str, str]:
-    """examples/pytorch's and examples/tensorflow's images on the node (built once, by content)."""
-    for name in ("pytorch-example", "tensorflow-example"):
+    """examples/pytorch's, examples/tensorflow's and examples/xgboost's images on the node (built
+    once, by content)."""
+    for name in FRAMEWORK_IMAGES:
         images.load(name, containerd.node_dir())
-    return {name: images.IMAGES[name].ref for name in ("pytorch-example", "tensorflow-example")}
+    return {name: images.IMAGES[name].ref for name in FRAMEWORK_IMAGES}
 
 
 @pytest.fixture
@@ -123,6 +128,9 @@ def test_upstreams_tfjob_trains_with_multi_worker_mirrored_strategy_to_succeeded
     assert len(left.split()) == 2, left
 
 
+XGBOOST_LOSS = re.compile(r"\[(\d+)\]\ttrain-mlogloss:([0-9.]+)")  # each round's metric, on the master
+
+
 def parameter_server_example(file: str, image: str) -> dict[str, Any]:
     """examples/tensorflow's parameter-server run (a TFJob or a Trainer), with the node's image."""
     body: dict[str, Any] = yaml.safe_load((REPO / "examples" / "tensorflow" / file).read_text())
@@ -184,3 +192,30 @@ def test_the_same_parameter_server_run_as_a_trainer_trains_to_succeeded(
     assert eventually(over, timeout=600, what="the Trainer to finish") == "Succeeded"
     losses = chief_trained(cluster, real_namespace, f"{name}-chief-0")
     assert falling(losses), losses
+
+
+def test_upstreams_xgboostjob_trains_with_xgboosts_collective_to_succeeded(
+    cluster: Cluster, real_namespace: str, framework_images: dict[str, str]
+) -> None:
+    """Issue 53: upstream's XGBoostJob (a Master and two Workers, its arguments unchanged, the quotes
+    its Worker passes literally too) on examples/xgboost's image: the master runs xgboost's tracker
+    on the port the job names, all three train together, and the master's success ends the job."""
+    job = upstream.upstream_example(upstream.XGBOOST_EXAMPLE, framework_images["xgboost-example"])
+    name = job["metadata"]["name"]  # xgboost-dist-iris-test-train
+    cluster.apply(job, real_namespace)
+    done = eventually(
+        lambda: finished(cluster, "xgboostjob", real_namespace, name), timeout=600, what="the XGBoostJob to finish"
+    )
+    pods = [(f"{name}-master-0", "xgboost"), *((f"{name}-worker-{i}", "xgboost") for i in range(2))]
+    outcome = ended(done, cluster, real_namespace, pods)
+    assert outcome == "Succeeded", outcome
+    assert done["status"]["replicaStatuses"]["Master"].get("succeeded") == 1, done["status"]
+    for rank, (pod, _) in enumerate(pods):
+        log = cluster.kubectl("logs", "-n", real_namespace, pod, "-c", "xgboost")
+        assert f"world size 3, rank {rank}, tracker {name}-master-0.{name}:9991" in log, log
+        assert "training done" in log, log
+    master = cluster.kubectl("logs", "-n", real_namespace, f"{name}-master-0", "-c", "xgboost")
+    losses = [(int(r), float(loss)) for r, loss in XGBOOST_LOSS.findall(master)]
+    assert [r for r, _ in losses] == list(range(10)), master  # --n_estimators=10 rounds
+    assert falling(losses), losses
+    assert "model saved to /tmp/xgboost-model.json (10 rounds)" in master, master
