@@ -50,23 +50,23 @@ def cache() -> Path:
     return Path.home() / ".cache" / "trainer-operator" / f"kubeflow-training-operator-{VERSION}"
 
 
-def module_dir() -> Path:
+def module_dir(version: str = VERSION) -> Path:
     root = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
-    return Path(root) / f"{MODULE}@{VERSION}"
+    return Path(root) / f"{MODULE}@{version}"
 
 
-def upstream_file(relative: str) -> Path:
-    """A file of the upstream module's source at VERSION (its examples, say), downloaded once
+def upstream_file(relative: str, version: str = VERSION) -> Path:
+    """A file of the upstream module's source at ``version`` (its examples, say), downloaded once
     from the Go module proxy."""
-    hint = f"the upstream examples come from the Go module {MODULE}@{VERSION}: install Go and reach its proxy"
+    hint = f"the upstream examples come from the Go module {MODULE}@{version}: install Go and reach its proxy"
     try:
-        path = module_dir() / relative
+        path = module_dir(version) / relative
         if not path.exists():
-            subprocess.run(["go", "mod", "download", f"{MODULE}@{VERSION}"], check=True)
+            subprocess.run(["go", "mod", "download", f"{MODULE}@{version}"], check=True)
     except (OSError, subprocess.CalledProcessError) as err:
         raise cluster_tool.ClusterError(f"{err}; {hint}") from err
     if not path.exists():
-        raise cluster_tool.ClusterError(f"{relative} is not in {MODULE}@{VERSION} ({path})")
+        raise cluster_tool.ClusterError(f"{relative} is not in {MODULE}@{version} ({path})")
     return path
 
 
@@ -75,15 +75,18 @@ def upstream_file(relative: str) -> Path:
 PYTORCH_EXAMPLE = "examples/pytorch/mnist/v1/pytorch_job_mnist_gloo.yaml"  # Master + Worker, DDP over gloo
 TENSORFLOW_EXAMPLE = "examples/tensorflow/distribution_strategy/keras-API/multi_worker_tfjob.yaml"  # 2 Workers
 XGBOOST_EXAMPLE = "examples/xgboost/xgboostjob.yaml"  # Master + 2 Workers, xgboost's collective tracker
+# JAXJob came in v1.9 (the version of the served CRDs' schema): its example is read from that module.
+JAX_VERSION = "v1.9.3"
+JAX_EXAMPLE = "examples/jax/cpu-demo/demo.yaml"  # 2 Workers, `python3 train.py`, jax.distributed over gloo
 # The loss lines those images print: examples/pytorch/mnist.py's per batch, examples/tensorflow's per epoch.
 TORCH_LOSS = re.compile(r"Train Epoch: (\d+) \[\d+/\d+\]\tloss=([0-9.]+)")
 KERAS_LOSS = re.compile(r"Epoch (\d+): loss=([0-9.]+)")
 
 
-def upstream_example(relative: str, image: str) -> Obj:
+def upstream_example(relative: str, image: str, version: str = VERSION) -> Obj:
     """Upstream's example job with every container's image replaced by ``image`` and its
     ``nvidia.com/gpu`` limit dropped (its PyTorch example says to on CPU; no GPU here)."""
-    job: Obj = yaml.safe_load(upstream_file(relative).read_text())
+    job: Obj = yaml.safe_load(upstream_file(relative, version).read_text())
     specs = next(v for k, v in job["spec"].items() if k.endswith("ReplicaSpecs"))
     for spec in specs.values():
         for container in spec["template"]["spec"]["containers"]:

@@ -219,3 +219,33 @@ def test_upstreams_xgboostjob_trains_with_xgboosts_collective_to_succeeded(
     assert [r for r, _ in losses] == list(range(10)), master  # --n_estimators=10 rounds
     assert falling(losses), losses
     assert "model saved to /tmp/xgboost-model.json (10 rounds)" in master, master
+
+
+JAX_EPOCH = re.compile(r"\[process (\d)\] epoch (\d+)/\d+ step \d+ loss ([0-9.]+)")
+
+
+def test_upstreams_jaxjob_trains_with_jax_distributed_to_succeeded(
+    cluster: Cluster, real_namespace: str, jax_image: str
+) -> None:
+    """Issue 53: upstream's JAXJob example (v1.9's examples/jax/cpu-demo/demo.yaml: two Workers
+    running `python3 train.py`), with only its image changed (and its namespace, which it names):
+    examples/jax's train.py meets over jax.distributed on worker 0 with the variables the job's
+    pods get, all-reduces over gloo, and both processes end with the same loss."""
+    job = upstream.upstream_example(upstream.JAX_EXAMPLE, jax_image, upstream.JAX_VERSION)
+    job["metadata"].pop("namespace")  # kubeflow: applied in the test's own
+    name = job["metadata"]["name"]  # jaxjob-simple
+    cluster.apply(job, real_namespace)
+    done = eventually(
+        lambda: finished(cluster, "jaxjob", real_namespace, name), timeout=600, what="the JAXJob to finish"
+    )
+    pods = [(f"{name}-worker-{i}", "jax") for i in range(2)]
+    outcome = ended(done, cluster, real_namespace, pods)
+    assert outcome == "Succeeded", outcome
+    per_process = []
+    for index, (pod, container) in enumerate(pods):
+        log = cluster.kubectl("logs", "-n", real_namespace, pod, "-c", container)
+        assert f"[process {index}] joining 2 processes at {name}-worker-0.{name}:" in log, log
+        epochs = [(int(e), float(loss)) for p, e, loss in JAX_EPOCH.findall(log) if int(p) == index]
+        assert falling(epochs), log
+        per_process.append(epochs)
+    assert per_process[0] == per_process[1]  # one model: the gradients were all-reduced
