@@ -1,16 +1,18 @@
 """Upstream's own SDK end-to-end tests against the kubeflow controller on the real node: the
 Training Operator's Python SDK (kubeflow-training, at the version bench/kubeflow.py builds the
-operator at) and its sdk/python/test/e2e/test_e2e_pytorchjob.py and test_e2e_xgboostjob.py from the
-same Go module, run as upstream's CI runs them (`pytest --namespace`, no gang scheduler), with only
-image names changed (:func:`swaps`): examples/pytorch's image for upstream's
-kubeflow/pytorch-dist-mnist and for the SDK's PyTorch base image (a constant of the SDK, set in the
-copied conftest.py), examples/xgboost's for kubeflow/xgboost-dist-iris (the same arguments).
+operator at) and its sdk/python/test/e2e/test_e2e_pytorchjob.py, test_e2e_tfjob.py and
+test_e2e_xgboostjob.py from the same Go module, run as upstream's CI runs them (`pytest
+--namespace`, no gang scheduler), with only image names changed (:func:`swaps`): examples/pytorch's
+image for upstream's kubeflow/pytorch-dist-mnist and for the SDK's PyTorch base image (a constant
+of the SDK, set in the copied conftest.py), examples/tensorflow's for tf-mnist-with-summaries (its
+program at the same path) and examples/xgboost's for kubeflow/xgboost-dist-iris (the same
+arguments).
 
 The namespace is labelled Pod Security baseline, as its administrator would label it for a root
 image: upstream's test from docker.io/hello-world (a root image that prints and exits 0) runs the
 node's busybox image (root, whose shell exits 0 on no input). Recorded in docs/kubeflow.md
-("Upstream's SDK tests"): the three plain PyTorchJob tests and the plain XGBoostJob test pass, and
-the gang-scheduling ones skip themselves."""
+("Upstream's SDK tests"): the three plain PyTorchJob tests and the plain TFJob and XGBoostJob tests
+pass, and the gang-scheduling ones skip themselves."""
 
 import re
 import shutil
@@ -31,7 +33,9 @@ PINS = (SDK, "kubernetes==30.1.0", "pytest==9.2.0")  # the SDK asks for kubernet
 UPSTREAM_IMAGE = "kubeflow/pytorch-dist-mnist:latest"
 UPSTREAM_ROOT_IMAGE = '"docker.io/hello-world"'
 UPSTREAM_XGBOOST_IMAGE = '"docker.io/kubeflow/xgboost-dist-iris:latest"'
-FILES = ("test_e2e_pytorchjob.py", "test_e2e_xgboostjob.py")  # upstream's test files run here
+UPSTREAM_TENSORFLOW_IMAGE = '"gcr.io/kubeflow-ci/tf-mnist-with-summaries:1.0"'
+FILES = ("test_e2e_pytorchjob.py", "test_e2e_tfjob.py", "test_e2e_xgboostjob.py")  # upstream's, run here
+EXAMPLES = ("pytorch-example", "tensorflow-example", "xgboost-example")  # the images standing for theirs
 
 
 def sdk_python() -> Path:
@@ -54,6 +58,7 @@ def swaps(images_here: dict[str, str]) -> dict[str, dict[str, str]]:
     pytorch, xgboost = images_here["pytorch-example"], images_here["xgboost-example"]
     return {
         "test_e2e_pytorchjob.py": {UPSTREAM_IMAGE: pytorch, UPSTREAM_ROOT_IMAGE: repr(node.BUSYBOX_IMAGE)},
+        "test_e2e_tfjob.py": {UPSTREAM_TENSORFLOW_IMAGE: repr(images_here["tensorflow-example"])},
         "test_e2e_xgboostjob.py": {UPSTREAM_XGBOOST_IMAGE: repr(xgboost)},
     }
 
@@ -82,10 +87,10 @@ def upstream_tests(into: Path, images_here: dict[str, str]) -> Path:
 
 @pytest.fixture(scope="module")
 def images_here(real_node: str, operator_in_cluster: None) -> dict[str, str]:
-    """examples/pytorch's and examples/xgboost's images on the node."""
-    for name in ("pytorch-example", "xgboost-example"):
+    """examples/pytorch's, examples/tensorflow's and examples/xgboost's images on the node."""
+    for name in EXAMPLES:
         images.load(name, containerd.node_dir())
-    return {name: images.IMAGES[name].ref for name in ("pytorch-example", "xgboost-example")}
+    return {name: images.IMAGES[name].ref for name in EXAMPLES}
 
 
 def test_upstreams_pytorchjob_sdk_tests_pass(
@@ -101,11 +106,12 @@ def test_upstreams_pytorchjob_sdk_tests_pass(
     print(done.stdout[-6000:] + done.stderr[-3000:], flush=True)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr
     assert done.returncode == 0, summary
-    # Upstream's three plain PyTorchJob tests pass (the root image's in the baseline namespace) and
-    # its plain XGBoostJob test; each file's gang-scheduling test skips itself (no
+    # Upstream's three plain PyTorchJob tests pass (the root image's in the baseline namespace), its
+    # plain TFJob and XGBoostJob tests too; each file's gang-scheduling test skips itself (no
     # GANG_SCHEDULER_NAME, as upstream's CI runs without one).
     counts = dict((word, int(n)) for n, word in re.findall(r"(\d+) (passed|skipped|deselected|failed)", summary))
-    assert counts == {"passed": 4, "skipped": 2}, summary
+    assert counts == {"passed": 5, "skipped": 3}, summary
     for name in ("test_sdk_e2e", "test_sdk_e2e_create_from_func", "test_sdk_e2e_create_from_image"):
         assert f"PASSED test/e2e/test_e2e_pytorchjob.py::{name}" in done.stdout, done.stdout[-3000:]
-    assert "PASSED test/e2e/test_e2e_xgboostjob.py::test_sdk_e2e" in done.stdout, done.stdout[-3000:]
+    for file in ("test_e2e_tfjob.py", "test_e2e_xgboostjob.py"):
+        assert f"PASSED test/e2e/{file}::test_sdk_e2e" in done.stdout, done.stdout[-3000:]
