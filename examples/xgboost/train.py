@@ -8,7 +8,8 @@ two Workers. This program takes the same arguments. The operator gives every rep
 starts xgboost's collective tracker (``RabitTracker``) on ``MASTER_PORT``, every replica joins it
 (``xgboost.collective.CommunicatorContext``), trains on its own share of the rows, and the trees
 are built from histograms summed across all of them, so each round's metric is the whole data's
-and the same on every replica. The master saves the model.
+and the same on every replica. The master saves the model. Every replica first waits until the
+master's name resolves (its DNS record appears once its pod runs).
 
 The data ships with scikit-learn (``load_iris``), so the job needs no download.
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import time
 
 import numpy as np
 import xgboost as xgb
@@ -48,6 +51,21 @@ def parameters(text: str, learning_rate: float) -> dict[str, str | float]:
     return out
 
 
+def resolved(address: str, seconds: float = 300) -> None:
+    """Wait until ``address`` resolves: a replica's DNS name is published once its pod runs, and
+    the master joins its own tracker by that name too (xgboost does not retry a name it cannot
+    resolve)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.getaddrinfo(address, None)
+            return
+        except socket.gaierror:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def main() -> None:
     args = arguments()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -57,6 +75,7 @@ def main() -> None:
     if rank == 0:
         tracker = RabitTracker(n_workers=world, host_ip="0.0.0.0", port=port)
         tracker.start()
+    resolved(address)
     features, labels = load_iris(return_X_y=True)
     mine = np.arange(len(labels)) % world == rank  # this replica's share of the rows
     with xgb.collective.CommunicatorContext(dmlc_tracker_uri=address, dmlc_tracker_port=port, dmlc_task_id=str(rank)):

@@ -9,7 +9,7 @@ reads back as upstream's status."""
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from bench import kubeflow as upstream
 from testbed import containerd, images
 from testbed.cluster import ClusterError
 from tests.e2e.volumes import node_volume
-from tests.harness import REPO, Cluster, eventually, table
+from tests.harness import REPO, Cluster, KubectlError, eventually, table
 from trainerop_common.contracts import KUBEFLOW_JOB_NAME_LABEL
 
 
@@ -39,7 +39,7 @@ def ended(done: dict[str, Any], cluster: Cluster, namespace: str, pods: list[tup
     for pod, container in pods:
         try:
             tails.append(f"--- {pod}\n" + cluster.kubectl("logs", "-n", namespace, pod, "-c", container, "--tail=30"))
-        except ClusterError as err:
+        except (ClusterError, KubectlError) as err:  # not started, or gone
             tails.append(f"--- {pod}: {err}")
     return "\n".join([json.dumps(done["status"], indent=1), *tails])
 
@@ -267,24 +267,33 @@ def test_an_elastic_pytorchjob_scaled_up_and_down_while_it_trains_goes_on_to_suc
     ]
     cluster.apply(job, real_namespace)
 
-    def epochs() -> list[tuple[int, int]]:
+    def log() -> str:
         try:
-            log = cluster.kubectl("logs", "-n", real_namespace, "elastic-worker-0", "-c", "pytorch")
-        except ClusterError:
-            return []  # not started yet
-        return [(int(e), int(w)) for e, w, _ in ELASTIC_EPOCH.findall(log)]
+            return cluster.kubectl("logs", "-n", real_namespace, "elastic-worker-0", "-c", "pytorch")
+        except (ClusterError, KubectlError) as err:
+            return str(err)  # not started yet
+
+    def epochs() -> list[tuple[int, int]]:
+        return [(int(e), int(w)) for e, w, _ in ELASTIC_EPOCH.findall(log())]
+
+    def waiting(check: Callable[[], int | None], what: str, timeout: float = 300) -> int:
+        try:
+            return eventually(check, timeout=timeout, what=what)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n--- elastic-worker-0:\n{log()[-4000:]}") from err
 
     def reached(world: int, after: int = 0) -> int | None:
         """The first epoch trained at ``world`` size after the ``after``-th epoch line."""
         return next((e for e, w in epochs()[after:] if w == world), None)
 
-    eventually(lambda: reached(2), timeout=300, what="two workers training")
+    # The first group may be worker 0 alone (min 1) until worker 1 joins; then both train.
+    waiting(lambda: reached(2), "two workers training", timeout=600)
     cluster.kubectl("scale", "pytorchjob", "elastic", "-n", real_namespace, "--replicas", "3")
-    grown = eventually(lambda: reached(3), timeout=300, what="the third worker taken in")
+    grown = waiting(lambda: reached(3), "the third worker taken in")
     assert grown > 1, epochs()  # continued, not started over
     seen = len(epochs())
     cluster.kubectl("scale", "pytorchjob", "elastic", "-n", real_namespace, "--replicas", "2")
-    shrunk = eventually(lambda: reached(2, seen), timeout=300, what="training on without the third")
+    shrunk = waiting(lambda: reached(2, seen), "training on without the third")
     assert shrunk >= grown, epochs()
     done = eventually(
         lambda: finished(cluster, "pytorchjob", real_namespace, "elastic"), timeout=600, what="the job to finish"
