@@ -9,7 +9,7 @@ reads back as upstream's status."""
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -249,55 +249,3 @@ def test_upstreams_jaxjob_trains_with_jax_distributed_to_succeeded(
         assert falling(epochs), log
         per_process.append(epochs)
     assert per_process[0] == per_process[1]  # one model: the gradients were all-reduced
-
-
-ELASTIC_EPOCH = re.compile(r"epoch (\d+) world size (\d+) rank 0 loss ([0-9.]+)")
-
-
-def test_an_elastic_pytorchjob_scaled_up_and_down_while_it_trains_goes_on_to_succeeded(
-    cluster: Cluster, real_namespace: str, framework_images: dict[str, str]
-) -> None:
-    """Issue 53: elasticPolicy for real. examples/pytorch/elastic_pytorchjob.yaml starts with 2 of
-    1 to 3 Workers; scaled to 3 while it trains, torchrun's c10d rendezvous takes the third in
-    (world size 3), and scaled back to 2 it goes on without it; each new group continues from the
-    furthest epoch reached, and the job ends Succeeded with all 40 epochs done."""
-    job: dict[str, Any] = yaml.safe_load((REPO / "examples" / "pytorch" / "elastic_pytorchjob.yaml").read_text())
-    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] = framework_images[
-        "pytorch-example"
-    ]
-    cluster.apply(job, real_namespace)
-
-    def log() -> str:
-        try:
-            return cluster.kubectl("logs", "-n", real_namespace, "elastic-worker-0", "-c", "pytorch")
-        except (ClusterError, KubectlError) as err:
-            return str(err)  # not started yet
-
-    def epochs() -> list[tuple[int, int]]:
-        return [(int(e), int(w)) for e, w, _ in ELASTIC_EPOCH.findall(log())]
-
-    def waiting(check: Callable[[], int | None], what: str, timeout: float = 300) -> int:
-        try:
-            return eventually(check, timeout=timeout, what=what)
-        except AssertionError as err:
-            raise AssertionError(f"{err}\n--- elastic-worker-0:\n{log()[-4000:]}") from err
-
-    def reached(world: int, after: int = 0) -> int | None:
-        """The first epoch trained at ``world`` size after the ``after``-th epoch line."""
-        return next((e for e, w in epochs()[after:] if w == world), None)
-
-    # The first group may be worker 0 alone (min 1) until worker 1 joins; then both train.
-    waiting(lambda: reached(2), "two workers training", timeout=600)
-    cluster.kubectl("scale", "pytorchjob", "elastic", "-n", real_namespace, "--replicas", "3")
-    grown = waiting(lambda: reached(3), "the third worker taken in")
-    assert grown > 1, epochs()  # continued, not started over
-    seen = len(epochs())
-    cluster.kubectl("scale", "pytorchjob", "elastic", "-n", real_namespace, "--replicas", "2")
-    shrunk = waiting(lambda: reached(2, seen), "training on without the third")
-    assert shrunk >= grown, epochs()
-    done = eventually(
-        lambda: finished(cluster, "pytorchjob", real_namespace, "elastic"), timeout=600, what="the job to finish"
-    )
-    pods = [(f"elastic-worker-{i}", "pytorch") for i in range(2)]
-    assert ended(done, cluster, real_namespace, pods) == "Succeeded"
-    assert epochs()[-1][0] == 40, epochs()
