@@ -8,6 +8,7 @@ import pytest
 
 from tests.factories import trainer_spec
 from tests.unit.test_decide_quota import GPU, world
+from trainerop_common.contracts import ADMISSION_ANNOTATION
 from trainerop_quota import kueue
 from trainerop_quota.decide import TrainerInfo, plan
 from trainerop_quota.kueue_views import (
@@ -469,6 +470,14 @@ JOB_DECISIONS: list[tuple[str, TrainerInfo, WorkloadView, str, str, str]] = [
         "waits: Preempted",
     ),
     ("over", of_job(finished=NOW), replace(admitted(ONE_FLAVOR), name=JOB_WL), "True", "Released", "is over"),
+    (
+        "admitted, the job still suspended",
+        replace(of_job(), spec=SUSPENDED),
+        replace(admitted(ONE_FLAVOR), name=JOB_WL),
+        "False",
+        "WaitingForKueue",
+        "waits: the job is suspended",
+    ),
 ]
 
 
@@ -484,8 +493,10 @@ def test_a_kubeflow_job_kueue_admits_itself_is_admitted_through_its_workload_alo
     assert (d.condition.status, d.condition.reason) == (status, reason), case
     assert message in d.condition.message, case
     assert d.quota["workload"] == JOB_WL
-    granted = (d.quota.get("contribution") or {}).get("grant")
-    assert (granted is not None) == (reason == "AdmittedByKueue"), case
+    contribution = d.quota.get("contribution") or {}
+    assert (contribution.get("grant") is not None) == (reason == "AdmittedByKueue"), case
+    if reason == "AdmittedByKueue":  # the pods carry the admission: another replaces them
+        assert contribution["pod"]["annotations"] == {ADMISSION_ANNOTATION: "kueue-abc"}
     assert kueue.actions(t, "team", None, False, {}, w) == []  # no Workload of the Trainer's is made
 
 

@@ -224,12 +224,14 @@ def decide_by_job(t: TrainerInfo, w: WorkloadView) -> Decision:
         return Decision(
             {"workload": w.name}, condition("True", "Released", "the run is over; Kueue reads the job's end")
         )
-    if w.evicted is not None or not w.admitted or w.cluster_queue is None:
-        said = w.evicted or w.pending_message
+    if over(t) or w.evicted is not None or not w.admitted or w.cluster_queue is None:
+        said = w.evicted or w.pending_message or ("the job is suspended" if over(t) else "")
         message = f"Kueue admits the job through its Workload {w.name}, which waits" + (f": {said}" if said else "")
         return Decision({"workload": w.name}, condition("False", "WaitingForKueue", message))
     message = f"Kueue admitted the job's Workload {w.name} to ClusterQueue {w.cluster_queue}"
-    quota = admitted_quota(w, t.spec.topology.workers, {"generation": t.generation})
+    # Pods carry the admission, as under kueue.decide: another (after an eviction) replaces them.
+    pod = {"annotations": {ADMISSION_ANNOTATION: admission_id(w)}}
+    quota = admitted_quota(w, t.spec.topology.workers, {"generation": t.generation, "pod": pod})
     return Decision(quota, condition("True", "AdmittedByKueue", message), (("Normal", "AdmittedByKueue", message),))
 
 

@@ -88,7 +88,7 @@ CONTAINER = {
 PROFILES = {"RuntimeDefault", "Localhost"}
 # What the operator never creates, whatever the namespace's level (docs/security.md): its identity
 # must not be turned into a host-level pod (the creations policy holds it to that too).
-BOUND = "the operator creates no privileged or host-level pod, at any Pod Security level"
+BOUND = "the operator creates no privileged or host-level pod, nor one beyond Pod Security baseline, at any level"
 
 Check = Callable[[Any], bool]
 
@@ -120,11 +120,13 @@ RESTRICTED_POD: dict[str, Check] = {
     "supplementalGroups": lambda v: isinstance(v, list),
     "supplementalGroupsPolicy": lambda v: isinstance(v, str),
     "seLinuxChangePolicy": lambda v: isinstance(v, str),
+    "seLinuxOptions": _selinux,
     "seccompProfile": lambda v: isinstance(v, Mapping) and v.get("type") in PROFILES,
     "appArmorProfile": lambda v: isinstance(v, Mapping) and v.get("type") in PROFILES,
 }
 RESTRICTED_CONTAINER: dict[str, Check] = {
-    **{k: RESTRICTED_POD[k] for k in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile", "appArmorProfile")},
+    **{k: RESTRICTED_POD[k] for k in ("runAsNonRoot", "runAsUser", "runAsGroup", "seLinuxOptions")},
+    **{k: RESTRICTED_POD[k] for k in ("seccompProfile", "appArmorProfile")},
     "readOnlyRootFilesystem": lambda v: isinstance(v, bool),
     "allowPrivilegeEscalation": lambda v: v is False,
     "privileged": lambda v: v is False,
@@ -136,12 +138,6 @@ BASELINE_LOOSER: dict[str, Check] = {
     "runAsUser": lambda v: isinstance(v, int),
     "seccompProfile": _confined,
     "appArmorProfile": _confined,
-    "seLinuxOptions": _selinux,
-}
-PRIVILEGED_LOOSER: dict[str, Check] = {
-    "seccompProfile": lambda v: isinstance(v, Mapping),
-    "appArmorProfile": lambda v: isinstance(v, Mapping),
-    "seLinuxOptions": lambda v: isinstance(v, Mapping),
 }
 
 
@@ -154,36 +150,32 @@ class Rules:
     volumes: Callable[[str], bool]  # a volume type
 
 
+BASELINE_RULES = Rules(
+    {**RESTRICTED_POD, **BASELINE_LOOSER},
+    {
+        **RESTRICTED_CONTAINER,
+        **BASELINE_LOOSER,
+        "allowPrivilegeEscalation": lambda v: isinstance(v, bool),
+        "capabilities": _capabilities(lambda c: c in BASELINE_CAPABILITIES),
+    },
+    lambda kind: kind != "hostPath",
+)
+# A privileged namespace gets baseline's fields through an override, no more: a pod beyond
+# baseline (other capabilities, no confinement, sysctls) can reach the host, and the tenant who
+# asks may create Trainers without being allowed such pods (docs/security.md).
 RULES = {
     RESTRICTED: Rules(RESTRICTED_POD, RESTRICTED_CONTAINER, lambda kind: kind in VOLUMES),
-    BASELINE: Rules(
-        {**RESTRICTED_POD, **BASELINE_LOOSER},
-        {
-            **RESTRICTED_CONTAINER,
-            **BASELINE_LOOSER,
-            "allowPrivilegeEscalation": lambda v: isinstance(v, bool),
-            "capabilities": _capabilities(lambda c: c in BASELINE_CAPABILITIES),
-        },
-        lambda kind: kind != "hostPath",
-    ),
-    PRIVILEGED: Rules(
-        {**RESTRICTED_POD, **BASELINE_LOOSER, **PRIVILEGED_LOOSER, "sysctls": lambda v: isinstance(v, list)},
-        {
-            **RESTRICTED_CONTAINER,
-            **BASELINE_LOOSER,
-            **PRIVILEGED_LOOSER,
-            "allowPrivilegeEscalation": lambda v: isinstance(v, bool),
-            "capabilities": _capabilities(lambda c: isinstance(c, str)),
-            "procMount": lambda v: isinstance(v, str),
-        },
-        lambda kind: kind != "hostPath",
-    ),
+    BASELINE: BASELINE_RULES,
+    PRIVILEGED: BASELINE_RULES,
 }
+UNKNOWN = "not a securityContext field an override may set"
 
 
-def why(level: str, looser: bool) -> str:
+def why(level: str, key_known: bool, looser: bool) -> str:
     """Why a value is refused: the namespace's level (``looser``: a looser level would allow it),
-    else the operator's bound."""
+    else the operator's bound, or the field is not one the rules know."""
+    if not key_known:
+        return UNKNOWN
     if not looser:
         return BOUND
     return f'Pod Security "{level}" forbids it: the namespace\'s {ENFORCE_LABEL} label sets the level'
@@ -197,7 +189,8 @@ def _security(context: Any, rules: Callable[[str], Mapping[str, Check]], level: 
         check = rules(level).get(key)
         if check is None or not check(value):
             loose = rules(PRIVILEGED).get(key)
-            out.append(f"{path}.{key}: {value!r} is not allowed ({why(level, bool(loose and loose(value)))})")
+            reason = why(level, loose is not None, bool(loose and loose(value)))
+            out.append(f"{path}.{key}: {value!r} is not allowed ({reason})")
     return out
 
 
@@ -225,7 +218,8 @@ def _volume(volume: Any, level: str, path: str) -> list[str]:
     refused = sorted(k for k in set(volume) - {"name"} if not RULES[level].volumes(k))
     if level == RESTRICTED:
         use = f"use {', '.join(sorted(VOLUMES))}"
-        return [f"{path}.{k}: this volume type is not allowed ({why(level, k != 'hostPath')}); {use}" for k in refused]
+        reasons = {k: why(level, True, k != "hostPath") for k in refused}
+        return [f"{path}.{k}: this volume type is not allowed ({reasons[k]}); {use}" for k in refused]
     return [f"{path}.{k}: this volume type is not allowed ({BOUND})" for k in refused]
 
 
