@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from testbed import cluster, containerd, images, localdev, node
+from trainerop_common.api import API_VERSION
 
 NAMESPACE = localdev.NAMESPACE
 DEPLOYMENTS = tuple(f"trainer-operator-{c}" for c in localdev.CONTROLLERS)
@@ -86,12 +87,33 @@ def up(args: argparse.Namespace) -> int:
     for name in deployments:
         cluster.say(f"waiting for {name} to be available")
         kubectl("rollout", "status", "deployment", name, "-n", NAMESPACE, f"--timeout={args.timeout}s")
+    webhooks_answer(args.timeout)
     cluster.say(f"the operator runs in the cluster ({time.monotonic() - t0:.0f}s)")
     print(kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide"))
     return 0
 
 
 VERIFY = "trainer-operator-verify"
+# A Trainer no one makes: its server-side dry run passes through every webhook on Trainers.
+PROBE = {"apiVersion": API_VERSION, "kind": "Trainer", "metadata": {"name": "webhook-probe"}, "spec": {}}
+
+
+def webhooks_answer(timeout: float) -> None:
+    """Wait until the webhooks on Trainers answer (refusing the empty probe is an answer): for a
+    moment after a rollout the node's service proxy may still send a webhook Service's address to
+    a pod that is gone (connection refused), and a user's first Trainer would fail."""
+    cluster.say("waiting for the webhooks to answer")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            localdev.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-", stdin=json.dumps(PROBE))
+            return
+        except cluster.ClusterError as err:
+            if "failed calling webhook" not in str(err):
+                return  # the webhooks answered (the probe is refused: it names no image)
+            if time.monotonic() > deadline:
+                raise cluster.ClusterError(f"the operator's webhooks do not answer: {err}") from err
+        time.sleep(1)  # the proxy's next sync
 
 
 def rendered(overlay: str) -> list[dict[str, Any]]:

@@ -137,6 +137,21 @@ def test_the_trainers_identity_mounts_no_secret_its_trainer_does_not_name(cluste
     assert "holds no Trainer made-up" in said, said
 
 
+def test_the_trainers_identity_starts_no_pod_that_preempts_other_tenants(cluster: Cluster, namespace: str) -> None:
+    """system-node-critical preempts nearly any pod on the nodes it needs, whatever their
+    namespace; any namespace may use it. A stolen trainer identity makes a pod of a real
+    Trainer of the tenant with it."""
+    cluster.apply(trainer_manifest("victim", runPolicy={"suspend": True}), namespace)
+    cluster.apply(runner_manifests(namespace)[0], namespace)
+    pod = restricted_pod_of(cluster.get("trainer", "victim", namespace), "unused")
+    container = {k: v for k, v in pod["spec"]["containers"][0].items() if k != "volumeMounts"}
+    pod["spec"] = {**pod["spec"], "volumes": [], "containers": [container]}
+    assert dry_run(cluster, namespace, pod) == ""  # the default priority
+    said = dry_run(cluster, namespace, {**pod, "spec": {**pod["spec"], "priorityClassName": "system-node-critical"}})
+    assert OWNERS in said, said
+    assert "not priority class system-node-critical" in said, said
+
+
 HOST_LEVEL: list[dict[str, Any]] = [
     {"hostNetwork": True},
     {"hostPID": True},
@@ -144,31 +159,46 @@ HOST_LEVEL: list[dict[str, Any]] = [
     {"containers": [{"name": "x", "image": "busybox:1.36", "securityContext": {"privileged": True}}]},
     {"containers": [{"name": "x", "image": "busybox:1.36", "ports": [{"containerPort": 22, "hostPort": 22}]}]},
 ]
+# Beyond Pod Security baseline: what a namespace labelled privileged would admit, the operator never makes.
+BEYOND_BASELINE: list[dict[str, Any]] = [
+    {
+        "containers": [
+            {"name": "x", "image": "busybox:1.36", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}
+        ]
+    },
+    {"securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+    {"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}},
+]
 
 
 def test_a_namespace_labelled_privileged_opens_no_host_level_pod_to_the_trainers_identity_or_a_tenant(
     cluster: Cluster, namespace: str
 ) -> None:
     """Issue 53 loosened what the trainer makes to the namespace's own Pod Security level; a
-    namespace labelled privileged still gets no host-level pod from the operator's identity (a
-    stolen token there), nor through a tenant's Trainer, whose webhook refusal says no level
-    allows it (docs/security.md, "The cluster's rules")."""
+    namespace labelled privileged still gets no host-level pod, nor one beyond baseline (another
+    capability, an Unconfined profile, a sysctl), from the operator's identity (a stolen token
+    there), nor through a tenant's Trainer, whose webhook refusal says no level allows it
+    (docs/security.md, "The cluster's rules")."""
     cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=privileged")
     cluster.apply(trainer_manifest("victim", runPolicy={"suspend": True}), namespace)
     cluster.apply(runner_manifests(namespace)[0], namespace)
     pod = restricted_pod_of(cluster.get("trainer", "victim", namespace), "unused")
     spec: dict[str, Any] = {**pod["spec"], "volumes": [], "containers": [{"name": "x", "image": "busybox:1.36"}]}
     pod["spec"] = spec | {"securityContext": {}}
-    assert dry_run(cluster, namespace, pod) == ""  # root, its capabilities: what privileged allows
-    for change in HOST_LEVEL:
+    assert dry_run(cluster, namespace, pod) == ""  # root with the runtime's capabilities: baseline allows it
+    for change in HOST_LEVEL + BEYOND_BASELINE:
         said = dry_run(cluster, namespace, {**pod, "spec": {**spec, "securityContext": {}, **change}})
         assert CREATIONS in said, (change, said)
-    for change in HOST_LEVEL:
+    for change in HOST_LEVEL + BEYOND_BASELINE:
         hostile = trainer_manifest("hostile", podTemplateOverrides={"worker": {"spec": change}})
         with pytest.raises(KubectlError) as refused:
             cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(hostile))
         said = str(refused.value)
-        assert "no privileged or host-level pod" in said, (change, said)
+        # sysctls: no override may set them at all, which the refusal says instead
+        assert any(why in said for why in ("no privileged or host-level pod", "not a securityContext field")), (
+            change,
+            said,
+        )
 
 
 def test_the_trainers_identity_creates_nothing_where_no_trainer_is(cluster: Cluster, namespace: str) -> None:

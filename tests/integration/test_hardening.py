@@ -476,6 +476,28 @@ def test_a_training_pod_uses_only_the_secrets_its_trainer_names(
     assert (OWNERS in said and refusal in said) if refusal else said == "", said
 
 
+def test_a_training_pod_has_the_clusters_default_priority(cluster: Cluster, namespace: str) -> None:
+    """A class preempts pods of every namespace on the nodes it needs: the trainer's identity may
+    not give its pods one (system-node-critical preempts nearly anything), nor a class of the
+    cluster's that is not its default. (A class marked globalDefault, which the API server names
+    on every pod, is admitted: tests/unit/test_trainer_creations.py. One is not made here, where
+    other tests' pods would get it.)"""
+    trainer = a_trainer(cluster, namespace)
+    with_runner_account(cluster, namespace)
+    urgent = f"urgent-{namespace}"
+    cluster.apply(
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 1000}
+    )
+    try:
+        for name in ("system-node-critical", urgent):
+            said = as_trainer_controller(cluster, namespace, training_pod(trainer, priorityClassName=name))
+            assert OWNERS in said, said
+            assert f"not priority class {name}" in said, said
+        assert as_trainer_controller(cluster, namespace, training_pod(trainer)) == ""
+    finally:
+        cluster.kubectl("delete", "priorityclass", urgent, "--ignore-not-found")
+
+
 @pytest.mark.parametrize("section", ["profile", "checkpoint"])
 def test_a_secret_a_concern_contributes_is_named_by_it_alone(cluster: Cluster, namespace: str, section: str) -> None:
     """The profile's and checkpoint's contributions name Secrets for the pods; only those
@@ -559,10 +581,13 @@ def refusal_of(cluster: Cluster, *request: str, controller: str = "trainer") -> 
         # refused by the API server's PodSecurity admission (the label) before this policy: both say baseline
         ("baseline", {"securityContext": ROOTLESS_ADMIN}, "baseline"),
         ("baseline", {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "baseline"),
-        ("privileged", {"securityContext": {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}}}, ""),
+        ("privileged", {"securityContext": {"runAsUser": 0, "capabilities": {"add": ["CHOWN"]}}}, ""),
+        # privileged lets the namespace's own users do more; the trainer's identity stays within baseline
+        ("privileged", {"securityContext": {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}}}, "at any level"),
+        ("privileged", {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "training pods are confined"),
     ],
 )
-def test_a_namespaces_own_pod_security_level_lets_its_training_pods_do_more(
+def test_a_namespaces_own_pod_security_level_lets_its_training_pods_do_more_up_to_baseline(
     cluster: Cluster, namespace: str, level: str, container: dict[str, Any], refusal: str
 ) -> None:
     cluster.kubectl("label", "namespace", namespace, f"pod-security.kubernetes.io/enforce={level}", "--overwrite")

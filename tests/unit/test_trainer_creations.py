@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from trainerop_trainer.creations import creation_problems, secret_names, trainer_named_secrets
+from trainerop_trainer.creations import creation_problems, priority_problems, secret_names, trainer_named_secrets
 
 TRAINER_REF = {"apiVersion": "trainer.operator.kubeflow.org/v1alpha1", "kind": "Trainer", "name": "t"}
 
@@ -105,3 +105,22 @@ def test_what_the_trainer_controller_may_create(
 ) -> None:
     problems = creation_problems(resource, obj, owner, holds)
     assert (len(problems) == 1 and refusal in problems[0]) if refusal else problems == (), problems
+
+
+@pytest.mark.parametrize(
+    ("priority_class", "default_class", "refused"),
+    [
+        (None, None, False),  # the pods the controller makes: no class, no cluster default
+        ("everyday", "everyday", False),  # the API server named the cluster's default class
+        ("system-node-critical", None, True),  # would preempt other tenants' pods on any node
+        ("system-node-critical", "everyday", True),
+        ("urgent", "everyday", True),  # a class of the cluster's, but not its default
+    ],
+)
+def test_a_training_pod_keeps_only_the_clusters_default_priority(
+    priority_class: str | None, default_class: str | None, refused: bool
+) -> None:
+    pod = owned(priorityClassName=priority_class) if priority_class else owned()
+    problems = priority_problems(pod, default_class)
+    assert bool(problems) == refused
+    assert all(f"not priority class {priority_class}" in p for p in problems)

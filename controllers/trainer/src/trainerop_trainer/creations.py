@@ -11,7 +11,12 @@ deploy/controllers/trainer/webhook.yaml; docs/security.md):
 - a pod uses only the Secrets its Trainer names: its spec (env, model, checkpoint credentials,
   role overrides) and the profile's and checkpoint's sections of its status, which only those
   controllers may write (trainer-operator-status-sections). "Uses" is every form a pod spec has:
-  volumes of any type, projected volumes, ``secretKeyRef``, ``envFrom``, ``imagePullSecrets``.
+  volumes of any type, projected volumes, ``secretKeyRef``, ``envFrom``, ``imagePullSecrets``;
+- a pod has the cluster's default priority: the controller names no priority class (a run's
+  priority is its ``spec.scheduling``, which the quota judges), so its identity cannot start a pod
+  of ``system-node-critical`` that would preempt other tenants' pods on any node. The API server
+  names the class marked ``globalDefault`` on every pod that names none; only a pod that names a
+  class costs a read (of that class).
 
 The webhook looks the owner up by its name (one read, whatever the namespace holds), so it costs
 the same at a thousand Trainers as at one.
@@ -117,4 +122,21 @@ def creation_problems(
     return (
         f"a pod of Trainer {name} uses only the Secrets its Trainer names (spec, profile, checkpoint): "
         f"not {', '.join(unnamed)}",
+    )
+
+
+def priority_class(obj: Mapping[str, Any]) -> str:
+    """The priority class a pod names ("" for none)."""
+    return str((obj.get("spec") or {}).get("priorityClassName") or "")
+
+
+def priority_problems(obj: Mapping[str, Any], default_class: str | None) -> tuple[str, ...]:
+    """Why a training pod may not have its priority: a class other than the cluster's default
+    (``default_class``, the one marked globalDefault; None where there is none)."""
+    asked = priority_class(obj)
+    if not asked or asked == default_class:
+        return ()
+    return (
+        "training pods have the cluster's default priority (a run's priority is its "
+        f"spec.scheduling.priorityClassName, which the quota judges): not priority class {asked}",
     )
