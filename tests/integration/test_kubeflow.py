@@ -108,6 +108,37 @@ def test_a_tfjob_with_every_role_and_its_end(cluster: Cluster, namespace: str) -
     assert eventually(lambda: "tf" not in cluster.names("trainers", namespace), what="its Trainer gone with it")
 
 
+def test_the_gangs_priority_class_is_the_runs_priority_under_the_namespaces_quota_policy(
+    cluster: Cluster, namespace: str, policy: Any
+) -> None:
+    governing = policy(budgets={"onDemand": {"nvidia.com/gpu": 8}}, priorityClasses=[{"name": "high", "value": 100}])
+    specs = {"Master": replica("pytorch"), "Worker": replica("pytorch")}
+    gang = {"priorityClass": "high", "minAvailable": 2, "queue": "default", "scheduleTimeoutSeconds": 60}
+    cluster.apply(job("PyTorchJob", "urgent", specs, runPolicy={"schedulingPolicy": gang}), namespace)
+
+    def priority() -> int | None:
+        quota = (cluster.get("trainer", "urgent", namespace).get("status") or {}).get("quota") or {}
+        return quota.get("priority") if quota.get("admittedTime") else None
+
+    assert eventually(priority, what="the run admitted with its priority") == 100
+    assert eventually(lambda: state(cluster, "pytorchjobs", "urgent", namespace) == "Running", what="Running")
+    unknown = {"schedulingPolicy": {"priorityClass": "critical"}}
+    cluster.apply(job("PyTorchJob", "unknown", specs, runPolicy=unknown), namespace)
+
+    def quota_condition() -> dict[str, Any] | None:
+        conditions = (cluster.get("trainer", "unknown", namespace).get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "QuotaAdmitted"), None)
+
+    held = eventually(quota_condition, what="the job's Trainer held by its quota")
+    assert held["reason"] == "PriorityClassNotFound", held
+    assert f"not defined by QuotaPolicy {governing} (it defines: high)" in held["message"], held
+    assert not [p for p in cluster.names("pods", namespace) if p.startswith("unknown-")]
+    # the fix the condition points to: the policy defines the class
+    classes = [{"name": "high", "value": 100}, {"name": "critical", "value": 1000}]
+    policy(budgets={"onDemand": {"nvidia.com/gpu": 8}}, priorityClasses=classes)
+    assert eventually(lambda: state(cluster, "pytorchjobs", "unknown", namespace) == "Running", what="Running")
+
+
 def test_a_suspended_job_says_so_and_resumes(cluster: Cluster, namespace: str) -> None:
     specs = {"Master": replica("pytorch"), "Worker": replica("pytorch")}
     cluster.apply(job("PyTorchJob", "paused", specs, runPolicy={"suspend": True}), namespace)

@@ -118,6 +118,24 @@ def test_the_run_policy_carries_over() -> None:
     assert "ttlSecondsAfterFinished" not in policy["spec"]["runPolicy"]  # the job's: it goes, and its Trainer
 
 
+@pytest.mark.parametrize(
+    ("scheduling_policy", "scheduling"),
+    [
+        ({"priorityClass": "high"}, {"priorityClassName": "high"}),
+        # the whole job is admitted at once, and no pod holds capacity while it waits
+        ({"minAvailable": 1, "queue": "default", "scheduleTimeoutSeconds": 30}, None),
+        ({}, None),
+    ],
+)
+def test_the_gangs_priority_class_becomes_the_runs_priority(
+    scheduling_policy: dict[str, Any], scheduling: dict[str, str] | None
+) -> None:
+    written = {"runPolicy": {"schedulingPolicy": scheduling_policy}}
+    spec = to_trainer(PYTORCH, {**PYTORCH_SIMPLE, "spec": {**PYTORCH_SIMPLE["spec"], **written}})["spec"]
+    assert spec.get("scheduling") == scheduling
+    TrainerSpec.model_validate(spec)
+
+
 def test_the_template_is_the_roles_override_without_its_restart_policy() -> None:
     specs = copy.deepcopy(PYTORCH_SIMPLE["spec"]["pytorchReplicaSpecs"])
     specs["Worker"]["template"]["spec"]["restartPolicy"] = "Always"

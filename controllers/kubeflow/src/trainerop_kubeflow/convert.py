@@ -232,9 +232,14 @@ def owner_reference(kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any]:
 
 def _settings(kind: JobKind, job: Mapping[str, Any], workers: int, port: int | None) -> dict[str, Any]:
     """The Trainer's fields a job sets only now and then: the elastic policy (and the torchrun
-    settings it carries as variables), processes per pod, the port, the profile."""
+    settings it carries as variables), processes per pod, the port, the profile, the priority."""
     job_spec = job.get("spec") or {}
     out: dict[str, Any] = {}
+    # The gang's priority class orders the quota controller's admissions, as it orders Volcano's queue
+    # (docs/kubeflow.md: minAvailable, queue and scheduleTimeoutSeconds need no counterpart).
+    priority = ((job_spec.get("runPolicy") or {}).get("schedulingPolicy") or {}).get("priorityClass")
+    if priority:
+        out["scheduling"] = {"priorityClassName": priority}
     elastic, env = _elastic(job, workers, port or CONTRACTS[kind.framework].port)
     if elastic is not None:
         out["elastic"] = elastic
