@@ -8,7 +8,8 @@ import pytest
 
 from trainerop_audit.decide import manager_of
 from trainerop_common.cache import Derived, ObjectCache
-from trainerop_common.objects import Keep, holds, managers_only, slim
+from trainerop_common.objects import Keep, holds, labels_only, managers_only, slim
+from trainerop_common.pod_security import ENFORCE_LABEL, namespace_level
 from trainerop_quota.views import pod_essentials as quota_keeps
 from trainerop_quota.views import pod_info
 from trainerop_trainer.views import owner_of, pod_view
@@ -238,3 +239,25 @@ SERVED: dict[str, Any] = {  # as the API server returns it: metadata and default
 )
 def test_an_object_holds_what_an_apply_would_say_whatever_the_server_added(live: object, held: bool) -> None:
     assert holds(live, BINDING) is held
+
+
+def test_a_namespace_is_held_by_its_identity_and_labels_and_gives_the_same_level() -> None:
+    labels = {ENFORCE_LABEL: "baseline", "kubernetes.io/metadata.name": "team"}
+    namespace: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "team",
+            "uid": "n1",
+            "resourceVersion": "9",
+            "labels": labels,
+            "annotations": {"note": "x" * 2000},
+            "managedFields": MANAGED,
+        },
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+    held = labels_only(namespace)
+    assert held == {"metadata": {"name": "team", "uid": "n1", "labels": labels}}
+    assert namespace_level(held) == namespace_level(namespace) == "baseline"
+    assert ObjectCache.key(held) == ObjectCache.key(namespace)

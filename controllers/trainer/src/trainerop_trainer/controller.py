@@ -20,7 +20,7 @@ from trainerop_common.conditions import parse
 from trainerop_common.contracts import CONTRACTS, REPLICA_TYPE_LABEL, TRAINER_NAME_LABEL, TRAINER_UID_LABEL, asks
 from trainerop_common.kube import Kube, urgent_requests
 from trainerop_common.nodes import readiness
-from trainerop_common.objects import metadata_only
+from trainerop_common.objects import labels_only, metadata_only
 from trainerop_common.outcome import Outcome, soonest
 from trainerop_common.pod_security import level_of, namespace_level
 from trainerop_common.process import run_entrypoint
@@ -79,7 +79,7 @@ class TrainerController:
         self.leases = children("Lease", "coordination.k8s.io", "leases")
         self.nodes = ObjectCache(runtime.kube.list_nodes, "", "v1", "nodes")
         # Each namespace's Pod Security level: how its training pods are made and judged.
-        self.namespaces = ObjectCache(runtime.kube.list_namespaces, "", "v1", "namespaces", keep=metadata_only)
+        self.namespaces = ObjectCache(runtime.kube.list_namespaces, "", "v1", "namespaces", keep=labels_only)
         self._levels: dict[str, str] = {}  # namespace -> the level last seen
         model = ModelSettings(image=config.model_init_image, endpoint=config.hf_endpoint)
         self.settings = PodSettings(init_image=config.init_image, model=model)

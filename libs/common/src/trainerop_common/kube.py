@@ -45,7 +45,7 @@ from lightkube.types import PatchType
 from .api import KINDS, KUBEFLOW_KINDS, KindInfo
 from .metrics import API_ERRORS, API_REQUESTS
 from .names import field_manager
-from .objects import Keep, metadata_only, removed_at_once, slim
+from .objects import METADATA_KEEPS, Keep, removed_at_once, slim
 from .ratelimit import TokenBucket
 from .rest import APPLY, JSON, Rest, refusal
 
@@ -261,7 +261,8 @@ class Kube:
         projected by ``keep`` as it arrives: a controller (re)starting at thousands of pods never
         holds them all whole at once. On the aiohttp path the objects are never decoded into
         lightkube's models (at N = 1000 a relist of the trainer's pods held 100 MiB of them), and
-        a list for :func:`.objects.metadata_only` asks the API server for the metadata alone."""
+        a list for :func:`.objects.metadata_only` (or another of ``METADATA_KEEPS``) asks the API
+        server for the metadata alone."""
         if self._rest is not None:
             return await self._list_pages(res, keep, namespace, labels)
         selectors: dict[str, Any] = {"labels": _selector(labels)} if labels else {}
@@ -277,7 +278,7 @@ class Kube:
     async def _list_pages(self, res: Any, keep: Keep, namespace: str | None, labels: str) -> list[dict[str, Any]]:
         assert self._rest is not None
         path = resource_path(res, None if namespace == "*" else namespace)
-        accept = METADATA_LIST if keep is metadata_only else JSON
+        accept = METADATA_LIST if keep in METADATA_KEEPS else JSON
         params = {"limit": str(LIST_PAGE)} | ({"labelSelector": labels} if labels else {})
         kept: list[dict[str, Any]] = []
         while True:

@@ -22,6 +22,17 @@ def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": obj.get("metadata", {})}
 
 
+def labels_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """Only ``obj``'s identity (name, namespace, uid) and labels: a cache of Namespaces read for
+    their Pod Security label holds no more (their field managers' record is most of the rest).
+    Listed with the metadata alone too (:meth:`.kube.Kube._list_pages`)."""
+    meta = obj.get("metadata", {})
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels") if k in meta}}
+
+
+# Projections of the metadata alone: a list for one of them asks the API server for nothing else.
+METADATA_KEEPS = (metadata_only, labels_only)
+
 MANAGER_KEYS = ("manager", "operation", "subresource")
 
 
