@@ -94,12 +94,18 @@ def up(args: argparse.Namespace) -> int:
 
 
 VERIFY = "trainer-operator-verify"
-# A Trainer no one makes: its server-side dry run passes through every webhook on Trainers.
-PROBE = {"apiVersion": API_VERSION, "kind": "Trainer", "metadata": {"name": "webhook-probe"}, "spec": {}}
+# A Trainer no one makes: its server-side dry run passes the schema and goes through every
+# webhook on Trainers (scheduling set: the quota's is asked only then).
+PROBE = {
+    "apiVersion": API_VERSION,
+    "kind": "Trainer",
+    "metadata": {"name": "webhook-probe"},
+    "spec": {"framework": "pytorch", "image": "busybox:1.36", "scheduling": {}},
+}
 
 
 def webhooks_answer(timeout: float) -> None:
-    """Wait until the webhooks on Trainers answer (refusing the empty probe is an answer): for a
+    """Wait until the webhooks on Trainers answer (admitting the probe, or denying it): for a
     moment after a rollout the node's service proxy may still send a webhook Service's address to
     a pod that is gone (connection refused), and a user's first Trainer would fail."""
     cluster.say("waiting for the webhooks to answer")
@@ -109,10 +115,10 @@ def webhooks_answer(timeout: float) -> None:
             localdev.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-", stdin=json.dumps(PROBE))
             return
         except cluster.ClusterError as err:
-            if "failed calling webhook" not in str(err):
-                return  # the webhooks answered (the probe is refused: it names no image)
+            if "admission webhook" in str(err) and "denied the request" in str(err):
+                return  # answered
             if time.monotonic() > deadline:
-                raise cluster.ClusterError(f"the operator's webhooks do not answer: {err}") from err
+                raise cluster.ClusterError(f"the operator's webhooks do not answer a Trainer's dry run: {err}") from err
         time.sleep(1)  # the proxy's next sync
 
 

@@ -214,6 +214,11 @@ def _renamed_container(j: dict[str, Any]) -> None:
             lambda j: j["spec"].update(nprocPerNode="2", elasticPolicy={"nProcPerNode": 2}),
             "spec.elasticPolicy.nProcPerNode: Forbidden: must not be used with spec.nprocPerNode",
         ),
+        (  # not upstream's: a Trainer's priority class names one of the QuotaPolicy's (63 at most)
+            PYTORCH,
+            lambda j: j["spec"].update(runPolicy={"schedulingPolicy": {"priorityClass": "p" * 64}}),
+            "spec.runPolicy.schedulingPolicy.priorityClass: Invalid value: 'pppp",
+        ),
     ],
 )
 def test_what_upstream_refuses_is_refused_in_its_words(kind: Any, change: Any, expected: str) -> None:

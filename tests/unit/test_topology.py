@@ -79,6 +79,8 @@ def test_elastic_pytorch_uses_c10d_rendezvous_on_worker_0_without_a_master() -> 
         "PET_RDZV_ENDPOINT": "j-worker-0.j:23456",
         "PET_NNODES": "2:5",
     }
+    # worker 0 hosts the store: its own name may not resolve to it yet when it starts
+    assert framework_env("j", "ns", s, Replica("worker", 0))["PET_RDZV_ENDPOINT"] == "localhost:23456"
 
 
 def test_tensorflow_tf_config() -> None:

@@ -108,19 +108,23 @@ def test_what_the_trainer_controller_may_create(
 
 
 @pytest.mark.parametrize(
-    ("priority_class", "default_class", "refused"),
+    ("priority_class", "value", "default_priority", "refused"),
     [
-        (None, None, False),  # the pods the controller makes: no class, no cluster default
-        ("everyday", "everyday", False),  # the API server named the cluster's default class
-        ("system-node-critical", None, True),  # would preempt other tenants' pods on any node
-        ("system-node-critical", "everyday", True),
-        ("urgent", "everyday", True),  # a class of the cluster's, but not its default
+        (None, None, 0, False),  # the pods the controller makes, in a cluster without a default class
+        ("everyday", 100, 100, False),  # the API server gave it the cluster's default class
+        ("batch-low", -10, 0, False),  # lower than the default: preempts no one (a cluster's webhook may set it)
+        ("batch-low", -10, 100, False),
+        ("system-node-critical", 2000001000, 0, True),  # would preempt other tenants' pods on any node
+        ("system-node-critical", 2000001000, 100, True),
+        ("urgent", 1000, 100, True),  # above the default
+        ("urgent", 1000, -5, True),
+        ("zero", 0, -5, False),  # 0 is allowed whatever the default
     ],
 )
-def test_a_training_pod_keeps_only_the_clusters_default_priority(
-    priority_class: str | None, default_class: str | None, refused: bool
+def test_a_training_pod_has_at_most_the_clusters_default_priority(
+    priority_class: str | None, value: int | None, default_priority: int, refused: bool
 ) -> None:
-    pod = owned(priorityClassName=priority_class) if priority_class else owned()
-    problems = priority_problems(pod, default_class)
+    pod = owned(priorityClassName=priority_class, priority=value) if priority_class else owned()
+    problems = priority_problems(pod, default_priority)
     assert bool(problems) == refused
-    assert all(f"not priority class {priority_class}" in p for p in problems)
+    assert all(f"not priority class {priority_class} ({value})" in p for p in problems)

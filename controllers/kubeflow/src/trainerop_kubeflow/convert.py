@@ -15,7 +15,7 @@ from typing import Any
 
 from trainerop_common.api import API_VERSION
 from trainerop_common.api.kubeflow import KUBEFLOW_API_VERSION
-from trainerop_common.api.trainer import MAX_TRAINER_NAME, TRAINER_NAME_PATTERN
+from trainerop_common.api.trainer import MAX_PRIORITY_CLASS_NAME, MAX_TRAINER_NAME, TRAINER_NAME_PATTERN
 from trainerop_common.contracts import CONTRACTS, KUBEFLOW_JOB_KIND_LABEL, TRAINING_CONTAINER
 from trainerop_common.topology import Role, override_name
 
@@ -114,7 +114,18 @@ def _kind_problems(kind: JobKind, job: Mapping[str, Any], specs: Mapping[str, Ma
         out.append(f"spec.{field}: Forbidden: must not have more than 1 Chief or Master role")
     if kind.kind == "XGBoostJob" and "Master" not in specs:
         out.append(f"spec.{field}[Master]: Required value: must be present")
+    if len(priority := priority_class(job)) > MAX_PRIORITY_CLASS_NAME:
+        out.append(
+            f"spec.runPolicy.schedulingPolicy.priorityClass: Invalid value: {priority!r}: at most "
+            f"{MAX_PRIORITY_CLASS_NAME} characters here (it names a priority class of the namespace's QuotaPolicy)"
+        )
     return out
+
+
+def priority_class(job: Mapping[str, Any]) -> str:
+    """The gang's priority class (schedulingPolicy's), "" for none."""
+    scheduling = ((job.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy") or {}
+    return str(scheduling.get("priorityClass") or "")
 
 
 def problems(kind: JobKind, job: Mapping[str, Any]) -> list[str]:
@@ -237,7 +248,7 @@ def _settings(kind: JobKind, job: Mapping[str, Any], workers: int, port: int | N
     out: dict[str, Any] = {}
     # The gang's priority class orders the quota controller's admissions, as it orders Volcano's queue
     # (docs/kubeflow.md: minAvailable, queue and scheduleTimeoutSeconds need no counterpart).
-    priority = ((job_spec.get("runPolicy") or {}).get("schedulingPolicy") or {}).get("priorityClass")
+    priority = priority_class(job)
     if priority:
         out["scheduling"] = {"priorityClassName": priority}
     elastic, env = _elastic(job, workers, port or CONTRACTS[kind.framework].port)

@@ -140,25 +140,24 @@ class TrainerController:
             with contextlib.suppress(TimeoutError):  # past it, the cached verdict stands
                 owner, holds = await self.rt.admission_read(lambda k: self._trainers_for(k, namespace, name))
                 problems = creations.creation_problems(resource, obj, owner, holds)
-        if not problems and resource == "pods" and creations.priority_class(obj):
+        if not problems and resource == "pods" and creations.priority(obj) > 0:
             problems = await self._priority_problems(obj)
         return Verdict(problems=problems)
 
     async def _priority_problems(self, obj: Mapping[str, Any]) -> tuple[str, ...]:
-        """A pod that names a priority class may keep only the cluster's default one (read from
-        the API server: a class is judged only where a pod names one)."""
-        name = creations.priority_class(obj)
+        """A pod above priority 0 may have at most the cluster's default priority (read from the
+        API server: only where a pod is above 0)."""
         try:
-            default = await self.rt.admission_read(lambda k: self._default_priority_class(k, name))
+            default = await self.rt.admission_read(self._default_priority)
         except TimeoutError:
-            return (f"priority class {name} could not be read in time to confirm it is the cluster's default",)
+            return ("the cluster's PriorityClasses could not be read in time to judge the pod's priority",)
         return creations.priority_problems(obj, default)
 
     @staticmethod
-    async def _default_priority_class(kube: Kube, name: str) -> str | None:
-        """``name`` when that PriorityClass is the cluster's default (globalDefault), else None."""
-        found = await kube.get("PriorityClass", name)
-        return name if found is not None and found.get("globalDefault") else None
+    async def _default_priority(kube: Kube) -> int:
+        """The value of the PriorityClass marked globalDefault (0: none is)."""
+        classes = await kube.list_all("PriorityClass")
+        return next((int(c.get("value") or 0) for c in classes if c.get("globalDefault")), 0)
 
     @staticmethod
     async def _trainers_for(kube: Kube, namespace: str, name: str) -> tuple[dict[str, Any] | None, bool]:

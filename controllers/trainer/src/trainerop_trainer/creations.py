@@ -12,11 +12,12 @@ deploy/controllers/trainer/webhook.yaml; docs/security.md):
   role overrides) and the profile's and checkpoint's sections of its status, which only those
   controllers may write (trainer-operator-status-sections). "Uses" is every form a pod spec has:
   volumes of any type, projected volumes, ``secretKeyRef``, ``envFrom``, ``imagePullSecrets``;
-- a pod has the cluster's default priority: the controller names no priority class (a run's
-  priority is its ``spec.scheduling``, which the quota judges), so its identity cannot start a pod
-  of ``system-node-critical`` that would preempt other tenants' pods on any node. The API server
-  names the class marked ``globalDefault`` on every pod that names none; only a pod that names a
-  class costs a read (of that class).
+- a pod's priority is at most the cluster's default (0 where no class is marked globalDefault):
+  the controller names no priority class (a run's priority is its ``spec.scheduling``, which the
+  quota judges), so its identity cannot start a pod of ``system-node-critical``, or of any class
+  above the default, that would preempt other tenants' pods. The API server resolves a pod's
+  ``priority`` before the webhook is asked; only a pod above 0 (a cluster whose default is above
+  0, or a class the pod names) costs a read, of the PriorityClasses.
 
 The webhook looks the owner up by its name (one read, whatever the namespace holds), so it costs
 the same at a thousand Trainers as at one.
@@ -125,18 +126,20 @@ def creation_problems(
     )
 
 
-def priority_class(obj: Mapping[str, Any]) -> str:
-    """The priority class a pod names ("" for none)."""
-    return str((obj.get("spec") or {}).get("priorityClassName") or "")
+def priority(obj: Mapping[str, Any]) -> int:
+    """A pod's priority as the API server resolved it from its class (0: none)."""
+    value = (obj.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) else 0
 
 
-def priority_problems(obj: Mapping[str, Any], default_class: str | None) -> tuple[str, ...]:
-    """Why a training pod may not have its priority: a class other than the cluster's default
-    (``default_class``, the one marked globalDefault; None where there is none)."""
-    asked = priority_class(obj)
-    if not asked or asked == default_class:
+def priority_problems(obj: Mapping[str, Any], default_priority: int) -> tuple[str, ...]:
+    """Why a training pod may not have its priority: above the cluster's default one
+    (``default_priority``, the value of the class marked globalDefault; 0 where none is) and 0."""
+    value, allowed = priority(obj), max(default_priority, 0)
+    if value <= allowed:
         return ()
+    named = (obj.get("spec") or {}).get("priorityClassName") or "its class"
     return (
-        "training pods have the cluster's default priority (a run's priority is its "
-        f"spec.scheduling.priorityClassName, which the quota judges): not priority class {asked}",
+        f"training pods have at most the cluster's default priority ({allowed}; a run's priority is its "
+        f"spec.scheduling.priorityClassName, which the quota judges): not priority class {named} ({value})",
     )

@@ -91,7 +91,10 @@ class Cluster:
 
 def pytorch_env(c: Cluster, replica: Replica) -> dict[str, str]:
     """A master (or worker 0 when the run has none) is MASTER_ADDR; a numeric nprocPerNode
-    multiplies WORLD_SIZE; elastic runs rendezvous with c10d on worker 0."""
+    multiplies WORLD_SIZE; elastic runs rendezvous with c10d on worker 0, which is its own
+    endpoint as localhost: torchrun hosts the store where the endpoint's name is the machine's,
+    and worker 0's name may not resolve to it yet when it starts (its agent would then wait for a
+    store no one hosts)."""
     spec = c.spec
     nproc = spec.nproc_per_node or "auto"
     world = c.total * (int(nproc) if nproc.isdigit() else 1)
@@ -104,9 +107,10 @@ def pytorch_env(c: Cluster, replica: Replica) -> dict[str, str]:
         env |= {"PET_MASTER_ADDR": master, "PET_MASTER_PORT": str(port(spec)), "PET_NODE_RANK": rank}
         return env | {"PET_NPROC_PER_NODE": nproc, "PET_NNODES": str(c.total)}
     env["PET_NPROC_PER_NODE"] = nproc  # as Kubeflow v1 defaults it for an elastic job too
+    host = "localhost" if replica == Replica("worker", 0) else c.address("worker", 0)
     return env | {
         "PET_RDZV_BACKEND": "c10d",
-        "PET_RDZV_ENDPOINT": f"{c.address('worker', 0)}:{port(spec)}",
+        "PET_RDZV_ENDPOINT": f"{host}:{port(spec)}",
         "PET_NNODES": f"{elastic.min_workers}:{elastic.max_workers}",
     }
 

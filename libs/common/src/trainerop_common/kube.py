@@ -64,7 +64,7 @@ RESOURCES: dict[str, Resource] = {
     "WorkloadPriorityClass": create_global_resource(
         "kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses"
     ),
-    # the cluster's: a training pod keeps only the default one (trainerop_trainer.creations)
+    # the cluster's: a training pod has at most the default one's priority (trainerop_trainer.creations)
     "PriorityClass": create_global_resource("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses"),
     # kopf's: the object replicas coordinate through (deploy/base/kopf-peering-crd.yaml)
     "ClusterKopfPeering": create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings"),

@@ -33,6 +33,8 @@ Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Susp
 # Pods are named <trainer>-<role>-<index> and each gets a headless Service of the same name,
 # which must fit a 63-character DNS label: "-worker-" plus up to 5 digits leaves 50.
 MAX_TRAINER_NAME = 50
+# spec.scheduling.priorityClassName: a class of the QuotaPolicy's priorityClasses.
+MAX_PRIORITY_CLASS_NAME = 63
 # And it starts with a letter: an RFC 1035 label (the root rule in api/__init__.py says so).
 TRAINER_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
@@ -261,7 +263,7 @@ class Scheduling(K8sModel):
 
     priority_class_name: str | None = Field(
         default=None,
-        max_length=63,
+        max_length=MAX_PRIORITY_CLASS_NAME,
         description="One of the covering QuotaPolicy's priorityClasses: higher is admitted first (unset: 0).",
     )
     preference: Preference | None = Field(
