@@ -118,7 +118,10 @@ def webhooks_answer(timeout: float) -> None:
             if "admission webhook" in str(err) and "denied the request" in str(err):
                 return  # answered
             if time.monotonic() > deadline:
-                raise cluster.ClusterError(f"the operator's webhooks do not answer a Trainer's dry run: {err}") from err
+                raise cluster.ClusterError(
+                    f"the operator's webhooks do not answer a Trainer's dry run: {err}; see "
+                    f"`kubectl get pods -n {NAMESPACE}` and the controllers' logs"
+                ) from err
         time.sleep(1)  # the proxy's next sync
 
 

@@ -114,11 +114,6 @@ def _kind_problems(kind: JobKind, job: Mapping[str, Any], specs: Mapping[str, Ma
         out.append(f"spec.{field}: Forbidden: must not have more than 1 Chief or Master role")
     if kind.kind == "XGBoostJob" and "Master" not in specs:
         out.append(f"spec.{field}[Master]: Required value: must be present")
-    if len(priority := priority_class(job)) > MAX_PRIORITY_CLASS_NAME:
-        out.append(
-            f"spec.runPolicy.schedulingPolicy.priorityClass: Invalid value: {priority!r}: at most "
-            f"{MAX_PRIORITY_CLASS_NAME} characters here (it names a priority class of the namespace's QuotaPolicy)"
-        )
     return out
 
 
@@ -136,6 +131,11 @@ def problems(kind: JobKind, job: Mapping[str, Any]) -> list[str]:
         out.append(
             f"metadata.name: Invalid value: {name!r}: must be a lowercase RFC 1035 label of at most "
             f"{MAX_TRAINER_NAME} characters (its pods are named <name>-<replica type>-<index>)"
+        )
+    if len(priority := priority_class(job)) > MAX_PRIORITY_CLASS_NAME:
+        out.append(
+            f"spec.runPolicy.schedulingPolicy.priorityClass: Invalid value: {priority!r}: at most "
+            f"{MAX_PRIORITY_CLASS_NAME} characters here (it names a priority class of the namespace's QuotaPolicy)"
         )
     written = (job.get("spec") or {}).get(kind.specs_field) or {}
     if not isinstance(written, Mapping) or not replica_specs(kind, job):
